@@ -1,0 +1,74 @@
+"""The one exception tree of django-mcpatterns.
+
+::
+
+    McPatternsError
+    ├── ConfigurationError      an option or server spec is invalid (also ValueError)
+    ├── InvalidKeyError         a key memcached would reject; raised before the wire (also ValueError)
+    ├── ValueTooLargeError      the value is over the item size limit (also ValueError)
+    ├── NonNumericValueError    incr/decr of a value that is not a number (also ValueError)
+    ├── EncodingError           stored data could not be decoded (also ValueError)
+    └── ClusterError            a memcached server did not answer as it should
+        ├── NodeUnavailableError    the server is unreachable, timed out or marked dead
+        └── ServerError             the server answered with an error we did not expect
+
+The Django layer turns :class:`ConfigurationError` into ``ImproperlyConfigured``.
+Errors are chained (``raise ... from exc``) so the underlying socket or pymemcache
+error stays visible.
+"""
+
+from __future__ import annotations
+
+
+class McPatternsError(Exception):
+    """Base class of every error raised by django-mcpatterns."""
+
+
+class ConfigurationError(McPatternsError, ValueError):
+    """An option, weight or server specification is invalid.
+
+    ``option`` names the offending setting and ``choices`` the valid values, when
+    there is a closed set of them.
+    """
+
+    def __init__(self, message: str, *, option: str | None = None, choices: object = None):
+        super().__init__(message)
+        self.option = option
+        self.choices = choices
+
+
+class InvalidKeyError(McPatternsError, ValueError):
+    """A key that memcached would reject: too long, or with whitespace/control bytes."""
+
+
+class ValueTooLargeError(McPatternsError, ValueError):
+    """A value over the item size limit (memcached's ``-I``, 1 MiB by default)."""
+
+
+class NonNumericValueError(McPatternsError, ValueError):
+    """``incr``/``decr`` of a stored value that is not a decimal number."""
+
+
+class EncodingError(McPatternsError, ValueError):
+    """Stored data could not be decoded; never read as an empty or partial value."""
+
+
+class ClusterError(McPatternsError):
+    """A memcached server did not answer as it should."""
+
+
+class NodeUnavailableError(ClusterError, ConnectionError):
+    """The server is unreachable, timed out, or marked dead by failover.
+
+    Raised into callers only when the cluster is configured with
+    ``raise_errors=True``; by default the operation degrades to a miss or a
+    failed write.
+    """
+
+    def __init__(self, message: str, *, node: str | None = None):
+        super().__init__(message)
+        self.node = node
+
+
+class ServerError(ClusterError):
+    """The server answered with an error (``SERVER_ERROR``, ``CLIENT_ERROR``)."""

@@ -1,0 +1,159 @@
+"""Cluster options, parsed once into a frozen, validated dataclass.
+
+Every per-cache setting lives in ``OPTIONS`` (Django) or ``CACHE_OPTIONS``
+(Flask).  Keys that are not ours are passed through to pymemcache's ``Client``
+(``socket_module``, ``tls_context``, ``no_delay``, ...), as Django's own memcached
+backends do.  An invalid value raises :class:`ConfigurationError` naming the key
+and the valid choices.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .exceptions import ConfigurationError
+from .ketama import VARIANTS
+
+FAILOVER_POLICIES = ("miss", "remap")
+
+# pymemcache Client arguments we set ourselves: accepting them from users would
+# break the patterns (noreply) or bypass our routing and serialisation.
+_RESERVED_CLIENT_OPTIONS = frozenset(
+    {"server", "serde", "serializer", "deserializer", "default_noreply", "key_prefix",
+     "ignore_exc", "connect_timeout", "timeout"}
+)
+
+
+@dataclass(frozen=True)
+class ClusterOptions:
+    """How a :class:`~django_mcpatterns.core.cluster.Cluster` routes and fails over.
+
+    ketama
+        Which implementation's key→server mapping to reproduce (see
+        :data:`~django_mcpatterns.core.ketama.VARIANTS`).
+    failover
+        ``"miss"``: a dead server's keys read as misses and writes to them fail.
+        ``"remap"``: its keys go to the next live server on the ring.
+    retry_attempts
+        Consecutive failures after which a server is marked dead.
+    retry_timeout
+        Seconds after a failure during which the server is not contacted again
+        (its operations fail at once instead of piling up timeouts).
+    dead_timeout
+        Seconds a dead server is left alone before it is probed again.
+    connect_timeout, timeout
+        Socket connect and I/O timeouts in seconds (``None``: block).
+    max_pool_size
+        Connections kept per server (``None``: as many as threads need).
+    pool_idle_timeout
+        Seconds after which an idle pooled connection is closed (0: never).
+    raise_errors
+        Raise :class:`~.exceptions.NodeUnavailableError` into callers instead
+        of degrading to misses and failed writes.
+    client_options
+        Extra keyword arguments for each pymemcache ``Client``.
+    """
+
+    ketama: str = "libmemcached"
+    failover: str = "miss"
+    retry_attempts: int = 2
+    retry_timeout: float = 1.0
+    dead_timeout: float = 30.0
+    connect_timeout: float | None = 1.0
+    timeout: float | None = 1.0
+    max_pool_size: int | None = None
+    pool_idle_timeout: float = 0.0
+    raise_errors: bool = False
+    client_options: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        _check_choice("ketama", self.ketama, VARIANTS)
+        _check_choice("failover", self.failover, FAILOVER_POLICIES)
+        _check_number("retry_attempts", self.retry_attempts, integer=True, minimum=1)
+        _check_number("retry_timeout", self.retry_timeout, minimum=0)
+        _check_number("dead_timeout", self.dead_timeout, minimum=0)
+        _check_number("connect_timeout", self.connect_timeout, minimum=0, optional=True, strict=True)
+        _check_number("timeout", self.timeout, minimum=0, optional=True, strict=True)
+        _check_number("max_pool_size", self.max_pool_size, integer=True, minimum=1, optional=True)
+        _check_number("pool_idle_timeout", self.pool_idle_timeout, minimum=0)
+        if not isinstance(self.raise_errors, bool):
+            raise ConfigurationError(
+                f"option 'raise_errors' must be True or False, not {self.raise_errors!r}",
+                option="raise_errors",
+            )
+        reserved = sorted(_RESERVED_CLIENT_OPTIONS & set(self.client_options))
+        if reserved:
+            raise ConfigurationError(
+                f"option {reserved[0]!r} is managed by django-mcpatterns and cannot be passed "
+                "to pymemcache",
+                option=reserved[0],
+            )
+        # Freeze the pass-through mapping so the options stay hashable and shareable.
+        object.__setattr__(self, "client_options", _FrozenMapping(self.client_options))
+
+    @classmethod
+    def from_mapping(cls, options: Mapping[str, Any] | None) -> ClusterOptions:
+        """Split ``options`` into ours and pymemcache's, and validate ours."""
+        ours = {f.name for f in dataclasses.fields(cls)} - {"client_options"}
+        given = dict(options or {})
+        client = dict(given.pop("client_options", None) or {})
+        kwargs = {k: given.pop(k) for k in list(given) if k in ours}
+        client.update(given)
+        return cls(**kwargs, client_options=client)
+
+
+class _FrozenMapping(dict):
+    """A dict that hashes by content and refuses changes."""
+
+    def __hash__(self) -> int:  # type: ignore[override]
+        return hash(tuple(sorted((k, _hashable(v)) for k, v in self.items())))
+
+    def _readonly(self, *args: object, **kwargs: object) -> None:
+        raise TypeError("cluster options are read-only")
+
+    __setitem__ = __delitem__ = update = pop = popitem = clear = setdefault = _readonly  # type: ignore[assignment]
+
+
+def _hashable(value: object) -> object:
+    try:
+        hash(value)
+    except TypeError:
+        return id(value)
+    return value
+
+
+def _check_choice(option: str, value: object, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise ConfigurationError(
+            f"invalid value {value!r} for option {option!r}; valid choices: "
+            + ", ".join(repr(c) for c in choices),
+            option=option,
+            choices=choices,
+        )
+
+
+def _check_number(
+    option: str,
+    value: object,
+    *,
+    integer: bool = False,
+    minimum: float = 0,
+    optional: bool = False,
+    strict: bool = False,
+) -> None:
+    if value is None and optional:
+        return
+    kinds: tuple[type, ...] = (int,) if integer else (int, float)
+    ok = isinstance(value, kinds) and not isinstance(value, bool)
+    if ok:
+        ok = value > minimum if strict else value >= minimum  # type: ignore[operator]
+    if not ok:
+        what = "an integer" if integer else "a number"
+        bound = f"> {minimum}" if strict else f">= {minimum}"
+        none = " or None" if optional else ""
+        raise ConfigurationError(
+            f"option {option!r} must be {what} {bound}{none}, not {value!r}", option=option
+        )

@@ -1,0 +1,86 @@
+"""The Store protocol: the memcached primitives the patterns are written against.
+
+:class:`~django_mcpatterns.core.cluster.Cluster` (real servers) and
+:class:`~django_mcpatterns.core.memory.MemoryStore` (in-process) implement it with
+the same semantics, proven by one shared contract test suite:
+
+* ``expire`` is memcached's exptime: ``0`` never expires, up to 30 days it is
+  relative seconds, beyond that an absolute Unix time, negative expires at once.
+* Values go through the store's serde (pymemcache's ``serialize``/``deserialize``
+  pair), which records the type in the item's flags.  ``bytes`` are stored raw
+  with flags 0, so ``append``/``prepend`` work on them; both keep the item's
+  flags and TTL.
+* ``add`` fails on an existing key, ``cas`` fails on a changed token (``None``
+  when the key is missing), ``incr``/``decr`` return ``None`` on a missing key
+  and raise :class:`~.exceptions.NonNumericValueError` on a non-number; ``incr``
+  wraps at 2**64 and ``decr`` stops at 0.
+* ``set``/``add``/``cas`` of a value over the item size limit raise
+  :class:`~.exceptions.ValueTooLargeError`; ``append``/``prepend`` past the
+  limit return ``False``, the same answer as for a missing key (memcached's
+  ``NOT_STORED``), so callers must tell the two apart themselves.
+* Invalid keys raise :class:`~.exceptions.InvalidKeyError` before any I/O.
+* A store never returns partial garbage: on an unreachable server a Cluster
+  answers misses and failed writes (or raises
+  :class:`~.exceptions.NodeUnavailableError` when configured to).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any, Protocol, runtime_checkable
+
+from .keys import Key
+
+# memcached treats exptimes above 30 days as absolute Unix timestamps.
+MAX_RELATIVE_EXPIRE = 60 * 60 * 24 * 30
+
+CasToken = bytes | int
+
+
+@runtime_checkable
+class Store(Protocol):
+    """Memcached's primitives, with memcached's semantics (see the module docstring)."""
+
+    def get(self, key: Key, default: Any = None) -> Any: ...
+
+    def gets(self, key: Key) -> tuple[Any, CasToken | None]:
+        """Return ``(value, cas_token)``, or ``(None, None)`` on a miss."""
+        ...
+
+    def get_many(self, keys: Iterable[Key]) -> dict[Key, Any]:
+        """Return the hits only, keyed by the keys as given."""
+        ...
+
+    def gets_many(self, keys: Iterable[Key]) -> dict[Key, tuple[Any, CasToken]]: ...
+
+    def set(self, key: Key, value: Any, expire: int = 0) -> bool: ...
+
+    def set_many(self, values: Mapping[Key, Any], expire: int = 0) -> list[Key]:
+        """Store every value; return the keys that were *not* stored."""
+        ...
+
+    def add(self, key: Key, value: Any, expire: int = 0) -> bool: ...
+
+    def append(self, key: Key, value: bytes) -> bool: ...
+
+    def prepend(self, key: Key, value: bytes) -> bool: ...
+
+    def cas(self, key: Key, value: Any, cas: CasToken, expire: int = 0) -> bool | None: ...
+
+    def incr(self, key: Key, delta: int = 1) -> int | None: ...
+
+    def decr(self, key: Key, delta: int = 1) -> int | None: ...
+
+    def delete(self, key: Key) -> bool:
+        """Return whether the key existed."""
+        ...
+
+    def delete_many(self, keys: Iterable[Key]) -> None: ...
+
+    def touch(self, key: Key, expire: int = 0) -> bool: ...
+
+    def flush_all(self) -> bool: ...
+
+    def close(self) -> None:
+        """Release connections; node health and stored data are kept."""
+        ...
