@@ -1,0 +1,171 @@
+"""Django cache backends: ketama-routed memcached clusters and the embedded store.
+
+Both backends keep the exact rules of Django's own memcached backends (timeouts,
+key validation, return values) by subclassing ``BaseMemcachedCache``; they only
+swap the client for a Store: the process-wide :class:`Cluster` for
+``KetamaMemcacheCache`` and a process-wide :class:`MemoryStore` for
+``LocMemPatternsCache``.  Django builds one backend instance per thread and per
+alias; sharing the Store keeps connection pools, node health and (for the
+embedded store) the data common to all threads.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from django.core.cache.backends.base import DEFAULT_TIMEOUT, InvalidCacheKey
+from django.core.cache.backends.memcached import BaseMemcachedCache
+from django.core.exceptions import ImproperlyConfigured
+from django.utils.functional import cached_property
+
+from .core.cluster import Cluster, NodeEvent, shared_cluster
+from .core.exceptions import ConfigurationError, InvalidKeyError, ValueTooLargeError
+from .core.keys import key_bytes
+from .core.memory import MemoryStore, shared_memory_store
+from .core.options import ClusterOptions
+from .core.servers import parse_servers
+from .core.store import Store
+
+logger = logging.getLogger("django_mcpatterns.backend")
+
+
+class _StoreCache(BaseMemcachedCache):
+    """Django's memcached contract over a Store; subclasses say which Store."""
+
+    def __init__(self, server: str | list[str], params: dict[str, Any]) -> None:
+        # BaseMemcachedCache.__init__ wants a client library; we bring a Store.
+        super(BaseMemcachedCache, self).__init__(params)
+        self._location = server
+        self._options = params.get("OPTIONS") or {}
+        self.LibraryValueNotFoundException = KeyError  # our stores return None instead
+
+    @cached_property
+    def _cache(self) -> Store:
+        raise NotImplementedError
+
+    @property
+    def store(self) -> Store:
+        """The Store behind this cache (a Cluster or a MemoryStore)."""
+        return self._cache
+
+    def validate_key(self, key: str) -> None:
+        # Django counts characters; memcached's 250 limit is on the UTF-8 bytes.
+        try:
+            key_bytes(key)
+        except InvalidKeyError as exc:
+            raise InvalidCacheKey(str(exc)) from exc
+
+    def add(self, key: Any, value: Any, timeout: Any = DEFAULT_TIMEOUT, version: Any = None) -> bool:
+        key = self.make_and_validate_key(key, version=version)
+        try:
+            return self._cache.add(key, value, self.get_backend_timeout(timeout))
+        except ValueTooLargeError:
+            logger.warning("value for cache key %r is over the item size limit", key)
+            return False
+
+    def set(self, key: Any, value: Any, timeout: Any = DEFAULT_TIMEOUT, version: Any = None) -> bool:
+        """Store ``value``; return False (never raise) when it was not stored.
+
+        As in Django's memcached backends, a failed set deletes the old value so
+        that readers never see data older than the write that failed (memcached
+        refuses values over its 1 MB item limit).
+        """
+        key = self.make_and_validate_key(key, version=version)
+        try:
+            stored = self._cache.set(key, value, self.get_backend_timeout(timeout))
+        except ValueTooLargeError:
+            logger.warning("value for cache key %r is over the item size limit", key)
+            stored = False
+        if not stored:
+            self._cache.delete(key)
+        return stored
+
+    def get_many(self, keys: Iterable[Any], version: Any = None) -> dict[Any, Any]:
+        key_map = {self.make_and_validate_key(key, version=version): key for key in keys}
+        found = self._cache.get_many(list(key_map))
+        return {key_map[k]: v for k, v in found.items()}
+
+    def set_many(
+        self, data: Mapping[Any, Any], timeout: Any = DEFAULT_TIMEOUT, version: Any = None
+    ) -> list[Any]:
+        """Store every value; return the keys that failed, as Django does."""
+        key_map = {self.make_and_validate_key(key, version=version): key for key in data}
+        values = {made: data[key] for made, key in key_map.items()}
+        failed = self._cache.set_many(values, self.get_backend_timeout(timeout))
+        return [key_map[k] for k in failed]
+
+    def delete_many(self, keys: Iterable[Any], version: Any = None) -> None:
+        self._cache.delete_many([self.make_and_validate_key(key, version=version) for key in keys])
+
+    def close(self, **kwargs: Any) -> None:
+        # Django calls close() after every request.  Connections are pooled per
+        # process and node health must survive, so there is nothing to drop here
+        # (like PyLibMCCache, unlike PyMemcacheCache which reconnects each time).
+        pass
+
+
+def _improperly_configured(exc: ConfigurationError) -> ImproperlyConfigured:
+    return ImproperlyConfigured(f"django-mcpatterns cache configuration: {exc}")
+
+
+def _send_node_signal(event: NodeEvent) -> None:
+    from . import signals
+
+    signal = {"dead": signals.node_dead, "revived": signals.node_revived}.get(event.kind)
+    if signal is not None:
+        signal.send(sender=Cluster, node=event.node, error=event.error)
+
+
+class KetamaMemcacheCache(_StoreCache):
+    """Memcached cluster with ketama routing compatible with libmemcached,
+    twemproxy, libketama and spymemcached (``OPTIONS["ketama"]``)."""
+
+    def __init__(self, server: str | list[str], params: dict[str, Any]) -> None:
+        super().__init__(server, params)
+        try:
+            self._servers = parse_servers(server)
+            self._cluster_options = ClusterOptions.from_mapping(self._options)
+        except ConfigurationError as exc:
+            raise _improperly_configured(exc) from exc
+
+    @property
+    def client_servers(self) -> list[str]:
+        return [server.node for server in self._servers]
+
+    @cached_property
+    def _cache(self) -> Cluster:
+        return shared_cluster(
+            self._servers, self._cluster_options, on_node_event=_send_node_signal
+        )
+
+
+class LocMemPatternsCache(_StoreCache):
+    """The embedded default: an in-process store with memcached's semantics.
+
+    Every thread of a process shares the data of one ``LOCATION`` name, as with
+    Django's ``LocMemCache``.  ``OPTIONS``: ``max_bytes`` (total memory before
+    least-recently-used items are evicted) and ``max_item_size``.
+    """
+
+    OPTIONS = ("max_bytes", "max_item_size")
+
+    def __init__(self, server: str | list[str], params: dict[str, Any]) -> None:
+        super().__init__(server, params)
+        unknown = sorted(set(self._options) - set(self.OPTIONS))
+        if unknown:
+            raise ImproperlyConfigured(
+                f"unknown LocMemPatternsCache option {unknown[0]!r}; valid options: "
+                + ", ".join(repr(o) for o in self.OPTIONS)
+            )
+        for name, value in self._options.items():
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise ImproperlyConfigured(
+                    f"LocMemPatternsCache option {name!r} must be a positive integer, not {value!r}"
+                )
+        self._name = server if isinstance(server, str) else ";".join(server)
+
+    @cached_property
+    def _cache(self) -> MemoryStore:
+        return shared_memory_store(self._name, **self._options)

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Install what the tests need (memcached, the ketama peers) and run them all.
+# Extra arguments go to pytest, e.g. scripts/test.sh tests/core -k ketama
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+missing=()
+command -v memcached >/dev/null || missing+=(memcached)
+command -v nutcracker >/dev/null || [ -x /usr/sbin/nutcracker ] || missing+=(nutcracker)
+# pylibmc is built from source against Debian's libmemcached (the PyPI wheel
+# bundles an older, crashing libmemcached): it needs the headers and a compiler.
+for pkg in libmemcached-dev zlib1g-dev gcc; do
+    dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+    if [ "$(id -u)" = 0 ]; then
+        apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+    else
+        echo "!!! missing ${missing[*]}: run 'sudo apt-get install -y ${missing[*]}'" >&2
+    fi
+fi
+
+source scripts/bootstrap.sh "django,flask,test,interop,dev" --no-binary pylibmc
+.venv/bin/ruff check .
+exec .venv/bin/python -m pytest "$@"
