@@ -11,28 +11,44 @@ embedded store) the data common to all threads.
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import logging
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from django.core.cache.backends.base import DEFAULT_TIMEOUT, InvalidCacheKey
+from django.core.cache.backends.base import (
+    DEFAULT_TIMEOUT,
+    InvalidCacheKey,
+    memcache_key_warnings,
+)
 from django.core.cache.backends.memcached import BaseMemcachedCache
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.functional import cached_property
+from pymemcache.client.base import Client as PymemcacheClient
 
 from .core.cluster import Cluster, NodeEvent, shared_cluster
 from .core.exceptions import ConfigurationError, InvalidKeyError, ValueTooLargeError
 from .core.keys import key_bytes
 from .core.memory import MemoryStore, shared_memory_store
-from .core.options import ClusterOptions
+from .core.options import _RESERVED_CLIENT_OPTIONS, ClusterOptions
 from .core.servers import parse_servers
 from .core.store import Store
+from .patterns import DEFAULT
+from .patterns.locks import LocksMixin
+from .patterns.namespaces import NamespacesMixin
+from .patterns.sets import SetsMixin
+from .patterns.stampede import StampedeMixin
 
 logger = logging.getLogger("django_mcpatterns.backend")
 
 
-class _StoreCache(BaseMemcachedCache):
-    """Django's memcached contract over a Store; subclasses say which Store."""
+class _StoreCache(SetsMixin, LocksMixin, StampedeMixin, NamespacesMixin, BaseMemcachedCache):
+    """Django's memcached contract over a Store; subclasses say which Store.
+
+    The pattern mixins (``django_mcpatterns.patterns``) add sets, locks,
+    ``get_or_compute`` and namespaces through the hooks below.
+    """
 
     def __init__(self, server: str | list[str], params: dict[str, Any]) -> None:
         # BaseMemcachedCache.__init__ wants a client library; we bring a Store.
@@ -50,14 +66,26 @@ class _StoreCache(BaseMemcachedCache):
         """The Store behind this cache (a Cluster or a MemoryStore)."""
         return self._cache
 
+    def _pattern_key(self, key: Any, version: int | None = None) -> str:
+        return self.make_and_validate_key(key, version=version)
+
+    def _pattern_expire(self, timeout: Any = DEFAULT) -> int:
+        return self.get_backend_timeout(DEFAULT_TIMEOUT if timeout is DEFAULT else timeout)
+
     def validate_key(self, key: str) -> None:
-        # Django counts characters; memcached's 250 limit is on the UTF-8 bytes.
+        # Django's own checks first, so the messages are word for word those of
+        # its memcached backends; then ours: memcached's 250 limit is on the
+        # UTF-8 bytes, where Django counts characters.
+        for warning in memcache_key_warnings(key):
+            raise InvalidCacheKey(warning)
         try:
             key_bytes(key)
         except InvalidKeyError as exc:
             raise InvalidCacheKey(str(exc)) from exc
 
-    def add(self, key: Any, value: Any, timeout: Any = DEFAULT_TIMEOUT, version: Any = None) -> bool:
+    def add(
+        self, key: Any, value: Any, timeout: Any = DEFAULT_TIMEOUT, version: Any = None
+    ) -> bool:
         key = self.make_and_validate_key(key, version=version)
         try:
             return self._cache.add(key, value, self.get_backend_timeout(timeout))
@@ -65,7 +93,9 @@ class _StoreCache(BaseMemcachedCache):
             logger.warning("value for cache key %r is over the item size limit", key)
             return False
 
-    def set(self, key: Any, value: Any, timeout: Any = DEFAULT_TIMEOUT, version: Any = None) -> bool:
+    def set(
+        self, key: Any, value: Any, timeout: Any = DEFAULT_TIMEOUT, version: Any = None
+    ) -> bool:
         """Store ``value``; return False (never raise) when it was not stored.
 
         As in Django's memcached backends, a failed set deletes the old value so
@@ -73,11 +103,7 @@ class _StoreCache(BaseMemcachedCache):
         refuses values over its 1 MB item limit).
         """
         key = self.make_and_validate_key(key, version=version)
-        try:
-            stored = self._cache.set(key, value, self.get_backend_timeout(timeout))
-        except ValueTooLargeError:
-            logger.warning("value for cache key %r is over the item size limit", key)
-            stored = False
+        stored = self._set_one(key, value, self.get_backend_timeout(timeout))
         if not stored:
             self._cache.delete(key)
         return stored
@@ -93,8 +119,24 @@ class _StoreCache(BaseMemcachedCache):
         """Store every value; return the keys that failed, as Django does."""
         key_map = {self.make_and_validate_key(key, version=version): key for key in data}
         values = {made: data[key] for made, key in key_map.items()}
-        failed = self._cache.set_many(values, self.get_backend_timeout(timeout))
+        expire = self.get_backend_timeout(timeout)
+        try:
+            failed = self._cache.set_many(values, expire)
+        except ValueTooLargeError:
+            # The store kept the other values and dropped the oversized ones'
+            # old items, but does not say which keys were too large: ask again
+            # one by one (only on this error path).
+            failed = [
+                made for made, value in values.items() if not self._set_one(made, value, expire)
+            ]
         return [key_map[k] for k in failed]
+
+    def _set_one(self, key: str, value: Any, expire: int) -> bool:
+        try:
+            return self._cache.set(key, value, expire)
+        except ValueTooLargeError:
+            logger.warning("value for cache key %r is over the item size limit", key)
+            return False
 
     def delete_many(self, keys: Iterable[Any], version: Any = None) -> None:
         self._cache.delete_many([self.make_and_validate_key(key, version=version) for key in keys])
@@ -104,6 +146,13 @@ class _StoreCache(BaseMemcachedCache):
         # process and node health must survive, so there is nothing to drop here
         # (like PyLibMCCache, unlike PyMemcacheCache which reconnects each time).
         pass
+
+
+# pymemcache Client keyword arguments OPTIONS may pass through (not those we set).
+_CLIENT_ARGUMENTS = frozenset(inspect.signature(PymemcacheClient).parameters) - {
+    "server",
+    *_RESERVED_CLIENT_OPTIONS,
+}
 
 
 def _improperly_configured(exc: ConfigurationError) -> ImproperlyConfigured:
@@ -129,6 +178,17 @@ class KetamaMemcacheCache(_StoreCache):
             self._cluster_options = ClusterOptions.from_mapping(self._options)
         except ConfigurationError as exc:
             raise _improperly_configured(exc) from exc
+        # A misspelt option would otherwise reach pymemcache's Client and raise
+        # TypeError on the first request; say so now, with the valid names.
+        unknown = sorted(set(self._cluster_options.client_options) - _CLIENT_ARGUMENTS)
+        if unknown:
+            ours = [f.name for f in dataclasses.fields(ClusterOptions)]
+            raise ImproperlyConfigured(
+                f"unknown KetamaMemcacheCache option {unknown[0]!r}; valid options: "
+                + ", ".join(repr(o) for o in ours)
+                + ", and pymemcache Client arguments: "
+                + ", ".join(repr(o) for o in sorted(_CLIENT_ARGUMENTS))
+            )
 
     @property
     def client_servers(self) -> list[str]:
@@ -136,9 +196,7 @@ class KetamaMemcacheCache(_StoreCache):
 
     @cached_property
     def _cache(self) -> Cluster:
-        return shared_cluster(
-            self._servers, self._cluster_options, on_node_event=_send_node_signal
-        )
+        return shared_cluster(self._servers, self._cluster_options, on_node_event=_send_node_signal)
 
 
 class LocMemPatternsCache(_StoreCache):
@@ -164,6 +222,10 @@ class LocMemPatternsCache(_StoreCache):
                 raise ImproperlyConfigured(
                     f"LocMemPatternsCache option {name!r} must be a positive integer, not {value!r}"
                 )
+        try:
+            MemoryStore(**self._options)  # memcached's own rules for -I and -m
+        except ConfigurationError as exc:
+            raise _improperly_configured(exc) from exc
         self._name = server if isinstance(server, str) else ";".join(server)
 
     @cached_property

@@ -1,0 +1,45 @@
+"""The patterns' methods on cache objects, shared by the Django and Flask backends.
+
+Each pattern's algorithm lives in :mod:`django_mcpatterns.core` and knows nothing
+of frameworks.  The mixins here put it on a cache object with the public names of
+``design.md`` (``sadd``, ``lock``, ``get_or_compute``, ``namespace``...), adapting
+keys and timeouts through three hooks every backend provides:
+
+``store``
+    the :class:`~django_mcpatterns.core.store.Store` behind the cache;
+``_pattern_key(key, version=None) -> str``
+    the full, validated memcached key (Django: ``make_and_validate_key``, with
+    ``KEY_PREFIX``/``VERSION``/``KEY_FUNCTION``; Flask: its key prefix);
+``_pattern_expire(timeout) -> int``
+    memcached's exptime for the framework's ``timeout`` convention, where
+    :data:`DEFAULT` means the cache's default timeout.
+
+The mixins import neither Django nor Flask.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from django_mcpatterns.core.store import Store
+
+
+class _Default:
+    """The "use the cache's default timeout" sentinel."""
+
+    def __repr__(self) -> str:
+        return "DEFAULT"
+
+
+DEFAULT: Any = _Default()
+
+
+class PatternsHost(Protocol):
+    """What a backend gives the pattern mixins."""
+
+    @property
+    def store(self) -> Store: ...
+
+    def _pattern_key(self, key: Any, version: int | None = None) -> str: ...
+
+    def _pattern_expire(self, timeout: Any = DEFAULT) -> int: ...

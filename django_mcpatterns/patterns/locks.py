@@ -1,0 +1,5 @@
+"""Placeholder: the locks methods on cache objects (being written)."""
+
+
+class LocksMixin:
+    pass

@@ -1,0 +1,5 @@
+"""Placeholder: the namespaces methods on cache objects (being written)."""
+
+
+class NamespacesMixin:
+    pass

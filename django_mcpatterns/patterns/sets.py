@@ -1,0 +1,5 @@
+"""Placeholder: the sets methods on cache objects (being written)."""
+
+
+class SetsMixin:
+    pass

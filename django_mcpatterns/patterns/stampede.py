@@ -1,0 +1,5 @@
+"""Placeholder: the stampede methods on cache objects (being written)."""
+
+
+class StampedeMixin:
+    pass
