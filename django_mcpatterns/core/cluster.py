@@ -1,0 +1,719 @@
+"""Cluster: memcached's primitives over many servers, with ketama routing and failover.
+
+Routing
+    Every key goes to the server the :class:`~.ketama.Continuum` names for the
+    key's final bytes, so pylibmc, PHP, twemproxy and spymemcached peers agree
+    on where it lives.
+Connections
+    One thread-safe pool of pymemcache ``Client`` objects per server
+    (``pymemcache.pool.ObjectPool``), always waiting for replies (pymemcache's
+    default ``noreply`` would make ``add``/``delete`` always answer True).
+Failover
+    In one place: :meth:`Cluster._pick` decides which server an operation may
+    use, :meth:`Cluster._done` and :meth:`Cluster._judge` record its outcome in
+    the server's :class:`~.health.NodeHealth` and apply the policy.  Socket
+    errors, timeouts and closed connections are server failures; memcached's
+    error replies are the caller's errors (``ValueTooLargeError``, ...).
+Multi-key commands
+    Keys are grouped per server and every server's request is written before
+    any reply is read (pipelined fan-out), so four servers cost about one round
+    trip, not four as in pymemcache's ``HashClient``.  A server that fails only
+    loses its own keys.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
+
+from pymemcache.client.base import Client, _readline, _readvalue
+from pymemcache.exceptions import (
+    MemcacheClientError,
+    MemcacheError,
+    MemcacheIllegalInputError,
+    MemcacheServerError,
+    MemcacheUnexpectedCloseError,
+    MemcacheUnknownCommandError,
+    MemcacheUnknownError,
+)
+from pymemcache.pool import ObjectPool
+from pymemcache.serde import pickle_serde
+
+from .exceptions import (
+    ConfigurationError,
+    NodeUnavailableError,
+    NonNumericValueError,
+    ServerError,
+    ValueTooLargeError,
+)
+from .health import Admission, HealthSnapshot, NodeEvent, NodeHealth
+from .ketama import Continuum
+from .keys import Key, key_bytes
+from .options import ClusterOptions
+from .registry import Registry
+from .servers import Server, parse_server, parse_servers
+from .store import CasToken
+
+__all__ = ["Cluster", "HealthSnapshot", "NodeEvent", "reset_shared_clusters", "shared_cluster"]
+
+logger = logging.getLogger("django_mcpatterns.cluster")
+
+# What a dead, hung or restarted server looks like from here: refused or reset
+# connections and timeouts (all OSError) or a connection closed mid-reply.
+_NODE_ERRORS = (OSError, MemcacheUnexpectedCloseError)
+
+R = TypeVar("R")
+R_co = TypeVar("R_co", covariant=True)
+Serde = Any  # pymemcache's protocol: serialize(key, value), deserialize(key, data, flags)
+
+_NO_CAS: tuple[None, None] = (None, None)
+_MAX_DELTA = 2**64  # incr/decr deltas are unsigned 64-bit (protocol.txt)
+
+
+class _Node:
+    """One server: its pool of clients and its health, shared by every thread."""
+
+    __slots__ = ("_lock", "health", "name", "pool", "server")
+
+    def __init__(
+        self,
+        server: Server,
+        health: NodeHealth,
+        pool_size: int | None,
+        idle_timeout: float,
+        make_client: Callable[[], Client],
+    ) -> None:
+        self.server = server
+        self.name = server.node
+        self.health = health
+        lock = threading.Lock()
+        self._lock = lock
+        # The pool runs on our lock so drop_idle() can close idle clients without
+        # racing a checkout.
+        self.pool: ObjectPool[Client] = ObjectPool(
+            make_client,
+            after_remove=Client.close,
+            max_size=pool_size,
+            idle_timeout=idle_timeout,  # type: ignore[arg-type]
+            lock_generator=lambda: lock,
+        )
+
+    def drop_idle(self) -> None:
+        """Close idle connections; busy ones stay with the operations using them.
+
+        A closed pymemcache client reconnects on its next use.
+        """
+        with self._lock:
+            for client in self.pool.free:
+                client.close()
+
+    def __repr__(self) -> str:
+        return f"<node {self.name}>"
+
+
+class Cluster:
+    """The Store protocol (see :mod:`.store`) on a cluster of memcached servers.
+
+    ``servers`` are ``Server`` objects or specs (``"host:port[:weight]"``,
+    unix socket paths).  ``serde`` serialises values (pymemcache's
+    ``pickle_serde`` by default: bytes raw, str/int readable, the rest
+    pickled).  ``on_node_event`` receives a :class:`~.health.NodeEvent` for
+    each failure and for dead/revived transitions.  ``clock`` drives the
+    retry and dead timers.
+
+    Thread-safe; one instance per process is meant to be shared by every
+    thread (see :func:`shared_cluster`).
+    """
+
+    def __init__(
+        self,
+        servers: Sequence[str | Server] | str,
+        options: ClusterOptions | None = None,
+        *,
+        serde: Serde = None,
+        on_node_event: Callable[[NodeEvent], object] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.servers = _as_servers(servers)
+        self.options = options = options or ClusterOptions()
+        self.serde = serde or pickle_serde
+        self._on_node_event = on_node_event
+        weighted = any(s.weight != 1 for s in self.servers)
+        self.ring = Continuum(
+            [s.node for s in self.servers],
+            weights=[s.weight for s in self.servers] if weighted else None,
+            variant=options.ketama,
+            names=[s.name for s in self.servers],
+        )
+        client_kwargs = {
+            "serde": self.serde,
+            "connect_timeout": options.connect_timeout,
+            "timeout": options.timeout,
+            "default_noreply": False,
+            **options.client_options,
+        }
+        self._nodes: dict[str, _Node] = {}
+        for server in self.servers:
+            health = NodeHealth(
+                server.node,
+                retry_attempts=options.retry_attempts,
+                retry_timeout=options.retry_timeout,
+                dead_timeout=options.dead_timeout,
+                clock=clock,
+                report=self._report,
+            )
+            self._nodes[server.node] = _Node(
+                server,
+                health,
+                options.max_pool_size,
+                options.pool_idle_timeout,
+                _client_factory(server, client_kwargs),
+            )
+        # With one server every key maps to it: skip the hash on the hot path.
+        only = self.servers[0].node
+        self._locate = self.ring.get_node if len(self.servers) > 1 else lambda kb: only
+        self._remap = options.failover == "remap"
+        self._fetch = _Fetch(self.serde)
+        self._fetch_cas = _Fetch(self.serde, cas=True)
+
+    def __repr__(self) -> str:
+        return f"<Cluster {', '.join(self._nodes)} ketama={self.options.ketama}>"
+
+    # -- single-key commands --
+
+    def get(self, key: Key, default: Any = None) -> Any:
+        kb = key_bytes(key)
+        return self._single(kb, Client.get, default, kb, default)
+
+    def gets(self, key: Key) -> tuple[Any, CasToken | None]:
+        kb = key_bytes(key)
+        return self._single(kb, Client.gets, _NO_CAS, kb)
+
+    def set(self, key: Key, value: Any, expire: int = 0) -> bool:
+        kb = key_bytes(key)
+        return self._single(kb, Client.set, False, kb, value, expire)
+
+    def add(self, key: Key, value: Any, expire: int = 0) -> bool:
+        kb = key_bytes(key)
+        return self._single(kb, Client.add, False, kb, value, expire)
+
+    def append(self, key: Key, value: bytes) -> bool:
+        kb = key_bytes(key)
+        return self._single(kb, Client.append, False, kb, _raw(value))
+
+    def prepend(self, key: Key, value: bytes) -> bool:
+        kb = key_bytes(key)
+        return self._single(kb, Client.prepend, False, kb, _raw(value))
+
+    def cas(self, key: Key, value: Any, cas: CasToken, expire: int = 0) -> bool | None:
+        kb = key_bytes(key)
+        return self._single(kb, Client.cas, False, kb, value, cas, expire)
+
+    def incr(self, key: Key, delta: int = 1) -> int | None:
+        kb = key_bytes(key)
+        return self._single(kb, Client.incr, None, kb, _delta(delta))
+
+    def decr(self, key: Key, delta: int = 1) -> int | None:
+        kb = key_bytes(key)
+        return self._single(kb, Client.decr, None, kb, _delta(delta))
+
+    def delete(self, key: Key) -> bool:
+        kb = key_bytes(key)
+        return self._single(kb, Client.delete, False, kb)
+
+    def touch(self, key: Key, expire: int = 0) -> bool:
+        kb = key_bytes(key)
+        return self._single(kb, Client.touch, False, kb, expire)
+
+    # -- multi-key commands (pipelined fan-out) --
+
+    def get_many(self, keys: Iterable[Key]) -> dict[Key, Any]:
+        """Return the hits only, keyed by the keys as given."""
+        given = {key_bytes(key): key for key in keys}
+        hits: dict[Key, Any] = {}
+        for part in self._fan_out(self._fetch, given):
+            for kb, value in part.items():
+                hits[given[kb]] = value
+        return hits
+
+    def gets_many(self, keys: Iterable[Key]) -> dict[Key, tuple[Any, CasToken]]:
+        given = {key_bytes(key): key for key in keys}
+        hits: dict[Key, tuple[Any, CasToken]] = {}
+        for part in self._fan_out(self._fetch_cas, given):
+            for kb, pair in part.items():
+                hits[given[kb]] = pair
+        return hits
+
+    def set_many(self, values: Mapping[Key, Any], expire: int = 0) -> list[Key]:
+        """Store every value; return the keys that were *not* stored.
+
+        A value over the item size limit raises :class:`ValueTooLargeError`
+        once every server has answered (the other values are stored).
+        """
+        if isinstance(expire, bool) or not isinstance(expire, int):
+            raise ValueError(f"expire must be an integer, not {expire!r}")
+        given = {key_bytes(key): key for key in values}
+        by_bytes = {kb: values[key] for kb, key in given.items()}
+        parts = self._fan_out(_StoreMany(by_bytes, expire, self.serde), given)
+        return [given[kb] for part in parts for kb in part]
+
+    def delete_many(self, keys: Iterable[Key]) -> None:
+        given = {key_bytes(key): key for key in keys}
+        self._fan_out(_DELETE_MANY, given)
+
+    # -- whole-cluster commands and introspection --
+
+    def flush_all(self) -> bool:
+        """Flush every server; return whether all of them did."""
+        flushed = [self._on_node(node, Client.flush_all, False) for node in self._nodes.values()]
+        return all(flushed)
+
+    def stats(self) -> dict[str, dict[str, Any]]:
+        """Return memcached's ``stats`` of every server that answers, by node."""
+        result: dict[str, dict[str, Any]] = {}
+        for node in self._nodes.values():
+            try:
+                stats = self._on_node(node, Client.stats, None)
+            except NodeUnavailableError:
+                continue
+            if stats is not None:
+                result[node.name] = {_text(k): _text(v) for k, v in stats.items()}
+        return result
+
+    def health(self) -> dict[str, HealthSnapshot]:
+        """Return every server's health, by node."""
+        return {name: node.health.snapshot() for name, node in self._nodes.items()}
+
+    def close(self) -> None:
+        """Close idle connections.  Node health and busy connections are kept."""
+        for node in self._nodes.values():
+            node.drop_idle()
+
+    # -- routing and failover: the one place --
+
+    def _single(self, kb: bytes, fn: Callable[..., R], failed: R, *args: Any) -> R:
+        """Run ``fn(client, *args)`` on the server owning ``kb``; lock-free while it is healthy."""
+        node = self._nodes[self._locate(kb)]
+        if node.health.failures:
+            admitted: dict[_Node, Admission] = {}
+            target = self._pick(kb, node, admitted)
+            if target is None:
+                return self._refused(node, failed)
+            return self._run(target, fn, failed, args, admitted[target] is Admission.PROBE)
+        return self._run(node, fn, failed, args)
+
+    def _on_node(self, node: _Node, fn: Callable[..., R], failed: R, *args: Any) -> R:
+        """Run ``fn(client, *args)`` on one given server (whole-cluster commands)."""
+        admission = node.health.admit()
+        if not admission:
+            return self._refused(node, failed)
+        return self._run(node, fn, failed, args, admission is Admission.PROBE)
+
+    def _pick(self, kb: bytes, primary: _Node, admitted: dict[_Node, Admission]) -> _Node | None:
+        """Choose the server for a key whose own server is failing, or None.
+
+        ``"miss"``: its own server once the wait is over (this operation probes
+        it).  ``"remap"``: the first server in ring order from the key that may
+        be contacted.  ``admitted`` remembers each server's admission for the
+        whole operation, so one multi-key call probes a server only once.
+        """
+        names = self.ring.get_nodes(kb, len(self._nodes)) if self._remap else (primary.name,)
+        for name in names:
+            node = self._nodes[name]
+            admission = admitted.get(node)
+            if admission is None:
+                admission = admitted[node] = node.health.admit()
+            if admission:
+                return node
+        return None
+
+    def _run(
+        self,
+        node: _Node,
+        fn: Callable[..., R],
+        failed: R,
+        args: tuple[Any, ...],
+        probe: bool = False,
+    ) -> R:
+        client = None
+        try:
+            client = node.pool.get()
+            result = fn(client, *args)
+        except BaseException as exc:
+            error = self._judge(node, client, exc, probe)
+            if error is None:
+                return failed
+            raise error from error.__cause__  # _translate/_unavailable chained it to exc
+        self._done(node, client)
+        return result
+
+    def _done(self, node: _Node, client: Client) -> None:
+        """Return a client after a complete exchange and record the server's answer."""
+        node.pool.release(client)
+        if node.health.failures:
+            node.health.succeeded()
+
+    def _judge(
+        self, node: _Node, client: Client | None, exc: BaseException, probe: bool
+    ) -> BaseException | None:
+        """Settle an operation that raised: record what it says about the server.
+
+        Return the exception for the caller, or None when the failover policy
+        turns the operation into a miss or a failed write.
+        """
+        if client is not None:
+            node.pool.destroy(client)  # its connection may be mid-reply: never reuse it
+        if isinstance(exc, _NODE_ERRORS):
+            node.health.failed(exc, probe=probe)
+            node.drop_idle()  # pooled siblings share the dead server's fate
+            return self._unavailable(node, exc)
+        if probe:
+            node.health.released()
+        if client is None and isinstance(exc, RuntimeError):
+            return self._unavailable(node, exc)  # ObjectPool refused: max_pool_size reached
+        return _translate(exc)
+
+    def _unavailable(self, node: _Node, exc: BaseException | None) -> NodeUnavailableError | None:
+        if not self.options.raise_errors:
+            return None
+        if exc is None:
+            snapshot = node.health.snapshot()
+            detail = f"{snapshot.state}, next try in {snapshot.retry_in:.1f}s"
+        else:
+            detail = f"{type(exc).__name__}: {exc}"
+        error = NodeUnavailableError(
+            f"memcached server {node.name} is unavailable ({detail})", node=node.name
+        )
+        error.__cause__ = exc
+        return error
+
+    def _refused(self, node: _Node, failed: R) -> R:
+        """Fail fast: the server is in its retry or dead wait."""
+        error = self._unavailable(node, None)
+        if error is not None:
+            raise error
+        return failed
+
+    def _report(self, event: NodeEvent) -> None:
+        if event.kind == "dead":
+            logger.warning("memcached server %s is dead: %s", event.node, event.error)
+        elif event.kind == "revived":
+            logger.info("memcached server %s is back", event.node)
+        else:
+            logger.debug("memcached server %s failed: %r", event.node, event.error)
+        if self._on_node_event is not None:
+            try:
+                self._on_node_event(event)
+            except Exception:
+                logger.exception("on_node_event handler failed for %s", event)
+
+    def _fan_out(self, exchange: _Exchange[R], given: Mapping[bytes, Key]) -> list[R]:
+        """Run a multi-key command: group keys per server, send every request, read every reply.
+
+        Errors for the caller are raised only once every server's reply has
+        been read, so no connection goes back to the pool mid-reply.
+        """
+        groups: dict[_Node, list[bytes]] = defaultdict(list)
+        skipped: dict[_Node, list[bytes]] = defaultdict(list)
+        admitted: dict[_Node, Admission] = {}
+        nodes, locate = self._nodes, self._locate
+        for kb in given:
+            node = nodes[locate(kb)]
+            if node.health.failures:
+                target = self._pick(kb, node, admitted)
+                if target is None:
+                    skipped[node].append(kb)
+                    continue
+                node = target
+            groups[node].append(kb)
+
+        results: list[R] = []
+        errors: list[BaseException] = []
+
+        def settle(
+            node: _Node, client: Client | None, exc: BaseException, kbs: list[bytes]
+        ) -> None:
+            error = self._judge(node, client, exc, admitted.get(node) is Admission.PROBE)
+            if error is None:
+                results.append(exchange.failed(kbs))
+            else:
+                errors.append(error)
+
+        if len(groups) == 1:
+            # One server: its own client method, no pipelining needed.
+            [(node, kbs)] = groups.items()
+            try:
+                results.append(
+                    self._run(
+                        node,
+                        exchange.single,
+                        exchange.failed(kbs),
+                        (kbs,),
+                        admitted.get(node) is Admission.PROBE,
+                    )
+                )
+            except Exception as exc:
+                errors.append(exc)
+        else:
+            pending: list[tuple[_Node, Client, list[bytes]]] = []
+            for node, kbs in groups.items():  # 1. write every server's request...
+                client = None
+                try:
+                    client = node.pool.get()
+                    _connected(client).sendall(exchange.request(kbs))
+                except BaseException as exc:
+                    settle(node, client, exc, kbs)
+                else:
+                    pending.append((node, client, kbs))
+            for node, client, kbs in pending:  # 2. ...then read every reply
+                try:
+                    part = exchange.read(client.sock, kbs)  # type: ignore[arg-type]
+                except BaseException as exc:
+                    settle(node, client, exc, kbs)
+                else:
+                    self._done(node, client)
+                    results.append(part)
+        for node, kbs in skipped.items():
+            error = self._unavailable(node, None)
+            if error is None:
+                results.append(exchange.failed(kbs))
+            else:
+                errors.append(error)
+        if errors:
+            raise errors[0]
+        return results
+
+
+# -- helpers ---------------------------------------------------------------------
+
+
+def _as_servers(servers: Sequence[str | Server] | str) -> tuple[Server, ...]:
+    if isinstance(servers, str):
+        return parse_servers(servers)
+    parsed = tuple(s if isinstance(s, Server) else parse_server(s) for s in servers)
+    if not parsed:
+        raise ConfigurationError("no memcached servers configured", option="LOCATION")
+    nodes = [s.node for s in parsed]
+    for node in nodes:
+        if nodes.count(node) > 1:
+            raise ConfigurationError(f"server {node} is listed twice", option="LOCATION")
+    return parsed
+
+
+def _client_factory(server: Server, kwargs: Mapping[str, Any]) -> Callable[[], Client]:
+    def make_client() -> Client:
+        return Client(server.address, **kwargs)
+
+    return make_client
+
+
+def _raw(value: bytes) -> bytes:
+    # append/prepend keep the item's flags, so only raw bytes make sense (store.py).
+    if not isinstance(value, bytes):
+        raise TypeError(f"append/prepend take bytes, not {type(value).__name__}")
+    return value
+
+
+def _delta(delta: int) -> int:
+    if isinstance(delta, bool) or not isinstance(delta, int) or not 0 <= delta < _MAX_DELTA:
+        raise ValueError(f"incr/decr delta must be an integer in [0, 2**64), not {delta!r}")
+    return delta
+
+
+def _text(value: Any) -> Any:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+
+
+def _translate(exc: BaseException) -> BaseException:
+    """Map a pymemcache error to our tree; memcached's reply text tells them apart."""
+    if not isinstance(exc, MemcacheError):
+        return exc  # our own errors, the serde's, KeyboardInterrupt: unchanged
+    message = _text(exc.args[0]) if exc.args else type(exc).__name__
+    error: BaseException
+    if isinstance(exc, MemcacheIllegalInputError):
+        error = ValueError(message)
+    elif isinstance(exc, MemcacheServerError) and "too large" in message:
+        # "SERVER_ERROR object too large for cache" (over -I, 1 MiB by default)
+        error = ValueTooLargeError(f"value too large for memcached: {message}")
+    elif isinstance(exc, MemcacheClientError) and "non-numeric" in message:
+        # "CLIENT_ERROR cannot increment or decrement non-numeric value"
+        error = NonNumericValueError(message)
+    else:
+        error = ServerError(f"memcached answered an error: {message}")
+    error.__cause__ = exc
+    return error
+
+
+# -- the wire side of multi-key commands ----------------------------------------
+#
+# Each exchange says how one multi-key command is written and read in memcached's
+# text protocol (protocol.txt): get/gets answer VALUE blocks ended by END; each
+# storage command and each delete answers exactly one line.  The line and value
+# readers are pymemcache's module-level helpers (pinned >=4,<5).
+
+
+class _Exchange(Protocol[R_co]):
+    def single(self, client: Client, kbs: list[bytes]) -> R_co:
+        """Run the command through the client's own method (the one-server path)."""
+        ...
+
+    def request(self, kbs: list[bytes]) -> bytes:
+        """Return every byte to send to one server for these keys."""
+        ...
+
+    def read(self, sock: socket.socket, kbs: list[bytes]) -> R_co:
+        """Read that server's whole reply to :meth:`request`."""
+        ...
+
+    def failed(self, kbs: list[bytes]) -> R_co:
+        """The result for keys whose server could not be used."""
+        ...
+
+
+def _connected(client: Client) -> socket.socket:
+    if client.sock is None:
+        client._connect()  # pymemcache connects lazily
+    assert client.sock is not None
+    return client.sock
+
+
+def _reply_error(line: bytes) -> MemcacheError:
+    if line.startswith(b"SERVER_ERROR"):
+        return MemcacheServerError(line[13:])
+    if line.startswith(b"CLIENT_ERROR"):
+        return MemcacheClientError(line[13:])
+    if line.startswith(b"ERROR"):
+        return MemcacheUnknownCommandError(line)
+    return MemcacheUnknownError(line[:32])
+
+
+@dataclass(frozen=True, slots=True)
+class _Fetch:
+    serde: Serde
+    cas: bool = False
+
+    def single(self, client: Client, kbs: list[bytes]) -> dict[bytes, Any]:
+        return client.gets_many(kbs) if self.cas else client.get_many(kbs)
+
+    def request(self, kbs: list[bytes]) -> bytes:
+        return (b"gets " if self.cas else b"get ") + b" ".join(kbs) + b"\r\n"
+
+    def read(self, sock: socket.socket, kbs: list[bytes]) -> dict[bytes, Any]:
+        values: dict[bytes, Any] = {}
+        deserialize = self.serde.deserialize
+        buf = b""
+        while True:
+            buf, line = _readline(sock, buf)
+            if line == b"END":
+                return values
+            if not line.startswith(b"VALUE "):
+                raise _reply_error(line)
+            fields = line.split()  # VALUE <key> <flags> <bytes> [<cas unique>]
+            buf, data = _readvalue(sock, buf, int(fields[3]))
+            value = deserialize(fields[1], data, int(fields[2]))
+            values[fields[1]] = (value, fields[4]) if self.cas else value
+
+    def failed(self, kbs: list[bytes]) -> dict[bytes, Any]:
+        return {}
+
+
+@dataclass(frozen=True, slots=True)
+class _StoreMany:
+    """``set`` per key; the result is the keys that were not stored.
+
+    Over the size limit memcached swallows the data and answers
+    ``SERVER_ERROR object too large for cache``: the stream stays in step, so
+    the remaining replies are read before the error is raised.
+    """
+
+    values: Mapping[bytes, Any]
+    expire: int
+    serde: Serde
+
+    def single(self, client: Client, kbs: list[bytes]) -> list[bytes]:
+        return client.set_many({kb: self.values[kb] for kb in kbs}, self.expire)
+
+    def request(self, kbs: list[bytes]) -> bytes:
+        serialize = self.serde.serialize
+        commands = []
+        for kb in kbs:
+            data, flags = serialize(kb, self.values[kb])
+            if not isinstance(data, bytes):
+                data = str(data).encode()
+            commands.append(
+                b"set %b %d %d %d\r\n%b\r\n" % (kb, flags, self.expire, len(data), data)
+            )
+        return b"".join(commands)
+
+    def read(self, sock: socket.socket, kbs: list[bytes]) -> list[bytes]:
+        not_stored: list[bytes] = []
+        refused: MemcacheError | None = None
+        buf = b""
+        for kb in kbs:
+            buf, line = _readline(sock, buf)
+            if line == b"STORED":
+                continue
+            if line == b"NOT_STORED":
+                not_stored.append(kb)
+                continue
+            error = _reply_error(line)
+            if not isinstance(error, MemcacheServerError):
+                raise error  # the stream may be out of step: stop here
+            refused = refused or error
+        if refused is not None:
+            raise refused
+        return not_stored
+
+    def failed(self, kbs: list[bytes]) -> list[bytes]:
+        return list(kbs)
+
+
+@dataclass(frozen=True, slots=True)
+class _DeleteMany:
+    def single(self, client: Client, kbs: list[bytes]) -> None:
+        client.delete_many(kbs, noreply=False)
+
+    def request(self, kbs: list[bytes]) -> bytes:
+        return b"".join([b"delete %b\r\n" % kb for kb in kbs])
+
+    def read(self, sock: socket.socket, kbs: list[bytes]) -> None:
+        buf = b""
+        for _ in kbs:
+            buf, line = _readline(sock, buf)
+            if line != b"DELETED" and line != b"NOT_FOUND":
+                raise _reply_error(line)
+
+    def failed(self, kbs: list[bytes]) -> None:
+        return None
+
+
+_DELETE_MANY = _DeleteMany()
+
+# -- process-wide sharing ---------------------------------------------------------
+
+_shared: Registry[Cluster] = Registry(on_reset=Cluster.close)
+
+
+def shared_cluster(
+    servers: Sequence[str | Server] | str, options: ClusterOptions | None = None, **kwargs: Any
+) -> Cluster:
+    """Return the process's one Cluster for these servers and options.
+
+    Django builds a cache backend per thread; they all get this instance, so
+    connection pools and node health are shared.  ``kwargs`` (``serde``,
+    ``on_node_event``, ``clock``) are used when the cluster is first built.
+    """
+    parsed = _as_servers(servers)
+    options = options or ClusterOptions()
+    return _shared.get_or_create((parsed, options), lambda: Cluster(parsed, options, **kwargs))
+
+
+def reset_shared_clusters() -> None:
+    """Forget (and close) every shared cluster; for tests and reconfiguration."""
+    _shared.reset()

@@ -1,0 +1,481 @@
+"""Failover: health timing with a fake clock, then drills on real memcached processes."""
+
+from __future__ import annotations
+
+import logging
+import random
+import statistics
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from pymemcache.client.base import Client
+from pymemcache.serde import pickle_serde
+
+from django_mcpatterns.core.cluster import Cluster
+from django_mcpatterns.core.exceptions import NodeUnavailableError
+from django_mcpatterns.core.health import Admission, NodeEvent, NodeHealth
+from django_mcpatterns.core.options import ClusterOptions
+from tests.core.test_cluster import SocketSpy, _closed_port
+from tests.harness import MemcachedServer, start_memcached, stop_all
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def make_health(clock: FakeClock, events: list[NodeEvent], attempts: int = 2) -> NodeHealth:
+    return NodeHealth(
+        "n1",
+        retry_attempts=attempts,
+        retry_timeout=1.0,
+        dead_timeout=10.0,
+        clock=clock,
+        report=events.append,
+    )
+
+
+# -- NodeHealth: the timing rules, with a fake clock -------------------------------
+
+
+def test_a_failure_pauses_the_node_for_retry_timeout_then_one_probe() -> None:
+    clock, events = FakeClock(), []
+    health = make_health(clock, events)
+    assert health.admit() is Admission.ADMITTED
+    health.failed(OSError("refused"))
+    assert health.admit() is Admission.REFUSED
+    clock.advance(0.99)
+    assert health.admit() is Admission.REFUSED
+    clock.advance(0.02)
+    assert health.admit() is Admission.PROBE
+    assert health.admit() is Admission.REFUSED  # only one prober at a time
+    health.succeeded()
+    assert health.admit() is Admission.ADMITTED
+    assert [e.kind for e in events] == ["failure"]  # it never died, so no "revived"
+
+
+def test_retry_attempts_failures_mark_the_node_dead_for_dead_timeout() -> None:
+    clock, events = FakeClock(), []
+    health = make_health(clock, events, attempts=3)
+    for _ in range(3):
+        clock.advance(1.0)
+        assert health.admit()
+        health.failed(OSError("refused"), probe=True)
+    assert health.snapshot().state == "dead"
+    assert [e.kind for e in events] == ["failure", "failure", "failure", "dead"]
+    clock.advance(9.9)
+    assert health.admit() is Admission.REFUSED
+    clock.advance(0.2)
+    assert health.admit() is Admission.PROBE
+    health.failed(OSError("still refused"), probe=True)  # probe fails: dead for another 10 s
+    assert events[-1].kind == "failure"  # no second "dead" event
+    clock.advance(9.9)
+    assert health.admit() is Admission.REFUSED
+    clock.advance(0.2)
+    assert health.admit() is Admission.PROBE
+    health.succeeded()
+    assert events[-1] == NodeEvent("n1", "revived")
+    assert health.snapshot().state == "up"
+    assert health.snapshot().failures == 0
+
+
+def test_a_failure_from_before_the_probe_leaves_the_probe_running() -> None:
+    clock, events = FakeClock(), []
+    health = make_health(clock, events, attempts=5)
+    health.failed(OSError("a"))
+    clock.advance(1.5)
+    assert health.admit() is Admission.PROBE
+    health.failed(OSError("an operation that started while the node looked healthy"))
+    clock.advance(1.5)
+    assert health.admit() is Admission.REFUSED  # the probe is still out
+    health.released()  # the probe ended without a verdict
+    assert health.admit() is Admission.PROBE
+
+
+def test_snapshot_reports_state_and_wait() -> None:
+    clock, events = FakeClock(), []
+    health = make_health(clock, events)
+    assert health.snapshot().state == "up"
+    health.failed(TimeoutError("timed out"))
+    snapshot = health.snapshot()
+    assert snapshot.state == "failing"
+    assert snapshot.retry_in == pytest.approx(1.0)
+    assert snapshot.last_error == "TimeoutError: timed out"
+    health.failed(TimeoutError("timed out"))
+    assert health.snapshot().state == "dead"
+    assert health.snapshot().retry_in == pytest.approx(10.0)
+
+
+# -- Cluster failover logic, fake clock, a port that refuses connections -----------
+
+
+def make_cluster(
+    live: MemcachedServer, dead_port: int, clock: FakeClock, spy: SocketSpy, **options: Any
+) -> tuple[Cluster, list[NodeEvent]]:
+    events: list[NodeEvent] = []
+    opts = ClusterOptions(
+        retry_timeout=1.0, dead_timeout=10.0, client_options={"socket_module": spy}, **options
+    )
+    cluster = Cluster(
+        [live.spec, f"127.0.0.1:{dead_port}"], opts, clock=clock, on_node_event=events.append
+    )
+    return cluster, events
+
+
+def keys_on(cluster: Cluster, node: str, count: int = 5, prefix: str = "k") -> list[str]:
+    keys = (f"{prefix}{i}" for i in range(10_000))
+    return [k for k in keys if cluster.ring.get_node(k) == node][:count]
+
+
+def test_default_policy_misses_then_fails_fast_then_revives(
+    memcached_1: list[MemcachedServer], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="django_mcpatterns.cluster")
+    clock, spy, port = FakeClock(), SocketSpy(), _closed_port()
+    cluster, events = make_cluster(memcached_1[0], port, clock, spy)
+    dead = f"127.0.0.1:{port}"
+    dead_keys, live_keys = keys_on(cluster, dead), keys_on(cluster, memcached_1[0].spec)
+
+    # a refused connection: a miss and a failed write, nothing raised
+    assert cluster.get(dead_keys[0], "dflt") == "dflt"
+    assert cluster.set(dead_keys[0], 1) is False  # in its retry wait: not contacted
+    assert spy.count("connect", port) == 1
+    assert cluster.add(dead_keys[1], 1) is False
+    assert cluster.incr(dead_keys[1]) is None
+    assert cluster.gets(dead_keys[1]) == (None, None)
+    assert cluster.delete(dead_keys[1]) is False
+    assert spy.count("connect", port) == 1
+    # the other server's keys are unaffected, also inside multi-key calls
+    assert cluster.set_many(dict.fromkeys(dead_keys + live_keys, "v")) == dead_keys
+    assert cluster.get_many(dead_keys + live_keys) == dict.fromkeys(live_keys, "v")
+
+    clock.advance(1.01)  # retry_timeout over: the next operation probes, fails: dead
+    assert cluster.get(dead_keys[0]) is None
+    assert spy.count("connect", port) == 2
+    assert [e.kind for e in events] == ["failure", "failure", "dead"]
+    assert cluster.health()[dead].state == "dead"
+    assert f"{dead} is dead" in caplog.text
+
+    clock.advance(9.0)  # dead: nobody contacts it for dead_timeout
+    for key in dead_keys:
+        cluster.set(key, 1)
+    cluster.get_many(dead_keys)
+    assert spy.count("connect", port) == 2
+
+    revived = start_memcached(1, ports=[port])
+    try:
+        clock.advance(1.01)
+        assert cluster.set(dead_keys[0], "back") is True  # the probe succeeds
+        assert events[-1] == NodeEvent(dead, "revived")
+        assert f"{dead} is back" in caplog.text
+        assert cluster.get(dead_keys[0]) == "back"
+        assert cluster.health()[dead].state == "up"
+    finally:
+        stop_all(revived)
+
+
+def test_raise_errors_raises_node_unavailable(memcached_1: list[MemcachedServer]) -> None:
+    clock, spy, port = FakeClock(), SocketSpy(), _closed_port()
+    cluster, _ = make_cluster(memcached_1[0], port, clock, spy, raise_errors=True)
+    dead = f"127.0.0.1:{port}"
+    dead_key, live_key = keys_on(cluster, dead, 1)[0], keys_on(cluster, memcached_1[0].spec, 1)[0]
+    with pytest.raises(NodeUnavailableError) as failure:
+        cluster.get(dead_key)
+    assert failure.value.node == dead
+    assert isinstance(failure.value.__cause__, ConnectionRefusedError)
+    with pytest.raises(NodeUnavailableError, match=r"failing, next try in 1\.0s") as fast:
+        cluster.set(dead_key, 1)  # fails fast, still an error
+    assert fast.value.node == dead
+    assert cluster.set(live_key, 1) is True
+    with pytest.raises(NodeUnavailableError):
+        cluster.get_many([live_key, dead_key])
+    # the error came after every reply was read: the live server's connection is fine
+    assert cluster.get_many([live_key]) == {live_key: 1}
+    assert cluster.stats().keys() == {memcached_1[0].spec}  # stats() never raises for a node
+
+
+def test_remap_sends_a_failing_nodes_keys_to_the_next_live_node(
+    memcached_1: list[MemcachedServer],
+) -> None:
+    memcached_1[0].flush()
+    clock, spy, port = FakeClock(), SocketSpy(), _closed_port()
+    cluster, _ = make_cluster(memcached_1[0], port, clock, spy, failover="remap")
+    dead = f"127.0.0.1:{port}"
+    dead_keys = keys_on(cluster, dead)
+    assert cluster.set(dead_keys[0], 0) is False  # the failure itself is not retried elsewhere
+    assert cluster.set_many(dict.fromkeys(dead_keys, "moved")) == []
+    assert cluster.get_many(dead_keys) == dict.fromkeys(dead_keys, "moved")
+    raw = Client(("127.0.0.1", memcached_1[0].port), serde=pickle_serde)
+    assert raw.get(dead_keys[0]) == "moved"
+    assert spy.count("connect", port) == 1
+
+
+def test_a_probe_is_made_once_per_multi_key_call(memcached_1: list[MemcachedServer]) -> None:
+    clock, spy, port = FakeClock(), SocketSpy(), _closed_port()
+    cluster, events = make_cluster(memcached_1[0], port, clock, spy, retry_attempts=5)
+    dead_keys = keys_on(cluster, f"127.0.0.1:{port}", 20)
+    cluster.get(dead_keys[0])
+    clock.advance(1.01)
+    assert cluster.get_many(dead_keys) == {}
+    assert spy.count("connect", port) == 2  # one probe for all 20 keys
+    assert [e.kind for e in events] == ["failure", "failure"]
+
+
+def test_pool_is_refreshed_after_a_failure(memcached_4_fresh: list[MemcachedServer]) -> None:
+    """Pooled connections to a restarted server are dropped, not tried one by one."""
+    victim = memcached_4_fresh[0]
+    cluster = Cluster(
+        [victim.spec], ClusterOptions(retry_timeout=0.0, retry_attempts=1, dead_timeout=0.0)
+    )
+    barrier = threading.Barrier(4)
+
+    def warm() -> None:
+        barrier.wait()
+        for i in range(50):
+            cluster.set(f"w{i}", i)
+
+    threads = [threading.Thread(target=warm) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    victim.kill()
+    victim.start()
+    assert cluster.get("w1") is None  # a stale pooled connection fails once...
+    assert cluster.set("w1", "fresh") is True  # ...and the next operation reconnects
+    assert cluster.get("w1") == "fresh"
+
+
+# -- drills on real processes --------------------------------------------------------
+
+
+def p99(samples: list[float]) -> float:
+    return statistics.quantiles(samples, n=100)[98]
+
+
+def test_sigkill_drill_under_load(memcached_4_fresh: list[MemcachedServer]) -> None:
+    """Kill one of four servers mid-load, restart it on the same port."""
+    servers = memcached_4_fresh
+    victim = servers[2]
+    events: list[tuple[float, NodeEvent]] = []
+    cluster = Cluster(
+        [s.spec for s in servers],
+        ClusterOptions(retry_timeout=0.2, dead_timeout=1.0, timeout=1.0, connect_timeout=1.0),
+        on_node_event=lambda event: events.append((time.monotonic(), event)),
+    )
+    stop = threading.Event()
+    latencies: list[float] = []
+    errors: list[BaseException] = []
+    wrong: list[str] = []  # live servers' keys that did not hit
+    live_hits = [0]
+
+    def load(thread_id: int) -> None:
+        rng = random.Random(thread_id)
+        keys = [f"drill:{thread_id}:{i}" for i in range(80)]
+        live = [k for k in keys if cluster.ring.get_node(k) != victim.spec]
+        written: dict[str, int] = {}
+        operations: list[Callable[[int], None]] = []
+
+        def do_set(i: int) -> None:
+            key = rng.choice(keys)
+            if cluster.set(key, i) and key in live:
+                written[key] = i
+
+        def do_get(i: int) -> None:
+            key = rng.choice(live)
+            if key in written:
+                if cluster.get(key) != written[key]:
+                    wrong.append(key)
+                else:
+                    live_hits[0] += 1
+            else:
+                cluster.get(rng.choice(keys))
+
+        def do_get_many(i: int) -> None:
+            batch = rng.sample(keys, 20)
+            got = cluster.get_many(batch)
+            for key in batch:
+                if key in written and got.get(key) != written[key]:
+                    wrong.append(key)
+
+        def do_set_many(i: int) -> None:
+            batch = dict.fromkeys(rng.sample(keys, 20), i)
+            failed = set(cluster.set_many(batch))
+            for key in batch:
+                if key in live and key not in failed:
+                    written[key] = i
+                elif key in live:
+                    wrong.append(key)
+
+        operations.extend([do_set, do_get, do_get_many, do_set_many])
+        i = 0
+        while not stop.is_set():
+            i += 1
+            operation = rng.choice(operations)
+            start = time.monotonic()
+            try:
+                operation(i)
+            except BaseException as exc:
+                errors.append(exc)
+            latencies.append(time.monotonic() - start)
+
+    threads = [threading.Thread(target=load, args=(n,)) for n in range(3)]
+    for thread in threads:
+        thread.start()
+    try:
+        time.sleep(0.4)
+        killed_at = time.monotonic()
+        victim.kill()
+        time.sleep(1.5)
+        victim.start()
+        restarted_at = time.monotonic()
+        while not any(e.kind == "revived" for _, e in events):
+            if time.monotonic() - restarted_at > 3.0:
+                break
+            time.sleep(0.01)
+        time.sleep(0.3)
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join()
+
+    revived = [t for t, e in events if e.kind == "revived"]
+    dead = [t for t, e in events if e.kind == "dead"]
+    print(
+        f"\nSIGKILL drill: {len(latencies)} ops, {len(errors)} exceptions, "
+        f"max {max(latencies) * 1000:.1f} ms, p99 {p99(latencies) * 1000:.2f} ms, "
+        f"live-server hits checked {live_hits[0]}, wrong {len(wrong)}, "
+        f"dead after {(dead[0] - killed_at) * 1000:.0f} ms, "
+        f"reused {((revived[0] - restarted_at) * 1000) if revived else float('nan'):.0f} ms "
+        "after restart"
+    )
+    assert errors == []
+    assert wrong == []
+    assert live_hits[0] > 100
+    assert max(latencies) < 0.25
+    assert dead, "the killed server should be marked dead"
+    assert revived, "the restarted server should be used again"
+    assert revived[0] - restarted_at <= 1.0 + 0.25  # within dead_timeout (+ scheduling slack)
+    victim_key = next(
+        k for k in (f"after:{i}" for i in range(1000)) if cluster.ring.get_node(k) == victim.spec
+    )
+    assert cluster.set(victim_key, "back")
+    assert Client(("127.0.0.1", victim.port), serde=pickle_serde).get(victim_key) == "back"
+
+
+def test_sigkill_with_remap_moves_keys_to_the_next_live_node(
+    memcached_4_fresh: list[MemcachedServer],
+) -> None:
+    servers = memcached_4_fresh
+    victim = servers[0]
+    cluster = Cluster([s.spec for s in servers], ClusterOptions(failover="remap", dead_timeout=30))
+    keys = [k for k in (f"r{i}" for i in range(2000)) if cluster.ring.get_node(k) == victim.spec]
+    keys = keys[:40]
+    assert cluster.set_many(dict.fromkeys(keys, "before")) == []
+    victim.kill()
+    cluster.get_many(keys)  # the failure: these are misses
+    assert cluster.set_many(dict.fromkeys(keys, "after")) == []
+    assert cluster.get_many(keys) == dict.fromkeys(keys, "after")
+    by_port = {s.spec: Client(("127.0.0.1", s.port), serde=pickle_serde) for s in servers[1:]}
+    for key in keys[:10]:
+        successor = cluster.ring.get_nodes(key, 4)[1]
+        assert by_port[successor].get(key) == "after"
+
+
+def test_sigkill_with_raise_errors(memcached_4_fresh: list[MemcachedServer]) -> None:
+    servers = memcached_4_fresh
+    victim = servers[3]
+    cluster = Cluster([s.spec for s in servers], ClusterOptions(raise_errors=True))
+    key = next(k for k in (f"e{i}" for i in range(1000)) if cluster.ring.get_node(k) == victim.spec)
+    other = next(
+        k for k in (f"o{i}" for i in range(1000)) if cluster.ring.get_node(k) != victim.spec
+    )
+    cluster.set(key, 1)
+    victim.kill()
+    for _ in range(3):  # the failure, then failing fast
+        with pytest.raises(NodeUnavailableError) as excinfo:
+            cluster.get(key)
+        assert excinfo.value.node == victim.spec
+    assert cluster.set(other, 1) is True
+
+
+def test_hung_server_costs_one_timeout_then_fails_fast(
+    memcached_4_fresh: list[MemcachedServer],
+) -> None:
+    servers = memcached_4_fresh
+    victim = servers[1]
+    timeout = 0.3
+    cluster = Cluster(
+        [s.spec for s in servers],
+        ClusterOptions(timeout=timeout, connect_timeout=timeout, retry_timeout=0.6),
+    )
+    keys = [f"h{i}" for i in range(100)]
+    cluster.set_many(dict.fromkeys(keys, 1))
+    hung = [k for k in keys if cluster.ring.get_node(k) == victim.spec]
+    others = [k for k in keys if k not in hung]
+    victim.pause()
+    try:
+        start = time.monotonic()
+        got = cluster.get_many(keys)  # the hung server holds the call for one timeout
+        first = time.monotonic() - start
+        assert got == dict.fromkeys(others, 1)
+        calls = []
+        for key in hung[:10]:
+            start = time.monotonic()
+            assert cluster.get(key) is None
+            calls.append(time.monotonic() - start)
+        start = time.monotonic()
+        assert cluster.get_many(keys) == dict.fromkeys(others, 1)
+        calls.append(time.monotonic() - start)
+    finally:
+        victim.resume()
+    print(
+        f"\nSIGSTOP drill: first call {first * 1000:.0f} ms (timeout {timeout * 1000:.0f} ms), "
+        f"then max {max(calls) * 1000:.2f} ms while failing fast"
+    )
+    assert timeout * 0.9 <= first < timeout + 0.2
+    assert max(calls) < 0.1
+    time.sleep(0.65)  # retry_timeout over: the next operation probes and succeeds
+    assert cluster.get(hung[0]) == 1
+    assert cluster.health()[victim.spec].state == "up"
+
+
+def test_an_exhausted_pool_degrades_without_blaming_the_server(
+    memcached_1: list[MemcachedServer],
+) -> None:
+    spy = SocketSpy(latency=0.3)  # keeps the only connection busy for a while
+    cluster = Cluster(
+        [memcached_1[0].spec],
+        ClusterOptions(max_pool_size=1, client_options={"socket_module": spy}),
+    )
+    cluster.set("busy", 1)
+    holder = threading.Thread(target=cluster.get, args=("busy",))
+    holder.start()
+    time.sleep(0.1)
+    try:
+        assert cluster.get("busy", "dflt") == "dflt"
+        assert cluster.set("other", 1) is False
+    finally:
+        holder.join()
+    assert cluster.health()[memcached_1[0].spec].state == "up"
+    assert cluster.get("busy") == 1
+
+
+def test_a_failing_event_handler_does_not_break_operations(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    def handler(event: NodeEvent) -> None:
+        raise RuntimeError("handler bug")
+
+    cluster = Cluster([f"127.0.0.1:{_closed_port()}"], on_node_event=handler)
+    assert cluster.get("k", "dflt") == "dflt"
+    assert "on_node_event handler failed" in caplog.text
