@@ -11,8 +11,6 @@ embedded store) the data common to all threads.
 
 from __future__ import annotations
 
-import dataclasses
-import inspect
 import logging
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -25,13 +23,12 @@ from django.core.cache.backends.base import (
 from django.core.cache.backends.memcached import BaseMemcachedCache
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.functional import cached_property
-from pymemcache.client.base import Client as PymemcacheClient
 
 from .core.cluster import Cluster, NodeEvent, shared_cluster
 from .core.exceptions import ConfigurationError, InvalidKeyError, ValueTooLargeError
 from .core.keys import key_bytes
 from .core.memory import MemoryStore, shared_memory_store
-from .core.options import _RESERVED_CLIENT_OPTIONS, ClusterOptions
+from .core.options import ClusterOptions
 from .core.servers import parse_servers
 from .core.store import Store
 from .patterns import DEFAULT
@@ -103,7 +100,11 @@ class _StoreCache(SetsMixin, LocksMixin, StampedeMixin, NamespacesMixin, BaseMem
         refuses values over its 1 MB item limit).
         """
         key = self.make_and_validate_key(key, version=version)
-        stored = self._set_one(key, value, self.get_backend_timeout(timeout))
+        try:
+            stored = self._cache.set(key, value, self.get_backend_timeout(timeout))
+        except ValueTooLargeError:
+            logger.warning("value for cache key %r is over the item size limit", key)
+            stored = False
         if not stored:
             self._cache.delete(key)
         return stored
@@ -119,24 +120,8 @@ class _StoreCache(SetsMixin, LocksMixin, StampedeMixin, NamespacesMixin, BaseMem
         """Store every value; return the keys that failed, as Django does."""
         key_map = {self.make_and_validate_key(key, version=version): key for key in data}
         values = {made: data[key] for made, key in key_map.items()}
-        expire = self.get_backend_timeout(timeout)
-        try:
-            failed = self._cache.set_many(values, expire)
-        except ValueTooLargeError:
-            # The store kept the other values and dropped the oversized ones'
-            # old items, but does not say which keys were too large: ask again
-            # one by one (only on this error path).
-            failed = [
-                made for made, value in values.items() if not self._set_one(made, value, expire)
-            ]
+        failed = self._cache.set_many(values, self.get_backend_timeout(timeout))
         return [key_map[k] for k in failed]
-
-    def _set_one(self, key: str, value: Any, expire: int) -> bool:
-        try:
-            return self._cache.set(key, value, expire)
-        except ValueTooLargeError:
-            logger.warning("value for cache key %r is over the item size limit", key)
-            return False
 
     def delete_many(self, keys: Iterable[Any], version: Any = None) -> None:
         self._cache.delete_many([self.make_and_validate_key(key, version=version) for key in keys])
@@ -146,13 +131,6 @@ class _StoreCache(SetsMixin, LocksMixin, StampedeMixin, NamespacesMixin, BaseMem
         # process and node health must survive, so there is nothing to drop here
         # (like PyLibMCCache, unlike PyMemcacheCache which reconnects each time).
         pass
-
-
-# pymemcache Client keyword arguments OPTIONS may pass through (not those we set).
-_CLIENT_ARGUMENTS = frozenset(inspect.signature(PymemcacheClient).parameters) - {
-    "server",
-    *_RESERVED_CLIENT_OPTIONS,
-}
 
 
 def _improperly_configured(exc: ConfigurationError) -> ImproperlyConfigured:
@@ -178,17 +156,6 @@ class KetamaMemcacheCache(_StoreCache):
             self._cluster_options = ClusterOptions.from_mapping(self._options)
         except ConfigurationError as exc:
             raise _improperly_configured(exc) from exc
-        # A misspelt option would otherwise reach pymemcache's Client and raise
-        # TypeError on the first request; say so now, with the valid names.
-        unknown = sorted(set(self._cluster_options.client_options) - _CLIENT_ARGUMENTS)
-        if unknown:
-            ours = [f.name for f in dataclasses.fields(ClusterOptions)]
-            raise ImproperlyConfigured(
-                f"unknown KetamaMemcacheCache option {unknown[0]!r}; valid options: "
-                + ", ".join(repr(o) for o in ours)
-                + ", and pymemcache Client arguments: "
-                + ", ".join(repr(o) for o in sorted(_CLIENT_ARGUMENTS))
-            )
 
     @property
     def client_servers(self) -> list[str]:

@@ -71,8 +71,20 @@ class MemcachedServer:
         return process.pid if process else None
 
     def command(self) -> list[str]:
-        cmd = [require_binary("memcached"), "-l", LOOPBACK, "-p", str(self.port), "-U", "0",
-               "-m", str(self.memory_mb), "-t", "2", *self.extra_args]
+        cmd = [
+            require_binary("memcached"),
+            "-l",
+            LOOPBACK,
+            "-p",
+            str(self.port),
+            "-U",
+            "0",
+            "-m",
+            str(self.memory_mb),
+            "-t",
+            "2",
+            *self.extra_args,
+        ]
         if os.geteuid() == 0:
             cmd += ["-u", "root"]  # memcached refuses to run as root without -u
         return cmd
@@ -108,8 +120,9 @@ class MemcachedServer:
             assert sock.recv(64) == b"OK\r\n"
 
 
-def start_memcached(count: int, *, ports: Sequence[int] | None = None,
-                    extra_args: Sequence[str] = ()) -> list[MemcachedServer]:
+def start_memcached(
+    count: int, *, ports: Sequence[int] | None = None, extra_args: Sequence[str] = ()
+) -> list[MemcachedServer]:
     """Start ``count`` memcached servers on free (or the given) loopback ports."""
     require_binary("memcached")
     chosen = list(ports) if ports else []

@@ -253,8 +253,8 @@ class Cluster:
     def set_many(self, values: Mapping[Key, Any], expire: int = 0) -> list[Key]:
         """Store every value; return the keys that were *not* stored.
 
-        A value over the item size limit raises :class:`ValueTooLargeError`
-        once every server has answered (the other values are stored).
+        A key fails alone: a value over the item size limit, or a server that
+        cannot be used, fails only its own keys.
         """
         if isinstance(expire, bool) or not isinstance(expire, int):
             raise ValueError(f"expire must be an integer, not {expire!r}")
@@ -445,40 +445,24 @@ class Cluster:
             else:
                 errors.append(error)
 
-        if len(groups) == 1:
-            # One server: its own client method, no pipelining needed.
-            [(node, kbs)] = groups.items()
+        pending: list[tuple[_Node, Client, list[bytes]]] = []
+        for node, kbs in groups.items():  # 1. write every server's request...
+            client = None
             try:
-                results.append(
-                    self._run(
-                        node,
-                        exchange.single,
-                        exchange.failed(kbs),
-                        (kbs,),
-                        admitted.get(node) is Admission.PROBE,
-                    )
-                )
-            except Exception as exc:
-                errors.append(exc)
-        else:
-            pending: list[tuple[_Node, Client, list[bytes]]] = []
-            for node, kbs in groups.items():  # 1. write every server's request...
-                client = None
-                try:
-                    client = node.pool.get()
-                    _connected(client).sendall(exchange.request(kbs))
-                except BaseException as exc:
-                    settle(node, client, exc, kbs)
-                else:
-                    pending.append((node, client, kbs))
-            for node, client, kbs in pending:  # 2. ...then read every reply
-                try:
-                    part = exchange.read(client.sock, kbs)  # type: ignore[arg-type]
-                except BaseException as exc:
-                    settle(node, client, exc, kbs)
-                else:
-                    self._done(node, client)
-                    results.append(part)
+                client = node.pool.get()
+                _connected(client).sendall(exchange.request(kbs))
+            except BaseException as exc:
+                settle(node, client, exc, kbs)
+            else:
+                pending.append((node, client, kbs))
+        for node, client, kbs in pending:  # 2. ...then read every reply
+            try:
+                part = exchange.read(client.sock, kbs)  # type: ignore[arg-type]
+            except BaseException as exc:
+                settle(node, client, exc, kbs)
+            else:
+                self._done(node, client)
+                results.append(part)
         for node, kbs in skipped.items():
             error = self._unavailable(node, None)
             if error is None:
@@ -559,10 +543,6 @@ def _translate(exc: BaseException) -> BaseException:
 
 
 class _Exchange(Protocol[R_co]):
-    def single(self, client: Client, kbs: list[bytes]) -> R_co:
-        """Run the command through the client's own method (the one-server path)."""
-        ...
-
     def request(self, kbs: list[bytes]) -> bytes:
         """Return every byte to send to one server for these keys."""
         ...
@@ -598,9 +578,6 @@ class _Fetch:
     serde: Serde
     cas: bool = False
 
-    def single(self, client: Client, kbs: list[bytes]) -> dict[bytes, Any]:
-        return client.gets_many(kbs) if self.cas else client.get_many(kbs)
-
     def request(self, kbs: list[bytes]) -> bytes:
         return (b"gets " if self.cas else b"get ") + b" ".join(kbs) + b"\r\n"
 
@@ -627,17 +604,14 @@ class _Fetch:
 class _StoreMany:
     """``set`` per key; the result is the keys that were not stored.
 
-    Over the size limit memcached swallows the data and answers
-    ``SERVER_ERROR object too large for cache``: the stream stays in step, so
-    the remaining replies are read before the error is raised.
+    Over the size limit memcached swallows the data, drops the old item and
+    answers ``SERVER_ERROR object too large for cache``: the stream stays in
+    step, and that key simply failed.
     """
 
     values: Mapping[bytes, Any]
     expire: int
     serde: Serde
-
-    def single(self, client: Client, kbs: list[bytes]) -> list[bytes]:
-        return client.set_many({kb: self.values[kb] for kb in kbs}, self.expire)
 
     def request(self, kbs: list[bytes]) -> bytes:
         serialize = self.serde.serialize
@@ -653,21 +627,15 @@ class _StoreMany:
 
     def read(self, sock: socket.socket, kbs: list[bytes]) -> list[bytes]:
         not_stored: list[bytes] = []
-        refused: MemcacheError | None = None
         buf = b""
         for kb in kbs:
             buf, line = _readline(sock, buf)
             if line == b"STORED":
                 continue
-            if line == b"NOT_STORED":
+            if line == b"NOT_STORED" or line.startswith(b"SERVER_ERROR object too large"):
                 not_stored.append(kb)
                 continue
-            error = _reply_error(line)
-            if not isinstance(error, MemcacheServerError):
-                raise error  # the stream may be out of step: stop here
-            refused = refused or error
-        if refused is not None:
-            raise refused
+            raise _reply_error(line)  # the stream may be out of step: stop here
         return not_stored
 
     def failed(self, kbs: list[bytes]) -> list[bytes]:
@@ -676,9 +644,6 @@ class _StoreMany:
 
 @dataclass(frozen=True, slots=True)
 class _DeleteMany:
-    def single(self, client: Client, kbs: list[bytes]) -> None:
-        client.delete_many(kbs, noreply=False)
-
     def request(self, kbs: list[bytes]) -> bytes:
         return b"".join([b"delete %b\r\n" % kb for kb in kbs])
 

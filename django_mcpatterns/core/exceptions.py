@@ -4,7 +4,7 @@
 
     McPatternsError
     ├── ConfigurationError      an option or server spec is invalid (also ValueError)
-    ├── InvalidKeyError         a key memcached would reject; raised before the wire (also ValueError)
+    ├── InvalidKeyError         a key memcached would reject, raised before I/O (also ValueError)
     ├── ValueTooLargeError      the value is over the item size limit (also ValueError)
     ├── NonNumericValueError    incr/decr of a value that is not a number (also ValueError)
     ├── EncodingError           stored data could not be decoded (also ValueError)

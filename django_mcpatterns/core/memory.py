@@ -178,15 +178,16 @@ class MemoryStore:
     # -- writes ------------------------------------------------------------
 
     def set(self, key: Key, value: Any, expire: int = 0) -> bool:
-        self.set_many({key: value}, expire)
+        if self.set_many({key: value}, expire):
+            raise self._too_large(repr(key))
         return True
 
     def set_many(self, values: Mapping[Key, Any], expire: int = 0) -> list[Key]:
-        """Store every value; raise :class:`ValueTooLargeError` naming any that is too big.
+        """Store every value; return the keys that were not stored.
 
         Every key is validated and every value serialised before anything is
         stored.  As on a server, each item is stored independently: the others
-        are stored, and an oversized one removes the key's old item.
+        are stored, and an oversized one fails and removes the key's old item.
         """
         expire = _exptime(expire)
         prepared = [
@@ -202,9 +203,7 @@ class MemoryStore:
                     too_large.append(key)
                 else:
                     self._link(raw, self._new_item(raw, data, flags, deadline), now)
-        if too_large:
-            raise self._too_large(", ".join(map(repr, too_large)))
-        return []
+        return too_large
 
     def add(self, key: Key, value: Any, expire: int = 0) -> bool:
         expire = _exptime(expire)

@@ -10,9 +10,12 @@ and the valid choices.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from pymemcache.client.base import Client
 
 from .exceptions import ConfigurationError
 from .ketama import VARIANTS
@@ -22,9 +25,20 @@ FAILOVER_POLICIES = ("miss", "remap")
 # pymemcache Client arguments we set ourselves: accepting them from users would
 # break the patterns (noreply) or bypass our routing and serialisation.
 _RESERVED_CLIENT_OPTIONS = frozenset(
-    {"server", "serde", "serializer", "deserializer", "default_noreply", "key_prefix",
-     "ignore_exc", "connect_timeout", "timeout"}
+    {
+        "server",
+        "serde",
+        "serializer",
+        "deserializer",
+        "default_noreply",
+        "key_prefix",
+        "ignore_exc",
+        "connect_timeout",
+        "timeout",
+    }
 )
+# What may pass through: the rest of pymemcache's Client arguments.
+CLIENT_OPTIONS = frozenset(inspect.signature(Client).parameters) - _RESERVED_CLIENT_OPTIONS
 
 
 @dataclass(frozen=True)
@@ -75,7 +89,9 @@ class ClusterOptions:
         _check_number("retry_attempts", self.retry_attempts, integer=True, minimum=1)
         _check_number("retry_timeout", self.retry_timeout, minimum=0)
         _check_number("dead_timeout", self.dead_timeout, minimum=0)
-        _check_number("connect_timeout", self.connect_timeout, minimum=0, optional=True, strict=True)
+        _check_number(
+            "connect_timeout", self.connect_timeout, minimum=0, optional=True, strict=True
+        )
         _check_number("timeout", self.timeout, minimum=0, optional=True, strict=True)
         _check_number("max_pool_size", self.max_pool_size, integer=True, minimum=1, optional=True)
         _check_number("pool_idle_timeout", self.pool_idle_timeout, minimum=0)
@@ -91,6 +107,18 @@ class ClusterOptions:
                 "to pymemcache",
                 option=reserved[0],
             )
+        # A misspelt option would otherwise reach pymemcache's Client and raise
+        # TypeError on the first request: say so now, with the valid names.
+        unknown = sorted(set(self.client_options) - CLIENT_OPTIONS)
+        if unknown:
+            ours = [f.name for f in dataclasses.fields(self) if f.name != "client_options"]
+            raise ConfigurationError(
+                f"unknown option {unknown[0]!r}; valid options: "
+                + ", ".join(repr(o) for o in ours)
+                + "; and pymemcache Client arguments: "
+                + ", ".join(repr(o) for o in sorted(CLIENT_OPTIONS)),
+                option=unknown[0],
+            )
         # Freeze the pass-through mapping so the options stay hashable and shareable.
         object.__setattr__(self, "client_options", _FrozenMapping(self.client_options))
 
@@ -98,8 +126,18 @@ class ClusterOptions:
     def from_mapping(cls, options: Mapping[str, Any] | None) -> ClusterOptions:
         """Split ``options`` into ours and pymemcache's, and validate ours."""
         ours = {f.name for f in dataclasses.fields(cls)} - {"client_options"}
+        if not isinstance(options, Mapping | None):
+            raise ConfigurationError(
+                f"OPTIONS must be a mapping, not {type(options).__name__}", option="OPTIONS"
+            )
         given = dict(options or {})
-        client = dict(given.pop("client_options", None) or {})
+        client = given.pop("client_options", None) or {}
+        if not isinstance(client, Mapping):
+            raise ConfigurationError(
+                f"option 'client_options' must be a mapping, not {client!r}",
+                option="client_options",
+            )
+        client = dict(client)
         kwargs = {k: given.pop(k) for k in list(given) if k in ours}
         client.update(given)
         return cls(**kwargs, client_options=client)

@@ -68,16 +68,20 @@ def _positive_int(text: str, what: str, spec: str) -> int:
 def parse_server(spec: str) -> Server:
     """Parse one server specification, or raise :class:`ConfigurationError`."""
     if not isinstance(spec, str) or not spec.strip():
-        raise ConfigurationError(f"invalid server {spec!r}: expected 'host:port'", option="LOCATION")
+        raise ConfigurationError(
+            f"invalid server {spec!r}: expected 'host:port'", option="LOCATION"
+        )
     text = spec.strip()
     head, _, name = text.partition(" ")
     name = name.strip() or None
     if name is not None and " " in name:
         raise ConfigurationError(f"invalid server {spec!r}: a name is one word", option="LOCATION")
-    if head.startswith("unix:") or head.startswith("/"):
+    if head.startswith(("unix:", "/")):
         path = head.removeprefix("unix:")
         if not path:
-            raise ConfigurationError(f"invalid server {spec!r}: empty socket path", option="LOCATION")
+            raise ConfigurationError(
+                f"invalid server {spec!r}: empty socket path", option="LOCATION"
+            )
         return Server(host=path, port=None, name=name)
     if head.startswith("["):
         host, sep, rest = head[1:].partition("]")

@@ -15,8 +15,10 @@ the same semantics, proven by one shared contract test suite:
   and raise :class:`~.exceptions.NonNumericValueError` on a non-number; ``incr``
   wraps at 2**64 and ``decr`` stops at 0.
 * ``set``/``add``/``cas`` of a value over the item size limit raise
-  :class:`~.exceptions.ValueTooLargeError`; ``append``/``prepend`` past the
-  limit return ``False``, the same answer as for a missing key (memcached's
+  :class:`~.exceptions.ValueTooLargeError` (a failed ``set`` also removes the
+  old item, as memcached does); ``set_many`` stores the others and returns the
+  oversized keys among the failed ones.  ``append``/``prepend`` past the limit
+  return ``False``, the same answer as for a missing key (memcached's
   ``NOT_STORED``), so callers must tell the two apart themselves.
 * Invalid keys raise :class:`~.exceptions.InvalidKeyError` before any I/O.
 * A store never returns partial garbage: on an unreachable server a Cluster
@@ -56,7 +58,11 @@ class Store(Protocol):
     def set(self, key: Key, value: Any, expire: int = 0) -> bool: ...
 
     def set_many(self, values: Mapping[Key, Any], expire: int = 0) -> list[Key]:
-        """Store every value; return the keys that were *not* stored."""
+        """Store every value; return the keys that were *not* stored.
+
+        Each item is stored independently: an oversized value (its old item
+        removed) or an unreachable server fails only its own keys.
+        """
         ...
 
     def add(self, key: Key, value: Any, expire: int = 0) -> bool: ...

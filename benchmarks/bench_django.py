@@ -1,0 +1,95 @@
+"""Django backends side by side: KetamaMemcacheCache vs Django's PyMemcacheCache.
+
+Starts its own memcached servers on loopback (1 and 4), runs the same operations
+through both backends in one process, interleaved, and prints the time per
+operation and the ratio ours/theirs (lower is better).
+
+    python benchmarks/bench_django.py [--rounds 7]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import django
+from django.conf import settings
+
+settings.configure(USE_TZ=True)
+django.setup()
+
+from django.core.cache.backends.memcached import PyMemcacheCache  # noqa: E402
+
+from django_mcpatterns.backend import KetamaMemcacheCache  # noqa: E402
+from tests.harness import memcached_cluster  # noqa: E402
+
+
+def per_op(fn: Callable[[int], object], ops: int) -> float:
+    """Seconds per call of ``fn`` over ``ops`` calls."""
+    start = time.perf_counter()
+    for i in range(ops):
+        fn(i)
+    return (time.perf_counter() - start) / ops
+
+
+def measure(cases: dict[str, Callable[[int], object]], ops: int, rounds: int) -> dict[str, float]:
+    """Median seconds per op of each case; the cases run interleaved, round by round."""
+    samples: dict[str, list[float]] = {name: [] for name in cases}
+    for _ in range(rounds):
+        for name, fn in cases.items():
+            samples[name].append(per_op(fn, ops))
+    return {name: statistics.median(values) for name, values in samples.items()}
+
+
+def workload(cache, n_keys: int = 100) -> dict[str, Callable[[int], object]]:
+    value = "v" * 100
+    batch = {f"bench:many:{i}": value for i in range(n_keys)}
+    keys = list(batch)
+    cache.set("bench:one", value)
+    cache.set_many(batch)
+    return {
+        "get": lambda i: cache.get("bench:one"),
+        "set": lambda i: cache.set("bench:one", value),
+        f"get_many({n_keys})": lambda i: cache.get_many(keys),
+        f"set_many({n_keys})": lambda i: cache.set_many(batch),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--ops", type=int, default=2000, help="single-key ops per round")
+    args = parser.parse_args()
+
+    rows = []
+    for n_servers in (1, 4):
+        with memcached_cluster(n_servers) as servers:
+            location = [s.spec for s in servers]
+            theirs = PyMemcacheCache(location, {})
+            ours = KetamaMemcacheCache(location, {})
+            their_cases, our_cases = workload(theirs), workload(ours)
+            for op in their_cases:
+                ops = args.ops if "many" not in op else max(args.ops // 20, 50)
+                result = measure(
+                    {"ours": our_cases[op], "theirs": their_cases[op]}, ops, args.rounds
+                )
+                rows.append((n_servers, op, result["ours"], result["theirs"]))
+
+    print(
+        f"{'servers':>7}  {'operation':<14} {'ours µs':>9} {'PyMemcacheCache µs':>19} {'ratio':>6}"
+    )
+    for n_servers, op, ours_t, theirs_t in rows:
+        print(
+            f"{n_servers:>7}  {op:<14} {ours_t * 1e6:>9.1f} {theirs_t * 1e6:>19.1f} "
+            f"{ours_t / theirs_t:>6.2f}"
+        )
+
+
+if __name__ == "__main__":
+    main()
