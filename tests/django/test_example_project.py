@@ -7,6 +7,8 @@ import signal
 import subprocess
 import time
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -21,24 +23,19 @@ def _get(url: str) -> tuple[int, str]:
         return response.status, response.read().decode()
 
 
-def _wait_for(url: str, process: subprocess.Popen, deadline: float) -> tuple[int, str]:
-    while True:
-        if process.poll() is not None:
-            output = process.stdout.read() if process.stdout else ""
-            pytest.fail(f"the example exited with {process.returncode}:\n{output}")
-        try:
-            return _get(url)
-        except OSError:
-            if time.monotonic() > deadline:
-                pytest.fail(f"the example did not answer on {url}")
-            time.sleep(0.3)
+@contextmanager
+def serve_example(**env_vars: str) -> Iterator[tuple[str, str]]:
+    """Run ``bash scripts/run-example.sh`` as the README says.
 
-
-@pytest.mark.slow
-def test_readme_command_serves_the_example_on_the_embedded_cache():
+    Yield the URL and the first page served (status 200) once it answers.
+    """
     port = free_port()
-    env = {k: v for k, v in os.environ.items() if k != "MEMCACHED_SERVERS"}
-    env["PORT"] = str(port)
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in {"MEMCACHED_SERVERS", "DJANGO_SETTINGS_MODULE"}
+    }
+    env.update(PORT=str(port), **env_vars)
     process = subprocess.Popen(
         ["bash", "scripts/run-example.sh"],
         cwd=ROOT,
@@ -48,15 +45,58 @@ def test_readme_command_serves_the_example_on_the_embedded_cache():
         text=True,
         start_new_session=True,  # so the whole process group can be stopped
     )
+    url = f"http://127.0.0.1:{port}/"
+    deadline = time.monotonic() + 300  # the first run installs the project
     try:
-        url = f"http://127.0.0.1:{port}/"
-        status, body = _wait_for(url, process, time.monotonic() + 300)
-        assert status == 200
-        assert "LocMemPatternsCache" in body
-        assert "computed" in body
-        status, body = _get(url)  # the second request is served from the cache
-        assert status == 200
-        assert "served from the cache" in body
+        while True:
+            if process.poll() is not None:
+                output = process.stdout.read() if process.stdout else ""
+                pytest.fail(f"the example exited with {process.returncode}:\n{output}")
+            try:
+                status, first_page = _get(url)
+                assert status == 200
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    pytest.fail(f"the example did not answer on {url}")
+                time.sleep(0.3)
+        yield url, first_page
     finally:
-        os.killpg(process.pid, signal.SIGTERM)
-        process.wait(timeout=10)
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGTERM)
+            process.wait(timeout=10)
+
+
+def _check_pages(url: str, first_page: str, backend: str) -> None:
+    assert backend in first_page
+    assert "computed" in first_page
+    status, body = _get(url)  # the second request is served from the cache
+    assert status == 200
+    assert "served from the cache" in body
+
+
+@pytest.mark.slow
+def test_readme_command_serves_the_example_on_the_embedded_cache():
+    with serve_example() as (url, first_page):
+        _check_pages(url, first_page, "LocMemPatternsCache")
+
+
+@pytest.mark.slow
+def test_one_variable_switches_the_example_to_a_memcached_cluster(memcached_3):
+    for server in memcached_3:
+        server.flush()
+    servers = ",".join(server.spec for server in memcached_3)
+    with serve_example(MEMCACHED_SERVERS=servers) as (url, first_page):
+        _check_pages(url, first_page, "KetamaMemcacheCache")
+    items = sum(server_stats(s)["curr_items"] for s in memcached_3)
+    assert items >= 2  # the report and the view counter live on the cluster
+
+
+def server_stats(server) -> dict[str, int]:
+    from pymemcache.client.base import Client
+
+    client = Client(("127.0.0.1", server.port))
+    try:
+        return {k.decode(): v for k, v in client.stats().items()}
+    finally:
+        client.close()
