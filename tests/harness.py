@@ -44,7 +44,13 @@ def free_port() -> int:
 
 
 def port_is_free(port: int) -> bool:
+    """Whether memcached could listen on ``port`` on loopback.
+
+    Binds with ``SO_REUSEADDR``, as memcached does: connections of a previous
+    run in TIME_WAIT do not keep the port from it.
+    """
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((LOOPBACK, port))
         except OSError:

@@ -15,7 +15,6 @@ import importlib
 import os
 import random
 import signal
-import socket
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -32,6 +31,7 @@ from tests.harness import (
     LOOPBACK,
     MemcachedServer,
     free_port,
+    port_is_free,
     require_binary,
 )
 
@@ -113,21 +113,6 @@ KEYS = _make_keys(KEY_COUNT)
 Address = str | tuple[str, int]
 
 
-def _can_listen(port: int) -> bool:
-    """Whether memcached could listen on ``port``.
-
-    Like ``harness.port_is_free`` but with ``SO_REUSEADDR``, as memcached binds:
-    connections of a previous run in TIME_WAIT do not keep the port from it.
-    """
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((LOOPBACK, port))
-        except OSError:
-            return False
-        return True
-
-
 def _start_all(servers: list[MemcachedServer]) -> list[MemcachedServer]:
     """Start servers in parallel (25 one after another take seconds), or none."""
     with ThreadPoolExecutor(8) as pool:
@@ -158,7 +143,7 @@ def _servers_on(ports: Sequence[int]) -> Iterator[list[MemcachedServer]]:
 @pytest.fixture(scope="module")
 def servers() -> Iterator[list[MemcachedServer]]:
     """25 memcached servers, the second one on 11211 when that port is free."""
-    ports = [free_port(), 11211] if _can_listen(11211) else []
+    ports = [free_port(), 11211] if port_is_free(11211) else []
     while len(ports) < EQUAL_WEIGHT_EDGE:
         port = free_port()
         if port not in ports:
@@ -170,7 +155,7 @@ def servers() -> Iterator[list[MemcachedServer]]:
 def colliding_servers() -> Iterator[tuple[list[MemcachedServer], bytes]]:
     """Two servers whose "127.0.0.1:port" labels share an MD5 point, and the key there."""
     for first, second, key in PORT_TIES:
-        if _can_listen(first) and _can_listen(second):
+        if port_is_free(first) and port_is_free(second):
             for pair in _servers_on([first, second]):
                 yield pair, key
             return
