@@ -6,3 +6,8 @@ class McPatternsConfig(AppConfig):
 
     name = "django_mcpatterns"
     verbose_name = "memcached patterns"
+
+    def ready(self) -> None:
+        from . import checks, counters  # noqa: F401  (importing checks registers them)
+
+        counters.connect()

@@ -1,0 +1,60 @@
+"""``manage.py mcpatterns_health``: every server's health and memcached counters.
+
+    manage.py mcpatterns_health [--cache ALIAS] [--json]
+
+Health is what failover knows in this process (a fresh process starts with every
+server up); the counters come from memcached's ``stats``, asked of each server
+now.  On the embedded store, the in-process store's own counters.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ...inspection import cache_status
+from ..base import CacheCommand, percent
+
+
+class Command(CacheCommand):
+    help = "Show each memcached server's health and stats: hits, misses, evictions, items, bytes."
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        status = cache_status(self.cache_alias(options["cache"]))
+        if options["json"]:
+            self.print_json(status.as_dict())
+            return
+        variant = f", ketama {status.variant!r}" if status.variant else ""
+        self.stdout.write(f"Cache {status.alias!r}: {status.backend}{variant}")
+        rows = []
+        for server in status.servers:
+            stats = server.stats or {}
+            rows.append(
+                (
+                    server.node,
+                    server.state if server.stats is not None else f"{server.state}, no stats",
+                    server.failures,
+                    stats.get("hits"),
+                    stats.get("misses"),
+                    percent(server.hit_ratio),
+                    stats.get("evictions"),
+                    stats.get("items"),
+                    stats.get("bytes"),
+                )
+            )
+        self.print_table(
+            [
+                "server",
+                "state",
+                "failures",
+                "hits",
+                "misses",
+                "hit ratio",
+                "evictions",
+                "items",
+                "bytes",
+            ],
+            rows,
+        )
+        for server in status.servers:
+            if server.last_error:
+                self.stdout.write(f"{server.node}: last error: {server.last_error}")

@@ -1,0 +1,155 @@
+"""The status page: the ketama ring, node health, memcached stats and pattern counters.
+
+Add it to a project's URLconf, staff users only by default::
+
+    from django.urls import include, path
+
+    urlpatterns = [path("ops/cache/", include("django_mcpatterns.urls"))]  # "mcpatterns:status"
+
+or as a view with its own options::
+
+    from django_mcpatterns.views import StatusView, debug_or_staff
+
+    path("status/", StatusView.as_view(permission=debug_or_staff, aliases=["default"]))
+
+``permission`` is any ``request -> bool`` callable (refused requests get 403);
+``aliases`` the caches to show (default: every cache served by our backends).
+The page is rendered on the server, SVG charts included, with no JavaScript.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.conf import settings
+from django.core.cache import caches
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest, HttpResponse
+from django.template.response import TemplateResponse
+from django.utils.decorators import method_decorator
+from django.views import View
+from django.views.decorators.cache import never_cache
+
+from . import checks  # noqa: F401  (registers the system checks, W006 included)
+from .counters import counters
+from .inspection import CacheStatus, arcs, cache_status, pattern_aliases
+
+# Colours of the servers in the charts, in server order (then repeated).
+PALETTE = (
+    "#4e79a7",
+    "#f28e2b",
+    "#59a14f",
+    "#e15759",
+    "#76b7b2",
+    "#edc948",
+    "#b07aa1",
+    "#ff9da7",
+    "#9c755f",
+    "#bab0ac",
+)
+RING_RADIUS = 80.0
+BAR_WIDTH = 240.0
+
+
+def is_staff(request: HttpRequest) -> bool:
+    """Let in active staff users (needs ``django.contrib.auth`` and its middleware)."""
+    user = getattr(request, "user", None)
+    return bool(user is not None and user.is_active and user.is_staff)
+
+
+def debug_or_staff(request: HttpRequest) -> bool:
+    """Let anyone in while ``DEBUG`` is on (development), else staff users only."""
+    return bool(settings.DEBUG) or is_staff(request)
+
+
+@dataclass
+class ServerColumn:
+    """One server's row in the ring legend, with its chart geometry."""
+
+    node: str
+    colour: str
+    weight: int
+    points: int
+    share: float
+    ideal: float
+    bar: float  # bar length in SVG units
+    ideal_x: float
+
+    @property
+    def share_pct(self) -> str:
+        return f"{self.share * 100:.1f}%"
+
+    @property
+    def ideal_pct(self) -> str:
+        return f"{self.ideal * 100:.1f}%"
+
+
+@dataclass
+class Section:
+    """What the page shows for one cache alias."""
+
+    alias: str
+    status: CacheStatus | None = None
+    error: str | None = None
+    segments: list[dict[str, Any]] = field(default_factory=list)
+    legend: list[ServerColumn] = field(default_factory=list)
+
+
+def build_section(alias: str) -> Section:
+    """Gather one cache's status and lay out its charts; an error becomes the section's text."""
+    try:
+        status = cache_status(alias)
+    except Exception as exc:  # the page reports a broken cache, not a 500
+        return Section(alias, error=f"{type(exc).__name__}: {exc}")
+    section = Section(alias, status)
+    if not status.ring:
+        return section
+    colours = {row.node: PALETTE[i % len(PALETTE)] for i, row in enumerate(status.ring)}
+    section.legend = [
+        ServerColumn(
+            row.node,
+            colours[row.node],
+            row.weight,
+            row.points,
+            row.share,
+            row.ideal,
+            round(row.share * BAR_WIDTH, 2),
+            round(row.ideal * BAR_WIDTH, 2),
+        )
+        for row in status.ring
+    ]
+    circumference = 2 * math.pi * RING_RADIUS
+    section.segments = [
+        {
+            "node": arc.node,
+            "colour": colours[arc.node],
+            "dash": f"{arc.fraction * circumference:.3f} {circumference:.3f}",
+            "offset": f"{-arc.start / 2**32 * circumference:.3f}",
+        }
+        for arc in arcs(caches[alias].store.ring)
+    ]
+    return section
+
+
+@method_decorator(never_cache, name="dispatch")
+class StatusView(View):
+    """Render ``django_mcpatterns/status.html`` for the configured caches."""
+
+    permission: Callable[[HttpRequest], bool] = staticmethod(is_staff)
+    aliases: Sequence[str] | None = None
+    template_name = "django_mcpatterns/status.html"
+
+    def get(self, request: HttpRequest) -> HttpResponse:
+        if not self.permission(request):
+            raise PermissionDenied("the cache status page is for staff users")
+        aliases = list(self.aliases) if self.aliases is not None else pattern_aliases()
+        context = {
+            "sections": [build_section(alias) for alias in aliases],
+            "counters": counters.snapshot(),
+            "ring_radius": RING_RADIUS,
+            "bar_width": BAR_WIDTH,
+        }
+        return TemplateResponse(request, self.template_name, context)
