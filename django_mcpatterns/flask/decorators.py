@@ -1,0 +1,149 @@
+"""Flask view decorators: page caching with stampede protection.
+
+``@cache.cached`` (Flask-Caching) lets every worker recompute an expired page
+at once.  :func:`stampede_guard` caches the page with ``get_or_compute``
+instead: after ``timeout`` one request recomputes it while the others are
+served the stale page, and on a cold miss the others wait for that one
+request's page rather than all running the view.
+
+The page is cached as a :class:`CachedPage` (status, headers, body), not a
+pickled ``Response``, and only when ``should_cache(response)`` says so (by
+default: a 200 that sets no cookie).  Only ``GET`` and ``HEAD`` are cached.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import functools
+import hashlib
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar
+from urllib.parse import urlencode
+
+from flask import Response, make_response, request
+from flask_caching import Cache
+from werkzeug.datastructures import MultiDict
+
+from ..core.exceptions import ConfigurationError, InvalidKeyError
+from ..core.stampede import StampedePolicy
+
+__all__ = ["CachedPage", "cacheable", "stampede_guard"]
+
+logger = logging.getLogger("django_mcpatterns.flask")
+
+F = TypeVar("F", bound=Callable[..., Any])
+Query = Mapping[str, Any] | MultiDict[str, Any] | None
+
+_CACHED_METHODS = frozenset({"GET", "HEAD"})
+
+
+@dataclass(frozen=True, slots=True)
+class CachedPage:
+    """A response as stored: plain data, so any release can read it back."""
+
+    status: int
+    headers: tuple[tuple[str, str], ...]
+    body: bytes
+
+    @classmethod
+    def of(cls, response: Response) -> CachedPage:
+        return cls(response.status_code, tuple(response.headers.items()), response.get_data())
+
+    def response(self) -> Response:
+        return Response(self.body, status=self.status, headers=list(self.headers))
+
+
+def cacheable(response: Response) -> bool:
+    """Cache a 200 that sets no cookie: a cookie belongs to one visitor, not to the page."""
+    return response.status_code == 200 and "Set-Cookie" not in response.headers
+
+
+def stampede_guard(
+    cache: Cache,
+    timeout: int | datetime.timedelta | None = None,
+    *,
+    key: str = "view/%s",
+    query_string: bool = False,
+    policy: StampedePolicy | None = None,
+    should_cache: Callable[[Response], bool] = cacheable,
+) -> Callable[[F], F]:
+    """Cache a view's page with soft expiry after ``timeout`` (Flask-Caching's convention).
+
+    ``cache`` is the Flask-Caching :class:`~flask_caching.Cache` whose backend
+    is one of ours.  ``timeout``: ``None`` is ``CACHE_DEFAULT_TIMEOUT``, ``0``
+    never goes stale.  ``key`` is formatted with the request path; with
+    ``query_string`` the sorted query arguments are part of the key (as a
+    digest).  ``policy`` tunes the grace period, waits and early
+    recomputation (:class:`~django_mcpatterns.core.stampede.StampedePolicy`).
+
+    The decorated view carries ``.key(path, query=None)``,
+    ``.invalidate(path, query=None)`` (delete the page),
+    ``.mark_stale(path, query=None)`` (the next request recomputes it while
+    the others are still served it) and ``.original``; the first three need
+    an application context.
+    """
+
+    if policy is not None and policy.runner is not None:
+        # A view needs its request: it cannot be rendered later on another thread.
+        raise ConfigurationError(
+            "stampede_guard renders pages in the request: a policy with a runner is not supported",
+            option="policy",
+        )
+
+    def cache_key(path: str, query: Query = None) -> str:
+        made = key % path
+        if query_string:
+            pairs = sorted(MultiDict(query or {}).items(multi=True))
+            digest = hashlib.md5(urlencode(pairs).encode(), usedforsecurity=False).hexdigest()
+            made = f"{made}?{digest}"
+        return made
+
+    def decorator(view: F) -> F:
+        @functools.wraps(view)
+        def guarded(*args: Any, **kwargs: Any) -> Any:
+            if request.method not in _CACHED_METHODS:
+                return view(*args, **kwargs)
+            backend = cache.cache
+            made = cache_key(request.path, request.args)
+            try:
+                backend._pattern_key(made)
+            except InvalidKeyError as exc:
+                logger.warning("page not cached: %s", exc)
+                return view(*args, **kwargs)
+            produced: list[Response] = []
+
+            def render() -> CachedPage:
+                response = make_response(view(*args, **kwargs))
+                produced.append(response)
+                return CachedPage.of(response)
+
+            page = backend.get_or_compute(
+                made,
+                render,
+                timeout,
+                policy=policy or dataclasses.replace(backend.stampede_policy, runner=None),
+                should_cache=lambda _page: should_cache(produced[-1]),
+            )
+            # The request that ran the view returns its own response object.
+            return produced[-1] if produced else page.response()
+
+        def invalidate(path: str, query: Query = None) -> bool:
+            return cache.cache.delete(cache_key(path, query))
+
+        def mark_stale(path: str, query: Query = None) -> bool:
+            return cache.cache.mark_stale(cache_key(path, query))
+
+        helpers = {
+            "key": cache_key,
+            "invalidate": invalidate,
+            "mark_stale": mark_stale,
+            "original": view,
+        }
+        for name, helper in helpers.items():
+            setattr(guarded, name, helper)
+        return guarded  # type: ignore[return-value]
+
+    return decorator
