@@ -1,0 +1,257 @@
+"""Sets and lists on real memcached servers: what memcached itself decides.
+
+* Round trips are read from memcached's ``stats`` counters (``cmd_get`` counts
+  keys, ``cmd_set`` every storage command: set/add/append/prepend/cas), and
+  cross-checked with :class:`~tests.core.test_sets.CountingStore` (one call is one
+  request, a multi-get over several servers included).
+* The item limit is memcached's own 1 MiB: ``append`` past it answers NOT_STORED
+  like a missing key, and sets must still lose nothing.
+* Eight real processes write one set at once, compaction forced often, on a
+  3-server cluster and on the embedded store (shared through a multiprocessing
+  manager, so its real code runs under real interleavings).
+"""
+
+from __future__ import annotations
+
+import functools
+import multiprocessing
+import random
+from collections.abc import Callable, Iterator
+from multiprocessing.managers import BaseManager
+from typing import Any
+
+import pytest
+from pymemcache.client.base import Client
+
+from django_mcpatterns.core.cluster import Cluster
+from django_mcpatterns.core.codec import SET, read_header
+from django_mcpatterns.core.memory import MemoryStore
+from django_mcpatterns.core.sets import AppendLists, AppendSets, SetOptions, shard_key
+from tests.conftest import flush
+from tests.core.test_sets import CountingStore, churn
+from tests.harness import LOOPBACK, MemcachedServer
+
+COUNTERS = ("cmd_get", "cmd_set", "cmd_touch", "cas_hits", "cas_misses", "cas_badval")
+MIB = 1024 * 1024
+
+
+def counters(servers: list[MemcachedServer]) -> dict[str, int]:
+    total = dict.fromkeys(COUNTERS, 0)
+    for server in servers:
+        client = Client((LOOPBACK, server.port), timeout=5)
+        try:
+            stats = client.stats()
+        finally:
+            client.close()
+        for name in COUNTERS:
+            total[name] += int(stats[name.encode()])
+    return total
+
+
+class Wire:
+    """memcached's counters, summed over servers, as deltas since the last look."""
+
+    def __init__(self, servers: list[MemcachedServer]) -> None:
+        self.servers = servers
+        self.last = counters(servers)
+
+    def delta(self) -> dict[str, int]:
+        now = counters(self.servers)
+        moved = {name: now[name] - self.last[name] for name in COUNTERS}
+        self.last = now
+        return {name: value for name, value in moved.items() if value}
+
+
+@pytest.fixture
+def one(memcached_1: list[MemcachedServer]) -> Iterator[tuple[CountingStore, Wire]]:
+    flush(memcached_1)
+    cluster = Cluster([s.spec for s in memcached_1])
+    yield CountingStore(cluster), Wire(memcached_1)
+    cluster.close()
+
+
+@pytest.fixture
+def three(memcached_3: list[MemcachedServer]) -> Iterator[Cluster]:
+    flush(memcached_3)
+    cluster = Cluster([s.spec for s in memcached_3])
+    yield cluster
+    flush(memcached_3)
+    cluster.close()
+
+
+# -- round trips, counted by memcached ---------------------------------------------------
+
+
+def test_round_trips_on_a_real_server(one: tuple[CountingStore, Wire]) -> None:
+    store, wire = one
+    sets = AppendSets(store)  # type: ignore[arg-type]
+    wire.delta()
+
+    sets.sadd("k", "a")  # creation: append (NOT_STORED), add
+    assert wire.delta() == {"cmd_set": 2}
+    sets.sadd("k", *range(1000))  # any number of members: one append
+    assert wire.delta() == {"cmd_set": 1}
+    sets.srem("k", *range(500))
+    assert wire.delta() == {"cmd_set": 1}
+    assert sets.smembers("k") == {"a", *range(500, 1000)}  # its log is dirty: gets + cas
+    assert wire.delta() == {"cmd_get": 1, "cmd_set": 1, "cas_hits": 1}
+    assert sets.smembers("k") == {"a", *range(500, 1000)}  # steady state
+    assert wire.delta() == {"cmd_get": 1}
+    assert sets.sismember("k", 999)
+    assert wire.delta() == {"cmd_get": 1}
+    assert sets.scard("k") == 501
+    assert wire.delta() == {"cmd_get": 1}
+
+    churn(sets, "k", 300)
+    wire.delta()
+    sets.smembers("k")  # a dirty set: gets + cas
+    assert wire.delta() == {"cmd_get": 1, "cmd_set": 1, "cas_hits": 1}
+    assert sets.spop("k") is not None  # gets + cas
+    assert wire.delta() == {"cmd_get": 1, "cmd_set": 1, "cas_hits": 1}
+    assert sets.smove("k", "other", 999)  # read + two appends (+ add: "other" is new)
+    assert wire.delta() == {"cmd_get": 1, "cmd_set": 3}
+
+    lists = AppendLists(store)  # type: ignore[arg-type]
+    lists.rpush("l", "a", "b")  # creation
+    assert wire.delta() == {"cmd_set": 2}
+    lists.rpush("l", "c")
+    lists.lrem("l", 1, "a")
+    assert wire.delta() == {"cmd_set": 2}
+    assert lists.lrange("l", 0, -1) == ["b", "c"]
+    assert wire.delta() == {"cmd_get": 1}
+
+
+def test_a_lost_creation_race_costs_one_more_append(one: tuple[CountingStore, Wire]) -> None:
+    store, wire = one
+    other = AppendSets(store.inner)
+    store.before("add", lambda: other.sadd("k", "theirs"))  # theirs: append, add
+    AppendSets(store).sadd("k", "mine")  # type: ignore[arg-type]
+    assert [name for name, _ in store.log] == ["append", "add", "append"]
+    assert wire.delta() == {"cmd_set": 5}
+    assert other.smembers("k") == {"mine", "theirs"}
+
+
+# -- the item limit -------------------------------------------------------------------
+
+
+def test_a_full_item_is_told_from_a_missing_one(three: Cluster) -> None:
+    """Fill a set to memcached's 1 MiB limit with writes only: nothing is lost."""
+    store = CountingStore(three)
+    sets = AppendSets(store)  # type: ignore[arg-type]
+    sets.sadd("k", "keep")
+    big = "x" * 2000
+    for i in range(600):  # ~1.2 MB of records: past the limit, never read
+        sets.sadd("k", f"{big}{i}")
+        sets.srem("k", f"{big}{i}")
+    assert store.calls["cas"] >= 1  # full: compacted with the write folded in
+    assert len(three.get("k")) < MIB
+    assert sets.smembers("k") == {"keep"}
+
+
+def test_a_set_past_one_item_shards_over_the_cluster(
+    three: Cluster, memcached_3: list[MemcachedServer]
+) -> None:
+    store = CountingStore(three)
+    sets = AppendSets(store)  # type: ignore[arg-type]
+    members = {f"member-{i:013d}" for i in range(120_000)}  # 20 bytes each, ~2.8 MB
+    sets.sadd("big", *members)
+    header = read_header(three.get("big"), SET)
+    assert header.shards >= 3
+    holders = set()
+    for index in range(header.shards):
+        key = shard_key(b"big", header.generation, index)
+        for server in memcached_3:
+            client = Client((LOOPBACK, server.port), timeout=5)
+            try:
+                if client.get(key) is not None:
+                    holders.add(server.spec)
+            finally:
+                client.close()
+    assert len(holders) >= 2  # the shards are spread over the cluster
+    assert sets.smembers("big") == members
+    wire = Wire(memcached_3)
+    store.reset()
+    assert sets.scard("big") == 120_000
+    assert store.calls == {"gets_many": 1}  # one parallel multi-get
+    assert wire.delta() == {"cmd_get": 1 + header.shards}
+
+
+@pytest.mark.slow
+def test_a_million_member_set(three: Cluster) -> None:
+    store = CountingStore(three)
+    sets = AppendSets(store)  # type: ignore[arg-type]
+    members = {f"member-{i:013d}" for i in range(1_000_000)}
+    assert sets.sadd("million", *members) == 1_000_000
+    sets.sadd("million", "one more")
+    sets.srem("million", "member-0000000000000")
+    expected = (members | {"one more"}) - {"member-0000000000000"}
+    store.reset()
+    assert sets.scard("million") == 1_000_000
+    assert store.calls == {"gets_many": 1}
+    assert sets.sismember("million", "member-0000000999999")
+    assert not sets.sismember("million", "member-0000000000000")
+    assert sets.smembers("million") == expected
+
+
+# -- eight processes, one set --------------------------------------------------------------
+
+KEY = "shared-set"
+PROCESSES = 8
+OPERATIONS = 2000
+# Compaction forced often: every read compacts a set with any log, and a tenth
+# of the writes compact too.
+RACY = SetOptions(compact_ratio=0, compact_min_bytes=0, compact_on_write=0.1)
+
+
+def hammer(make_store: Callable[[], Any], index: int) -> set[str]:
+    """One process: random sadd/srem of its own members; returns its final view."""
+    store = make_store()
+    rng = random.Random(index)
+    sets = AppendSets(store, RACY, rng=random.Random(index + 100))
+    mine = [f"p{index}:{j}" for j in range(40)]
+    view: set[str] = set()
+    for step in range(OPERATIONS):
+        member = rng.choice(mine)
+        if rng.random() < 0.6:
+            sets.sadd(KEY, member)
+            view.add(member)
+        else:
+            sets.srem(KEY, member)
+            view.discard(member)
+        if step % 10 == 0:
+            sets.smembers(KEY)  # reads compact (cas), racing the others' appends
+    return view
+
+
+def run_processes(make_store: Callable[[], Any]) -> set[str]:
+    context = multiprocessing.get_context("fork")
+    with context.Pool(PROCESSES) as pool:
+        views = pool.map(functools.partial(hammer, make_store), range(PROCESSES))
+    return set().union(*views)
+
+
+def test_eight_processes_on_a_three_server_cluster(
+    three: Cluster, memcached_3: list[MemcachedServer]
+) -> None:
+    wire = Wire(memcached_3)
+    expected = run_processes(functools.partial(Cluster, [s.spec for s in memcached_3]))
+    assert wire.delta()["cas_hits"] > 50  # compaction really raced the writers
+    assert AppendSets(three).smembers(KEY) == expected
+
+
+class _StoreManager(BaseManager):
+    pass
+
+
+_StoreManager.register("MemoryStore", MemoryStore)
+
+
+def _given(store: Any) -> Any:
+    return store
+
+
+def test_eight_processes_on_the_embedded_store() -> None:
+    with _StoreManager(ctx=multiprocessing.get_context("fork")) as manager:
+        shared = manager.MemoryStore()  # type: ignore[attr-defined]
+        expected = run_processes(functools.partial(_given, shared))
+        assert AppendSets(shared, RACY).smembers(KEY) == expected
