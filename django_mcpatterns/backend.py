@@ -69,6 +69,11 @@ class _StoreCache(SetsMixin, LocksMixin, StampedeMixin, NamespacesMixin, BaseMem
     def _pattern_expire(self, timeout: Any = DEFAULT) -> int:
         return self.get_backend_timeout(DEFAULT_TIMEOUT if timeout is DEFAULT else timeout)
 
+    def _pattern_event(self, event: object) -> None:
+        from . import signals
+
+        signals.send_pattern_event(self, event)
+
     def validate_key(self, key: str) -> None:
         # Django's own checks first, so the messages are word for word those of
         # its memcached backends; then ours: memcached's 250 limit is on the

@@ -4,9 +4,57 @@
     A memcached server was marked dead by failover, or answered again.
     Keyword arguments: ``node`` (``"host:port"``), ``error`` (the exception, or
     ``None``).  The sender is the :class:`~django_mcpatterns.core.cluster.Cluster`.
+
+Stampede protection and locks send the following; the sender is the cache
+backend's class, ``cache`` the backend instance, and ``key`` the full memcached
+key (after ``KEY_PREFIX``/``VERSION``):
+
+``recomputed``
+    ``get_or_compute`` (or ``recompute``) computed and stored a value.
+    ``compute_time`` (seconds), ``reason`` (``"miss"``, ``"stale"``,
+    ``"early"`` for XFetch, ``"refresh"``), ``background`` (ran in the policy's
+    runner).
+``stale_served``
+    A stale value was returned while another caller recomputes it (or because
+    computing failed).  ``age``: seconds since its soft expiry.
+``compute_failed``
+    The compute callable raised ``error`` (also logged); ``background``.
+``lock_waited``
+    A caller waited ``waited`` seconds on a lock (a blocking ``acquire``, or a
+    cold-miss caller waiting for another's computation) and got it.
+``lock_timed_out``
+    A caller gave up after ``waited`` seconds.
 """
+
+from __future__ import annotations
+
+from typing import Any
 
 from django.dispatch import Signal
 
+from .core.locks import LockTimedOut, LockWaited
+from .core.stampede import ComputeFailed, Recomputed, StaleServed
+
 node_dead = Signal()
 node_revived = Signal()
+
+recomputed = Signal()
+stale_served = Signal()
+compute_failed = Signal()
+lock_waited = Signal()
+lock_timed_out = Signal()
+
+_BY_EVENT: dict[type, Signal] = {
+    Recomputed: recomputed,
+    StaleServed: stale_served,
+    ComputeFailed: compute_failed,
+    LockWaited: lock_waited,
+    LockTimedOut: lock_timed_out,
+}
+
+
+def send_pattern_event(cache: Any, event: object) -> None:
+    """Send the signal for a core event (the backends' ``_pattern_event`` hook)."""
+    signal = _BY_EVENT.get(type(event))
+    if signal is not None and signal.receivers:
+        signal.send(sender=type(cache), cache=cache, **vars(event))

@@ -23,6 +23,8 @@ Multi-key commands
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import logging
 import socket
 import threading
@@ -43,8 +45,8 @@ from pymemcache.exceptions import (
     MemcacheUnknownError,
 )
 from pymemcache.pool import ObjectPool
-from pymemcache.serde import pickle_serde
 
+from .envelope import with_envelopes
 from .exceptions import (
     ConfigurationError,
     NodeUnavailableError,
@@ -123,7 +125,8 @@ class Cluster:
     ``servers`` are ``Server`` objects or specs (``"host:port[:weight]"``,
     unix socket paths).  ``serde`` serialises values (pymemcache's
     ``pickle_serde`` by default: bytes raw, str/int readable, the rest
-    pickled).  ``on_node_event`` receives a :class:`~.health.NodeEvent` for
+    pickled), wrapped to read soft-expiry envelopes as plain values
+    (:mod:`.envelope`).  ``on_node_event`` receives a :class:`~.health.NodeEvent` for
     each failure and for dead/revived transitions.  ``clock`` drives the
     retry and dead timers.
 
@@ -142,7 +145,7 @@ class Cluster:
     ) -> None:
         self.servers = _as_servers(servers)
         self.options = options = options or ClusterOptions()
-        self.serde = serde or pickle_serde
+        self.serde = with_envelopes(serde)
         self._on_node_event = on_node_event
         weighted = any(s.weight != 1 for s in self.servers)
         self.ring = Continuum(
@@ -181,6 +184,7 @@ class Cluster:
         self._remap = options.failover == "remap"
         self._fetch = _Fetch(self.serde)
         self._fetch_cas = _Fetch(self.serde, cas=True)
+        self._strict: Cluster | None = None
 
     def __repr__(self) -> str:
         return f"<Cluster {', '.join(self._nodes)} ketama={self.options.ketama}>"
@@ -285,6 +289,22 @@ class Cluster:
             if stats is not None:
                 result[node.name] = {_text(k): _text(v) for k, v in stats.items()}
         return result
+
+    def strict(self) -> Cluster:
+        """Return this cluster raising :class:`NodeUnavailableError` where it would degrade.
+
+        The view shares the servers, connection pools and node health; only how
+        an unreachable server is reported differs.  Locks use it to tell "held
+        by someone else" from "server unreachable" while ordinary cache traffic
+        keeps degrading to misses (:mod:`.locks`).
+        """
+        if self.options.raise_errors:
+            return self
+        if self._strict is None:
+            view = copy.copy(self)
+            view.options = dataclasses.replace(self.options, raise_errors=True)
+            self._strict = view
+        return self._strict
 
     def health(self) -> dict[str, HealthSnapshot]:
         """Return every server's health, by node."""

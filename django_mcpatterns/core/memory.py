@@ -41,8 +41,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from pymemcache.serde import pickle_serde
-
+from .envelope import with_envelopes
 from .exceptions import ConfigurationError, NonNumericValueError, ValueTooLargeError
 from .keys import Key, key_bytes
 from .registry import Registry
@@ -117,7 +116,8 @@ class MemoryStore:
 
     ``max_item_size`` is memcached's ``-I`` and ``max_bytes`` its ``-m`` (in
     bytes); ``serde`` defaults to pymemcache's ``pickle_serde`` (what Django's
-    ``PyMemcacheCache`` uses); ``clock`` returns Unix time in seconds (absolute
+    ``PyMemcacheCache`` uses), wrapped to read soft-expiry envelopes as plain
+    values (:mod:`.envelope`); ``clock`` returns Unix time in seconds (absolute
     exptimes are Unix times).  Thread-safe.
     """
 
@@ -141,7 +141,8 @@ class MemoryStore:
             )
         self._max_item_size = max_item_size
         self._max_bytes = max_bytes
-        self._serde: Serde = serde if serde is not None else pickle_serde
+        # Every read unwraps soft-expiry envelopes (core/envelope.py).
+        self._serde: Serde = with_envelopes(serde)
         self._clock = clock
         self._lock = threading.Lock()
         self._items: OrderedDict[bytes, _Item] = OrderedDict()  # least recently used first

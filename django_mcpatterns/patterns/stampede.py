@@ -1,5 +1,127 @@
-"""Placeholder: the stampede methods on cache objects (being written)."""
+"""``cache.get_or_compute(...)`` and friends: stampede protection on cache objects.
+
+The algorithm is :mod:`django_mcpatterns.core.stampede`; this mixin makes keys
+with the backend's rules and turns the framework's ``timeout`` (through the
+``_pattern_expire`` hook: Django's ``DEFAULT_TIMEOUT``, ``None`` for never,
+0 for "do not cache") into the soft TTL in seconds.  Events go to the backend's
+optional ``_pattern_event(event)`` hook.  Imports neither Django nor Flask.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar, cast
+
+from django_mcpatterns.core.envelope import Envelope
+from django_mcpatterns.core.stampede import Fetched, Stampede, StampedePolicy
+from django_mcpatterns.core.store import MAX_RELATIVE_EXPIRE
+
+from . import DEFAULT, PatternsHost
+from .locks import event_hook
+
+T = TypeVar("T")
+
+
+def soft_timeout(exptime: int, now: float) -> float | None:
+    """Seconds until a value stored with memcached ``exptime`` expires (None: never; 0: at once)."""
+    if exptime == 0:
+        return None
+    if exptime < 0:
+        return 0.0
+    if exptime > MAX_RELATIVE_EXPIRE:
+        return max(exptime - now, 0.0)  # an absolute Unix time
+    return float(exptime)
 
 
 class StampedeMixin:
-    pass
+    """Adds :meth:`get_or_compute` and friends to a cache backend.
+
+    ``stampede_policy`` is the cache's default
+    :class:`~django_mcpatterns.core.stampede.StampedePolicy`; each call may
+    pass its own ``policy``.
+    """
+
+    stampede_policy: StampedePolicy = StampedePolicy()  # frozen: safe as a class default
+
+    def get_or_compute(
+        self,
+        key: Any,
+        compute: Callable[[], T],
+        timeout: Any = DEFAULT,
+        *,
+        version: int | None = None,
+        policy: StampedePolicy | None = None,
+        should_cache: Callable[[T], bool] | None = None,
+    ) -> T:
+        """Return the cached value of ``key``, or compute it, with stampede protection.
+
+        After ``timeout`` (the cache's convention; default: its ``TIMEOUT``) the
+        value is stale: one caller recomputes it while the others are served
+        the stale value, which memcached keeps ``policy.grace`` seconds longer.
+        On a miss one caller computes and the others wait for its value.
+        ``should_cache(value)`` decides whether a computed value is stored.
+        A plain ``cache.get(key)`` returns the value.
+        """
+        return self.get_or_compute_result(
+            key, compute, timeout, version=version, policy=policy, should_cache=should_cache
+        ).value
+
+    def get_or_compute_result(
+        self,
+        key: Any,
+        compute: Callable[[], T],
+        timeout: Any = DEFAULT,
+        *,
+        version: int | None = None,
+        policy: StampedePolicy | None = None,
+        should_cache: Callable[[T], bool] | None = None,
+    ) -> Fetched[T]:
+        """Like :meth:`get_or_compute`, returning a ``Fetched`` (``value``, ``outcome``:
+        fresh/stale/computed/waited, and the value's ``envelope`` with its expiries)."""
+        host = cast(PatternsHost, self)
+        return self._stampede(policy).fetch(
+            host._pattern_key(key, version),
+            compute,
+            self._soft_timeout(timeout),
+            should_cache=should_cache,
+        )
+
+    def recompute(
+        self,
+        key: Any,
+        compute: Callable[[], T],
+        timeout: Any = DEFAULT,
+        *,
+        version: int | None = None,
+        policy: StampedePolicy | None = None,
+        should_cache: Callable[[T], bool] | None = None,
+    ) -> T:
+        """Compute the value now and store it for :meth:`get_or_compute` readers; return it."""
+        host = cast(PatternsHost, self)
+        return self._stampede(policy).recompute(
+            host._pattern_key(key, version),
+            compute,
+            self._soft_timeout(timeout),
+            should_cache=should_cache,
+        )
+
+    def mark_stale(self, key: Any, *, version: int | None = None) -> bool:
+        """Make the value of ``key`` stale now: the next reader recomputes it while the
+        others are still served it (an invalidation without a stampede).  Return
+        False when there was no ``get_or_compute`` value to mark."""
+        host = cast(PatternsHost, self)
+        return self._stampede(None).mark_stale(host._pattern_key(key, version))
+
+    def get_envelope(self, key: Any, *, version: int | None = None) -> Envelope | None:
+        """The value of ``key`` with its soft/hard expiry and compute time, or None."""
+        host = cast(PatternsHost, self)
+        return self._stampede(None).read(host._pattern_key(key, version))
+
+    def _stampede(self, policy: StampedePolicy | None) -> Stampede:
+        host = cast(PatternsHost, self)
+        return Stampede(host.store, policy or self.stampede_policy, on_event=event_hook(self))
+
+    def _soft_timeout(self, timeout: Any) -> float | None:
+        host = cast(PatternsHost, self)
+        return soft_timeout(host._pattern_expire(timeout), time.time())

@@ -1,0 +1,167 @@
+"""The soft-expiry envelope: a value with its soft expiry and its measured compute time.
+
+Stampede protection (:mod:`.stampede`) needs to know, on every read, whether a
+value is *fresh*, *stale but servable* or gone, and how long it takes to
+compute (for early recomputation).  That metadata travels with the value in
+one memcached item, so value and metadata can never disagree and one ``get``
+reads both.
+
+Wire format
+    The envelope is a serialisation format, recorded in the item's flags like
+    every other one (pymemcache's ``serde``): the flags are the inner value's
+    flags with :data:`FLAG_ENVELOPE` (bit 16) added, and the data is a fixed
+    header followed by the inner value's bytes::
+
+        version  soft_expiry  hard_expiry  compute_time  inner data...
+        u8 (=1)  f64 (Unix s) f64 (Unix s) f64 (s)
+        big-endian; an expiry of +inf means "never"
+
+    Bit 16 is clear of the bits pymemcache (0-4), pylibmc (at most 0-5) and
+    spymemcached (0-1, 8-15) set, so their values are never mistaken for an
+    envelope.  The version byte lets a later release change the
+    layout: an envelope of an unknown version raises
+    :class:`~.exceptions.EncodingError`, it never reads as garbage or a miss.
+
+Why a serde layer
+    Both stores decode every value through their serde
+    (:class:`~.cluster.Cluster` in pymemcache's clients and its pipelined
+    fetches, :class:`~.memory.MemoryStore` in ``_deserialize``).  Wrapping it
+    with :class:`EnvelopeSerde` makes *every* read path unwrap envelopes:
+    ``get``, ``get_many``, ``gets``, the Django and Flask backends and user code
+    calling the store directly, so the envelope never leaks to users.  The one
+    reader that wants the metadata, :mod:`.stampede`, opts in for the duration
+    of its own reads with :func:`envelopes_visible` (a ``ContextVar``, so other
+    threads and asyncio tasks keep getting plain values).
+
+The invariant :mod:`.stampede` keeps: ``hard_expiry`` (the memcached TTL) is
+later than ``soft_expiry`` by the grace period, so a stale value remains
+servable while one caller recomputes it.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from pymemcache.serde import pickle_serde
+
+from .exceptions import EncodingError
+
+__all__ = [
+    "FLAG_ENVELOPE",
+    "VERSION",
+    "Envelope",
+    "EnvelopeSerde",
+    "envelopes_visible",
+    "with_envelopes",
+]
+
+FLAG_ENVELOPE = 1 << 16
+VERSION = 1
+_HEADER = struct.Struct(">Bddd")  # version, soft_expiry, hard_expiry, compute_time
+
+# True while the current thread/task reads envelopes as such (see envelopes_visible).
+_VISIBLE: ContextVar[bool] = ContextVar("django_mcpatterns_envelopes_visible", default=False)
+
+
+class Serde(Protocol):
+    """pymemcache's serialisation protocol (``pymemcache.serde``)."""
+
+    def serialize(self, key: Any, value: Any) -> tuple[bytes, int]: ...
+
+    def deserialize(self, key: Any, value: bytes, flags: int) -> Any: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Envelope:
+    """A cached value with the times :mod:`.stampede` decides by (Unix seconds).
+
+    ``soft_expiry``: after it the value is stale (still served while one caller
+    recomputes); ``hard_expiry``: when memcached drops the item;
+    ``compute_time``: how long computing the value took, the Δ of XFetch.
+    """
+
+    value: Any
+    soft_expiry: float = math.inf
+    hard_expiry: float = math.inf
+    compute_time: float = 0.0
+
+    def fresh(self, now: float) -> bool:
+        return now < self.soft_expiry
+
+    def __reduce__(self) -> Any:
+        # Pickled by a serde that does not know envelopes, it would come back
+        # from a plain get as this object: refuse instead of leaking it.
+        raise EncodingError(
+            "a soft-expiry envelope reached a serde that does not know envelopes; "
+            "wrap the store's serde with django_mcpatterns.core.envelope.with_envelopes()"
+        )
+
+
+class EnvelopeSerde:
+    """A serde that stores :class:`Envelope` objects in the envelope format.
+
+    Every other value goes to ``inner`` unchanged.  Reading an envelope returns
+    its plain value, or the :class:`Envelope` itself inside
+    :func:`envelopes_visible`.
+    """
+
+    __slots__ = ("inner",)
+
+    def __init__(self, inner: Serde = pickle_serde) -> None:
+        self.inner = inner
+
+    def serialize(self, key: Any, value: Any) -> tuple[bytes, int]:
+        if type(value) is not Envelope:
+            return self.inner.serialize(key, value)
+        data, flags = self.inner.serialize(key, value.value)
+        if flags & FLAG_ENVELOPE:
+            raise EncodingError(
+                f"the serde {self.inner!r} uses flag bit 16, which marks soft-expiry envelopes"
+            )
+        if not isinstance(data, bytes):
+            data = str(data).encode()  # pymemcache sends non-bytes output (ints) as text
+        header = _HEADER.pack(VERSION, value.soft_expiry, value.hard_expiry, value.compute_time)
+        return header + data, flags | FLAG_ENVELOPE
+
+    def deserialize(self, key: Any, value: bytes, flags: int) -> Any:
+        if not flags & FLAG_ENVELOPE:
+            return self.inner.deserialize(key, value, flags)
+        envelope = self._decode(key, value, flags & ~FLAG_ENVELOPE)
+        return envelope if _VISIBLE.get() else envelope.value
+
+    def _decode(self, key: Any, data: bytes, flags: int) -> Envelope:
+        if len(data) < _HEADER.size or data[0] != VERSION:
+            found = f"version {data[0]}" if data else "no header"
+            raise EncodingError(
+                f"cache key {key!r} holds a soft-expiry envelope with {found} "
+                f"({len(data)} bytes); this release reads version {VERSION}"
+            )
+        _, soft_expiry, hard_expiry, compute_time = _HEADER.unpack_from(data)
+        inner = self.inner.deserialize(key, data[_HEADER.size :], flags)
+        return Envelope(inner, soft_expiry, hard_expiry, compute_time)
+
+    def __repr__(self) -> str:
+        return f"EnvelopeSerde({self.inner!r})"
+
+
+def with_envelopes(serde: Serde | None = None) -> EnvelopeSerde:
+    """Return ``serde`` (pymemcache's ``pickle_serde`` by default) able to store envelopes."""
+    if isinstance(serde, EnvelopeSerde):
+        return serde
+    return EnvelopeSerde(pickle_serde if serde is None else serde)
+
+
+@contextmanager
+def envelopes_visible() -> Iterator[None]:
+    """Within this block, reads in this thread or task return envelopes as :class:`Envelope`."""
+    token = _VISIBLE.set(True)
+    try:
+        yield
+    finally:
+        _VISIBLE.reset(token)

@@ -1,0 +1,508 @@
+"""Locks: the protocol on a fake clock, then on real memcached (counts, unreachable servers).
+
+Timing rules (TTLs, back-off, blocking timeouts) run on the in-process
+MemoryStore with one fake clock shared by the store and the lock, whose
+``sleep`` advances it: deterministic and instant.  What only memcached decides
+(``cas`` with a negative exptime deleting, request counts, refused connections)
+runs on real servers.  Real processes are in ``test_locks_processes.py``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from django_mcpatterns.core.cluster import Cluster
+from django_mcpatterns.core.exceptions import (
+    ConfigurationError,
+    InvalidKeyError,
+    LockError,
+    LockNotOwnedError,
+    LockTimeoutError,
+    NodeUnavailableError,
+)
+from django_mcpatterns.core.locks import (
+    Backoff,
+    Lock,
+    LockTimedOut,
+    LockWaited,
+    authoritative,
+    exptime_for,
+)
+from django_mcpatterns.core.memory import MemoryStore
+from django_mcpatterns.core.store import MAX_RELATIVE_EXPIRE
+from tests.conftest import flush
+from tests.harness import MemcachedServer, free_port
+
+START = 1_700_000_000.0  # a Unix time: absolute exptimes make sense
+
+
+class FakeClock:
+    """Time that moves only when told to; ``sleep`` advances it and is recorded."""
+
+    def __init__(self, now: float = START) -> None:
+        self.now = now
+        self.sleeps: list[float] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+    def sleep(self, seconds: float) -> None:
+        assert seconds >= 0
+        self.sleeps.append(seconds)
+        self.now += seconds
+
+
+def near(seconds: Any) -> Any:
+    """Equal up to float rounding at Unix-time magnitudes (2e-7 s per step)."""
+    return pytest.approx(seconds, abs=1e-5)
+
+
+class Hooked:
+    """A Store wrapper that runs ``before[op](*args)`` before the store's ``op``.
+
+    Lets a test slip another caller's actions in at an exact point of a
+    protocol (a deterministic interleaving) and counts the requests made.
+    """
+
+    def __init__(self, store: Any) -> None:
+        self.store = store
+        self.before: dict[str, Callable[..., object]] = {}
+        self.calls: list[tuple[str, Any]] = []
+
+    def __getattr__(self, name: str) -> Any:
+        target = getattr(self.store, name)
+        if not callable(target):
+            return target
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            hook = self.before.pop(name, None)
+            if hook is not None:
+                hook(*args)
+            self.calls.append((name, args[0] if args else None))
+            return target(*args, **kwargs)
+
+        return call
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def store(clock: FakeClock) -> MemoryStore:
+    return MemoryStore(clock=clock)
+
+
+@pytest.fixture
+def events() -> list[object]:
+    return []
+
+
+@pytest.fixture
+def make_lock(store: MemoryStore, clock: FakeClock, events: list[object]) -> Callable[..., Lock]:
+    def make(key: str = "lock:report", timeout: float = 10, **kwargs: Any) -> Lock:
+        kwargs.setdefault("clock", clock)
+        kwargs.setdefault("sleep", clock.sleep)
+        kwargs.setdefault("rng", lambda: 0.5)
+        kwargs.setdefault("on_event", events.append)
+        return Lock(kwargs.pop("store", store), key, timeout, **kwargs)
+
+    return make
+
+
+# -- acquire, release, ownership ---------------------------------------------------
+
+
+def test_acquire_and_release(make_lock: Callable[..., Lock], store: MemoryStore) -> None:
+    lock = make_lock()
+    assert not lock.locked()
+    assert lock.acquire() is True
+    assert lock.locked()
+    assert lock.owned()
+    assert store.get("lock:report") == lock.token  # the token, readable by any client
+    lock.release()
+    assert not lock.locked()
+    assert not lock.owned()
+    assert lock.token is None
+
+
+def test_a_held_lock_is_refused_to_another_owner(make_lock: Callable[..., Lock]) -> None:
+    first, second = make_lock(), make_lock()
+    assert first.acquire()
+    assert second.acquire(blocking=False) is False
+    assert second.locked()
+    assert not second.owned()
+    first.release()
+    assert second.acquire(blocking=False) is True
+
+
+def test_each_acquisition_draws_a_new_token(make_lock: Callable[..., Lock]) -> None:
+    lock = make_lock()
+    tokens = set()
+    for _ in range(3):
+        lock.acquire()
+        tokens.add(lock.token)
+        lock.release()
+    assert len(tokens) == 3
+    assert all(isinstance(t, bytes) and len(t) == 32 for t in tokens)
+
+
+def test_locks_are_not_reentrant(make_lock: Callable[..., Lock]) -> None:
+    lock = make_lock()
+    lock.acquire()
+    with pytest.raises(LockError, match="already held by this Lock object"):
+        lock.acquire()
+
+
+def test_releasing_a_lock_never_acquired_is_a_lock_error(make_lock: Callable[..., Lock]) -> None:
+    with pytest.raises(LockError, match="does not hold it") as caught:
+        make_lock().release()
+    assert not isinstance(caught.value, LockNotOwnedError)
+
+
+# -- TTLs on memcached's whole-second clock ----------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("seconds", "exptime"), [(0.2, 2), (1, 2), (1.5, 3), (2, 3), (59.9, 61), (math.inf, 0)]
+)
+def test_exptime_keeps_an_item_at_least_the_time_asked(seconds: float, exptime: int) -> None:
+    # An item with exptime e lives more than e - 1 seconds: e = ceil(seconds) + 1.
+    assert exptime_for(seconds) == exptime
+
+
+def test_exptime_beyond_thirty_days_is_absolute() -> None:
+    seconds = MAX_RELATIVE_EXPIRE + 10
+    assert exptime_for(seconds, now=START) == math.ceil(START + seconds) + 1
+    with pytest.raises(ValueError, match="30-day"):
+        exptime_for(seconds)
+
+
+@pytest.mark.parametrize("offset", [0.0, 0.3, 0.99])
+@pytest.mark.parametrize("timeout", [1, 2.5])
+def test_a_lock_is_held_at_least_its_timeout_and_freed_after_ceil_plus_one(
+    make_lock: Callable[..., Lock], clock: FakeClock, offset: float, timeout: float
+) -> None:
+    clock.advance(offset)
+    holder, other = make_lock(timeout=timeout), make_lock()
+    taken_at = clock()
+    holder.acquire()
+    clock.now = taken_at + timeout - 0.001
+    assert not other.acquire(blocking=False)
+    clock.now = taken_at + math.ceil(timeout) + 1
+    assert other.acquire(blocking=False)  # a crashed holder never wedges the lock
+
+
+@pytest.mark.parametrize("timeout", [None, 0, -1, math.nan, "10", True, MAX_RELATIVE_EXPIRE])
+def test_every_lock_has_a_valid_ttl(store: MemoryStore, timeout: Any) -> None:
+    with pytest.raises(ConfigurationError, match="lock timeout"):
+        Lock(store, "k", timeout)
+
+
+def test_an_invalid_key_fails_when_the_lock_is_made(store: MemoryStore) -> None:
+    with pytest.raises(InvalidKeyError):
+        Lock(store, "has space", 10)
+
+
+# -- losing the lock ----------------------------------------------------------------
+
+
+def test_a_late_release_does_not_delete_the_new_owners_lock(
+    make_lock: Callable[..., Lock], clock: FakeClock
+) -> None:
+    late, new = make_lock(timeout=1), make_lock(timeout=10)
+    late.acquire()
+    clock.advance(3)  # late's TTL lapses
+    assert new.acquire(blocking=False)
+    with pytest.raises(LockNotOwnedError, match="another owner may hold it now"):
+        late.release()
+    assert new.owned()
+    assert late.token is None
+
+
+def test_releasing_a_lapsed_lock_nobody_took_raises(
+    make_lock: Callable[..., Lock], clock: FakeClock
+) -> None:
+    lock = make_lock(timeout=1)
+    lock.acquire()
+    clock.advance(3)
+    with pytest.raises(LockNotOwnedError, match="nobody holds it now"):
+        lock.release()
+
+
+def test_a_takeover_between_gets_and_cas_is_detected(
+    clock: FakeClock, store: MemoryStore, make_lock: Callable[..., Lock]
+) -> None:
+    hooked = Hooked(store)
+    late, new = make_lock(store=hooked, timeout=1), make_lock()
+
+    def lapse_and_take_over(*args: Any) -> None:
+        clock.advance(3)
+        assert new.acquire(blocking=False)
+
+    late.acquire()
+    hooked.before["cas"] = lapse_and_take_over  # after late's gets saw its own token
+    with pytest.raises(LockNotOwnedError):
+        late.release()
+    assert new.owned()
+
+
+def test_release_uses_gets_then_cas_with_a_negative_exptime(
+    store: MemoryStore, make_lock: Callable[..., Lock]
+) -> None:
+    hooked = Hooked(store)
+    lock = make_lock(store=hooked)
+    lock.acquire()
+    lock.release()
+    assert [name for name, _ in hooked.calls] == ["add", "gets", "cas"]
+
+
+# -- extend ---------------------------------------------------------------------------
+
+
+def test_extend_adds_to_the_remaining_time(
+    make_lock: Callable[..., Lock], clock: FakeClock
+) -> None:
+    holder, other = make_lock(timeout=2), make_lock()
+    taken_at = clock()
+    holder.acquire()
+    clock.advance(1.5)
+    holder.extend(3)  # 0.5 left + 3
+    clock.now = taken_at + 2 + 3 - 0.001
+    assert not other.acquire(blocking=False)
+    assert holder.owned()
+    clock.advance(3)
+    assert other.acquire(blocking=False)
+
+
+def test_extend_with_replace_ttl_sets_the_remaining_time(
+    make_lock: Callable[..., Lock], clock: FakeClock
+) -> None:
+    holder, other = make_lock(timeout=30), make_lock()
+    holder.acquire()
+    holder.extend(1, replace_ttl=True)
+    clock.advance(0.999)
+    assert not other.acquire(blocking=False)
+    clock.advance(2)  # freed at most ceil(1) + 1 seconds later, not after 30
+    assert other.acquire(blocking=False)
+
+
+def test_extending_a_lapsed_lock_raises(make_lock: Callable[..., Lock], clock: FakeClock) -> None:
+    lock = make_lock(timeout=1)
+    lock.acquire()
+    clock.advance(3)
+    with pytest.raises(LockNotOwnedError):
+        lock.extend(10)
+    assert lock.token is None
+
+
+def test_extend_needs_a_positive_time(make_lock: Callable[..., Lock]) -> None:
+    lock = make_lock()
+    lock.acquire()
+    with pytest.raises(ConfigurationError):
+        lock.extend(0, replace_ttl=True)
+
+
+# -- blocking: back-off, timeouts, events ------------------------------------------
+
+
+def test_backoff_grows_to_its_cap_with_jitter_in_the_upper_half() -> None:
+    backoff = Backoff(initial=0.01, maximum=0.1, multiplier=2)
+    low = [backoff.delay(n, lambda: 0.0) for n in range(6)]
+    high = [backoff.delay(n, lambda: 1.0) for n in range(6)]
+    assert high == near([0.01, 0.02, 0.04, 0.08, 0.1, 0.1])
+    assert low == near([h / 2 for h in high])
+    assert backoff.delay(10_000, lambda: 1.0) == near(0.1)  # no overflow
+
+
+@pytest.mark.parametrize(
+    "kwargs", [{"initial": 0}, {"maximum": -1}, {"initial": 1, "maximum": 0.5}, {"multiplier": 0.5}]
+)
+def test_backoff_validates(kwargs: dict[str, float]) -> None:
+    with pytest.raises(ConfigurationError):
+        Backoff(**kwargs)
+
+
+def test_blocking_acquire_waits_with_backoff_until_the_holder_lapses(
+    make_lock: Callable[..., Lock], clock: FakeClock, events: list[object]
+) -> None:
+    holder = make_lock(timeout=1)
+    holder.acquire()
+    waiter = make_lock(backoff=Backoff(initial=0.01, maximum=0.2), rng=lambda: 1.0)
+    start = clock()
+    assert waiter.acquire() is True
+    # Sleeps double up to the cap, and the lock is taken once memcached drops it.
+    assert clock.sleeps[:6] == near([0.01, 0.02, 0.04, 0.08, 0.16, 0.2])
+    assert max(clock.sleeps) <= 0.2
+    assert 1 <= clock() - start <= 2 + 0.2
+    assert events == [LockWaited("lock:report", near(clock() - start))]
+
+
+def test_blocking_timeout_bounds_the_wait_exactly(
+    make_lock: Callable[..., Lock], clock: FakeClock, events: list[object]
+) -> None:
+    make_lock(timeout=60).acquire()
+    waiter = make_lock(blocking_timeout=0.5)
+    start = clock()
+    assert waiter.acquire() is False
+    assert sum(clock.sleeps) == near(0.5)  # the last sleep is cut to the deadline
+    assert events == [LockTimedOut("lock:report", near(0.5))]
+    assert clock() - start == near(0.5)
+
+
+def test_non_blocking_acquire_tries_once(
+    make_lock: Callable[..., Lock], clock: FakeClock, store: MemoryStore
+) -> None:
+    make_lock().acquire()
+    hooked = Hooked(store)
+    assert make_lock(store=hooked, blocking=False).acquire() is False
+    assert hooked.calls == [("add", "lock:report")]
+    assert clock.sleeps == []
+
+
+def test_acquire_arguments_override_the_defaults(
+    make_lock: Callable[..., Lock], clock: FakeClock
+) -> None:
+    make_lock(timeout=60).acquire()
+    waiter = make_lock(blocking=False)
+    assert waiter.acquire(blocking=True, blocking_timeout=0.25) is False
+    assert sum(clock.sleeps) == near(0.25)
+
+
+def test_an_event_hook_that_raises_does_not_break_the_lock(
+    make_lock: Callable[..., Lock], caplog: pytest.LogCaptureFixture
+) -> None:
+    make_lock(timeout=60).acquire()
+
+    def broken(event: object) -> None:
+        raise RuntimeError("receiver bug")
+
+    assert make_lock(blocking_timeout=0.1, on_event=broken).acquire() is False
+    assert "event hook failed" in caplog.text
+
+
+# -- context manager and decorator ----------------------------------------------------
+
+
+def test_context_manager_holds_the_lock_for_the_block(make_lock: Callable[..., Lock]) -> None:
+    lock = make_lock()
+    with lock as held:
+        assert held is lock
+        assert lock.owned()
+    assert not lock.locked()
+
+
+def test_context_manager_releases_when_the_block_raises(make_lock: Callable[..., Lock]) -> None:
+    lock = make_lock()
+    with pytest.raises(ZeroDivisionError), lock:
+        1 / 0  # noqa: B018
+    assert not lock.locked()
+
+
+def test_context_manager_raises_when_the_lock_is_not_acquired(
+    make_lock: Callable[..., Lock],
+) -> None:
+    make_lock().acquire()
+    with pytest.raises(LockTimeoutError, match=r"within 0.2s"), make_lock(blocking_timeout=0.2):
+        pytest.fail("the block must not run")
+    with pytest.raises(LockTimeoutError, match="it is held"), make_lock(blocking=False):
+        pytest.fail("the block must not run")
+
+
+def test_context_manager_reports_a_lock_that_lapsed_inside_the_block(
+    make_lock: Callable[..., Lock], clock: FakeClock
+) -> None:
+    with pytest.raises(LockNotOwnedError, match="outlived the lock timeout"), make_lock(timeout=1):
+        clock.advance(5)
+
+
+def test_decorator_takes_a_fresh_owner_per_call(make_lock: Callable[..., Lock]) -> None:
+    lock = make_lock(blocking=False)
+
+    @lock
+    def critical(depth: int) -> str:
+        assert lock.locked()
+        assert lock.token is None  # the decorating object itself never owns the lock
+        if depth:
+            with pytest.raises(LockTimeoutError):
+                critical(depth - 1)  # a second owner is refused, not let in
+        return "done"
+
+    assert critical(1) == "done"
+    assert critical(0) == "done"  # released after every call
+    assert critical.__name__ == "critical"
+    assert not lock.locked()
+
+
+# -- the strict view and real memcached ----------------------------------------------
+
+
+def test_memory_store_is_its_own_authoritative_view(store: MemoryStore) -> None:
+    assert authoritative(store) is store
+
+
+@pytest.fixture
+def cluster(memcached_1: list[MemcachedServer]) -> Iterator[Cluster]:
+    flush(memcached_1)
+    cluster = Cluster([memcached_1[0].spec])
+    yield cluster
+    cluster.close()
+
+
+def test_cluster_locks_use_a_strict_view_sharing_health(cluster: Cluster) -> None:
+    strict = authoritative(cluster)
+    assert strict is not cluster
+    assert strict.options.raise_errors
+    assert not cluster.options.raise_errors  # ordinary traffic still degrades
+    assert strict.health() == cluster.health()
+    assert authoritative(strict) is strict
+
+
+def test_real_memcached_release_deletes_with_cas_and_negative_exptime(cluster: Cluster) -> None:
+    lock = Lock(cluster, "lock:real", 10)
+    assert lock.acquire(blocking=False)
+    assert Lock(cluster, "lock:real", 10).acquire(blocking=False) is False  # NOT_STORED
+    lock.release()
+    assert cluster.get("lock:real") is None
+
+
+def server_requests(server: MemcachedServer) -> int:
+    """Commands the server has answered (storage commands, cas included, count in cmd_set)."""
+    from pymemcache.client.base import Client
+
+    client = Client(("127.0.0.1", server.port), default_noreply=False)
+    try:
+        stats = client.stats()
+    finally:
+        client.close()
+    counters = (b"cmd_get", b"cmd_set", b"cmd_touch", b"delete_hits", b"delete_misses")
+    return sum(int(stats[name]) for name in counters)
+
+
+def test_uncontended_acquire_and_release_is_three_requests(
+    cluster: Cluster, memcached_1: list[MemcachedServer]
+) -> None:
+    lock = Lock(cluster, "lock:count", 10)
+    before = server_requests(memcached_1[0])
+    assert lock.acquire()
+    lock.release()
+    assert server_requests(memcached_1[0]) - before == 3
+
+
+def test_unreachable_server_raises_instead_of_looking_held() -> None:
+    cluster = Cluster([f"127.0.0.1:{free_port()}"])  # nobody listens: refused at once
+    lock = Lock(cluster, "lock:down", 10, blocking_timeout=5)
+    with pytest.raises(NodeUnavailableError, match="cannot acquire lock 'lock:down'") as caught:
+        lock.acquire()
+    assert caught.value.node == cluster.servers[0].node
+    with pytest.raises(NodeUnavailableError, match="cannot inspect lock"):
+        lock.locked()
+    assert cluster.get("lock:down") is None  # ordinary reads still degrade to a miss

@@ -1,0 +1,191 @@
+"""get_or_compute on real memcached: request counts per path, and real processes.
+
+The algorithm is proven step by step on a fake clock in ``test_stampede.py``;
+here a 3-server cluster shows what the servers see (requests per path, the
+envelope read by a plain client, the TTL memcached holds), and one smoke test
+runs 16 callers in 4 processes through a cold miss and a soft expiry.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from pymemcache.client.base import Client
+
+from django_mcpatterns.core.cluster import Cluster
+from django_mcpatterns.core.stampede import Stampede, StampedePolicy, lock_key
+from tests.conftest import flush
+from tests.harness import MemcachedServer
+
+ROOT = Path(__file__).resolve().parents[2]
+COUNTERS = (b"cmd_get", b"cmd_set", b"cmd_touch", b"delete_hits", b"delete_misses")
+
+
+def requests(servers: list[MemcachedServer]) -> int:
+    """Commands the servers answered (keys fetched count one each; cas counts in cmd_set)."""
+    total = 0
+    for server in servers:
+        client = Client(("127.0.0.1", server.port), default_noreply=False)
+        try:
+            stats = client.stats()
+        finally:
+            client.close()
+        total += sum(int(stats[name]) for name in COUNTERS)
+    return total
+
+
+@pytest.fixture
+def cluster(memcached_3: list[MemcachedServer]) -> Iterator[Cluster]:
+    flush(memcached_3)
+    cluster = Cluster([s.spec for s in memcached_3])
+    yield cluster
+    cluster.close()
+
+
+def test_requests_per_path(cluster: Cluster, memcached_3: list[MemcachedServer]) -> None:
+    stampede = Stampede(cluster, StampedePolicy(grace=5))  # hard expiry far away
+
+    def count(timeout: float, compute: object = lambda: "v") -> tuple[str, int]:
+        before = requests(memcached_3)
+        outcome = stampede.fetch("req:key", compute, timeout).outcome  # type: ignore[arg-type]
+        return outcome, requests(memcached_3) - before
+
+    # Cold: get, add (lock), get (re-check), set, gets + cas (release).
+    assert count(1) == ("computed", 6)
+    assert count(1) == ("fresh", 1)
+    time.sleep(1.1)  # soft-expired (soft expiries are exact), well within grace
+    cluster.add(lock_key("req:key"), b"someone else", 10)
+    assert count(1) == ("stale", 2)  # get, add refused: the stale value at once
+    cluster.delete(lock_key("req:key"))
+    assert count(1) == ("computed", 6)
+
+
+def test_a_plain_client_reads_the_value_and_memcached_holds_soft_plus_grace(
+    cluster: Cluster, memcached_3: list[MemcachedServer]
+) -> None:
+    Stampede(cluster, StampedePolicy(grace=100)).get_or_compute("ttl:key", lambda: "v", 50)
+    assert cluster.get("ttl:key") == "v"
+    ttls = []
+    for server in memcached_3:
+        client = Client(("127.0.0.1", server.port), default_noreply=False)
+        try:
+            line = client.raw_command(b"mg ttl:key t", end_tokens=b"\r\n")
+        finally:
+            client.close()
+        if line.startswith(b"HD"):
+            ttls.append(int(line.split()[1][1:]))
+    assert len(ttls) == 1
+    assert 150 <= ttls[0] <= 151  # ceil(50 + 100) + 1: at least soft TTL + grace
+
+
+# 4 threads per process, released together at each start time read from stdin.
+CALLERS = textwrap.dedent(
+    """
+    import json, sys, threading, time
+    from django_mcpatterns.core.cluster import Cluster
+    from django_mcpatterns.core.stampede import Stampede, StampedePolicy
+
+    cluster = Cluster(sys.argv[1].split(","))
+    stampede = Stampede(cluster, StampedePolicy(grace=3))
+    cluster.get("warm-up")  # connected before the clock starts
+    print("ready", flush=True)
+
+    def compute():
+        time.sleep(COMPUTE)
+        cluster.incr("computes", 1)
+        return "value"
+
+    def caller(start_at, results):
+        time.sleep(max(0.0, start_at - time.time()))
+        began = time.monotonic()
+        outcome = stampede.fetch("hot", compute, 1).outcome
+        results.append([outcome, time.monotonic() - began])
+
+    for line in sys.stdin:
+        results = []
+        threads = [
+            threading.Thread(target=caller, args=(float(line), results)) for _ in range(4)
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        print(json.dumps(results), flush=True)
+    """
+).replace("COMPUTE", "0.6")
+
+
+class Callers:
+    """Four processes of four caller threads, run phase by phase."""
+
+    def __init__(self, specs: str) -> None:
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        self.processes = [
+            subprocess.Popen(
+                [sys.executable, "-c", CALLERS, specs],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+                env=env,
+                cwd=ROOT,
+            )
+            for _ in range(4)
+        ]
+        for process in self.processes:
+            assert process.stdout is not None
+            assert process.stdout.readline() == "ready\n"
+
+    def run(self, start_at: float) -> list[tuple[str, float]]:
+        """Release all 16 callers at ``start_at``; return their (outcome, seconds)."""
+        for process in self.processes:
+            assert process.stdin is not None
+            process.stdin.write(f"{start_at}\n")
+            process.stdin.flush()
+        results = []
+        for process in self.processes:
+            assert process.stdout is not None
+            results += [tuple(r) for r in json.loads(process.stdout.readline())]
+        return results
+
+    def close(self) -> None:
+        for process in self.processes:
+            assert process.stdin is not None
+            assert process.stdout is not None
+            process.stdin.close()
+            assert process.wait(timeout=30) == 0
+            process.stdout.close()
+
+
+def test_sixteen_callers_in_four_processes_compute_once_per_miss_and_per_expiry(
+    cluster: Cluster, memcached_3: list[MemcachedServer]
+) -> None:
+    cluster.set("computes", b"0")
+    callers = Callers(",".join(s.spec for s in memcached_3))
+    try:
+        cold = callers.run(time.time() + 0.2)
+        assert int(cluster.get("computes")) == 1
+        # Release them again once the value is stale (its hard expiry is 3 s later).
+        soft_expiry = Stampede(cluster).read("hot").soft_expiry
+        stale = callers.run(soft_expiry + 0.2)
+        assert int(cluster.get("computes")) == 2
+    finally:
+        callers.close()
+    cold_outcomes = Counter(outcome for outcome, _ in cold)
+    stale_outcomes = Counter(outcome for outcome, _ in stale)
+    # One computes; the others waited for it (or, descheduled past it, found it fresh).
+    assert cold_outcomes["computed"] == 1
+    assert cold_outcomes["waited"] + cold_outcomes["fresh"] == 15
+    assert stale_outcomes["computed"] == 1
+    assert stale_outcomes["stale"] + stale_outcomes["fresh"] == 15
+    assert stale_outcomes["stale"] >= 8
+    # Stale callers are served at once, not after the 0.6 s computation.
+    assert max(took for outcome, took in stale if outcome == "stale") < 0.4

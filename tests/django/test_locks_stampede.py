@@ -1,0 +1,220 @@
+"""Locks and get_or_compute on the Django backends: keys, timeouts, signals.
+
+The algorithms are proven in ``tests/core``; here they are reached the way a
+project reaches them (``caches[...]`` built from ``settings.CACHES``), on a
+3-server cluster and on the embedded store: Django's key rules apply to lock
+and value keys, Django's timeout conventions to soft expiry, plain reads never
+see the envelope, and the core's events arrive as Django signals.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+from django.core.cache import caches
+from django.dispatch import Signal
+from django.test import override_settings
+
+from django_mcpatterns import signals
+from django_mcpatterns.core.exceptions import LockNotOwnedError
+from django_mcpatterns.core.locks import Lock
+from django_mcpatterns.core.stampede import StampedePolicy, lock_key
+from tests.django.conftest import Deployment
+
+
+class Boom(Exception):
+    pass
+
+
+@contextmanager
+def received(signal: Signal) -> Iterator[list[dict[str, Any]]]:
+    """Collect the keyword arguments (with ``sender``) of every ``signal`` sent in the block."""
+    calls: list[dict[str, Any]] = []
+
+    def receiver(sender: Any, **kwargs: Any) -> None:
+        calls.append({"sender": sender, **kwargs})
+
+    signal.connect(receiver, weak=False)
+    try:
+        yield calls
+    finally:
+        signal.disconnect(receiver)
+
+
+class LocksStampedeContract:
+    """Run against every deployment; subclasses provide ``deployment``."""
+
+    @pytest.fixture
+    def deployment(self) -> Deployment:
+        raise NotImplementedError
+
+    @pytest.fixture(autouse=True)
+    def _configured(self, deployment: Deployment) -> Iterator[None]:
+        deployment.flush()
+        setting = {
+            "default": deployment.params(),
+            "prefixed": deployment.params(KEY_PREFIX="site2", VERSION=3),
+            "forever": deployment.params(TIMEOUT=None),
+        }
+        with override_settings(CACHES=setting):
+            caches["default"].clear()
+            yield
+
+    @pytest.fixture
+    def cache(self) -> Any:
+        return caches["default"]
+
+    # -- locks --
+
+    def test_lock_uses_the_cache_key_rules(self, cache: Any) -> None:
+        prefixed = caches["prefixed"]
+        with prefixed.lock("job", timeout=5) as lock:
+            assert isinstance(lock, Lock)
+            assert lock.key == prefixed.make_key("job") == "site2:3:job"
+            assert prefixed.get("job") == lock.token
+            assert cache.lock("job").acquire(blocking=False)  # another prefix: another lock
+        assert prefixed.get("job") is None
+
+    def test_lock_release_by_a_lapsed_owner_raises(self, cache: Any) -> None:
+        late = cache.lock("lapse", timeout=1)
+        assert late.acquire()
+        other = cache.lock("lapse", timeout=10, blocking_timeout=5)
+        assert other.acquire()
+        with pytest.raises(LockNotOwnedError):
+            late.release()
+        assert other.owned()
+
+    def test_lock_signals_waits_and_timeouts(self, cache: Any) -> None:
+        holder = cache.lock("busy", timeout=1)
+        holder.acquire()
+        with received(signals.lock_timed_out) as timed_out:
+            assert cache.lock("busy", blocking_timeout=0.05).acquire() is False
+        with received(signals.lock_waited) as waited:
+            assert cache.lock("busy", blocking_timeout=5).acquire() is True
+        assert [c["key"] for c in timed_out] == [cache.make_key("busy")]
+        assert 0.05 <= timed_out[0]["waited"] < 1
+        assert waited[0]["sender"] is type(cache)
+        assert waited[0]["cache"] is cache
+        assert 0 < waited[0]["waited"] <= 3  # the holder's 1 s lock lapses within 2 s
+
+    def test_lock_decorator(self, cache: Any) -> None:
+        @cache.lock("decorated", timeout=5, blocking=False)
+        def job() -> bool:
+            return bool(cache.get("decorated"))
+
+        assert job() is True
+        assert cache.get("decorated") is None
+
+    # -- get_or_compute --
+
+    def test_get_or_compute_and_plain_reads(self, cache: Any) -> None:
+        calls = []
+
+        def compute() -> dict[str, int]:
+            calls.append(1)
+            return {"total": 42}
+
+        assert cache.get_or_compute("report", compute, 60) == {"total": 42}
+        assert cache.get_or_compute("report", compute, 60) == {"total": 42}
+        assert len(calls) == 1
+        # The envelope never reaches users of the ordinary cache API.
+        assert cache.get("report") == {"total": 42}
+        assert cache.get_many(["report"]) == {"report": {"total": 42}}
+        assert cache.get_or_set("report", "other") == {"total": 42}
+        assert cache.has_key("report")
+
+    def test_get_or_compute_result_says_what_happened(self, cache: Any) -> None:
+        first = cache.get_or_compute_result("r", lambda: "v", 60)
+        again = cache.get_or_compute_result("r", lambda: "w", 60)
+        assert (first.outcome, again.outcome) == ("computed", "fresh")
+        assert again.envelope == cache.get_envelope("r")
+        assert again.envelope.soft_expiry == pytest.approx(time.time() + 60, abs=2)
+
+    def test_timeouts_follow_django_conventions(self, cache: Any) -> None:
+        cache.get_or_compute("default", lambda: 1)  # the cache's TIMEOUT: 300 s
+        envelope = cache.get_envelope("default")
+        assert envelope.soft_expiry == pytest.approx(time.time() + 300, abs=2)
+        assert envelope.hard_expiry == pytest.approx(time.time() + 600, abs=2)  # + grace
+        cache.get_or_compute("never", lambda: 1, None)
+        assert cache.get_envelope("never").soft_expiry == float("inf")
+        caches["forever"].get_or_compute("forever", lambda: 1)
+        assert caches["forever"].get_envelope("forever").soft_expiry == float("inf")
+        assert cache.get_or_compute("zero", lambda: 1, 0) == 1
+        assert cache.get("zero") is None  # timeout 0: not cached, as in Django
+        sixty_days = 60 * 86400
+        cache.get_or_compute("long", lambda: 1, sixty_days)  # absolute exptime in Django
+        assert cache.get_envelope("long").soft_expiry == pytest.approx(
+            time.time() + sixty_days, abs=2
+        )
+
+    def test_keys_and_versions(self, cache: Any) -> None:
+        prefixed = caches["prefixed"]
+        prefixed.get_or_compute("k", lambda: "v3", 60)
+        assert prefixed.get("k") == "v3"
+        assert cache.get("k") is None
+        assert prefixed.get_or_compute("k", lambda: "v4", 60, version=4) == "v4"
+        assert prefixed.get("k", version=4) == "v4"
+
+    def test_memcached_keeps_soft_plus_grace(self, cache: Any, deployment: Deployment) -> None:
+        deployment.require_servers()
+        cache.get_or_compute("ttl", lambda: 1, 50, policy=StampedePolicy(grace=100))
+        assert deployment.ttl(cache.make_key("ttl")) in (150, 151)
+
+    def test_mark_stale_then_one_recompute_with_signals(self, cache: Any) -> None:
+        cache.get_or_compute("page", lambda: "old", 60)
+        assert cache.mark_stale("page") is True
+        # Someone else is recomputing: this caller is served the stale value.
+        assert cache.store.add(lock_key(cache.make_key("page")), b"other", 10)
+        with received(signals.stale_served) as stale:
+            assert cache.get_or_compute("page", lambda: "new", 60) == "old"
+        assert stale[0]["key"] == cache.make_key("page")
+        assert 0 <= stale[0]["age"] < 2
+        cache.store.delete(lock_key(cache.make_key("page")))
+        with received(signals.recomputed) as recomputed:
+            assert cache.get_or_compute("page", lambda: "new", 60) == "new"
+        (call,) = recomputed
+        assert call["reason"] == "stale"
+        assert call["background"] is False
+        assert call["compute_time"] >= 0
+
+    def test_compute_errors_serve_stale_and_are_signalled(self, cache: Any) -> None:
+        cache.get_or_compute("fragile", lambda: "old", 60)
+        cache.mark_stale("fragile")
+
+        def failing() -> str:
+            raise Boom("database down")
+
+        with received(signals.compute_failed) as failed:
+            assert cache.get_or_compute("fragile", failing, 60) == "old"
+        assert isinstance(failed[0]["error"], Boom)
+        with pytest.raises(Boom):
+            cache.get_or_compute("cold", failing, 60)
+
+    def test_recompute(self, cache: Any) -> None:
+        cache.get_or_compute("x", lambda: 1, 60)
+        with received(signals.recomputed) as recomputed:
+            assert cache.recompute("x", lambda: 2, 60) == 2
+        assert recomputed[0]["reason"] == "refresh"
+        assert cache.get("x") == 2
+
+    def test_the_cache_wide_default_policy(self, cache: Any) -> None:
+        cache.stampede_policy = StampedePolicy(grace=7)
+        cache.get_or_compute("g", lambda: 1, 10)
+        envelope = cache.get_envelope("g")
+        assert envelope.hard_expiry - envelope.soft_expiry == pytest.approx(7)
+
+
+class TestThreeServers(LocksStampedeContract):
+    @pytest.fixture
+    def deployment(self, memcached_3: list[Any]) -> Deployment:
+        return Deployment.cluster(memcached_3)
+
+
+class TestEmbedded(LocksStampedeContract):
+    @pytest.fixture
+    def deployment(self) -> Deployment:
+        return Deployment.embedded("locks-stampede")
