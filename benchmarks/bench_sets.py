@@ -29,14 +29,13 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pymemcache.client.base import Client
-
 from django_mcpatterns.core.cluster import Cluster
 from django_mcpatterns.core.sets import AppendSets
-from tests.harness import LOOPBACK, memcached_cluster
+from tests.harness import MemcachedServer, memcached_cluster, server_counters
 
 PROCESSES = 8
 POOL = 2000  # members each process draws from
+WIRE = ("cmd_get", "cmd_set", "cmd_touch")  # the counters a request moves
 
 
 def append_sadd(sets: AppendSets, key: str, member: str) -> None:
@@ -129,16 +128,7 @@ def read_ratio(cache: Any, label: str, members: list[Any], rounds: int) -> float
     return mine / other
 
 
-def wire(port: int) -> dict[str, int]:
-    client = Client((LOOPBACK, port), timeout=5)
-    try:
-        stats = client.stats()
-    finally:
-        client.close()
-    return {name: int(stats[name.encode()]) for name in ("cmd_get", "cmd_set", "cmd_touch")}
-
-
-def requests(cache: Any, port: int) -> dict[str, int]:
+def requests(cache: Any, server: MemcachedServer) -> dict[str, int]:
     counts = {}
     cache.sadd("req", "seed")
     cache.smembers("req")
@@ -153,9 +143,9 @@ def requests(cache: Any, port: int) -> dict[str, int]:
         "sadd to a missing set": lambda: cache.sadd("req:new", "a"),
     }
     for name, operation in operations.items():
-        before = wire(port)
+        before = server_counters([server], WIRE)
         operation()
-        after = wire(port)
+        after = server_counters([server], WIRE)
         counts[name] = sum(after[k] - before[k] for k in after)
         print(f"  {name:<36} {counts[name]} request(s)")
     return counts
@@ -185,7 +175,7 @@ def main() -> None:
         failures += read_ratio(cache, "short-strs", short, args.rounds) > 2
 
         print("requests per operation (memcached cmd_get + cmd_set + cmd_touch):")
-        counts = requests(cache, server.port)
+        counts = requests(cache, server)
         steady = ("sadd (1 member)", "sadd (1,000 members)", "srem (500 members)", "smembers")
         failures += any(counts[name] != 1 for name in steady)
     print("all targets met" if not failures else f"{failures} target(s) missed")

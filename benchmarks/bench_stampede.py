@@ -46,7 +46,6 @@ COMPUTE_SECONDS = 0.2
 SOFT_TIMEOUT = 1  # ours: soft expiry (Django timeouts are whole seconds)
 DJANGO_TIMEOUT = 2
 EXPIRY_GAP = 0.5  # compute starts further apart than this belong to different expiries
-COUNTERS = ("cmd_get", "cmd_set", "cmd_touch", "delete_hits", "delete_misses")
 
 
 # -- the worker process --------------------------------------------------------------
@@ -195,25 +194,12 @@ def p(latencies: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000
 
 
-def server_requests(servers: Any) -> int:
-    from pymemcache.client.base import Client
-
-    total = 0
-    for server in servers:
-        client = Client(("127.0.0.1", server.port), default_noreply=False)
-        try:
-            stats = client.stats()
-        finally:
-            client.close()
-        total += sum(int(stats[name.encode()]) for name in COUNTERS)
-    return total
-
-
 def request_counts(servers: Any) -> dict[str, int]:
     """Requests memcached counts for a lock and for each get_or_compute path."""
     from django_mcpatterns.core.cluster import Cluster
     from django_mcpatterns.core.locks import Lock
     from django_mcpatterns.core.stampede import Stampede, lock_key
+    from tests.harness import server_requests
 
     cluster = Cluster([s.spec for s in servers])
     stampede = Stampede(cluster)

@@ -27,6 +27,7 @@ COUNTED = {
     "namespace_invalidated": "Namespaces invalidated",
     "node_dead": "Servers marked dead",
     "node_revived": "Servers revived",
+    "value_refused": "Cached values refused (unsigned, forged or unreadable)",
 }
 
 

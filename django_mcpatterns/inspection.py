@@ -63,17 +63,15 @@ def arcs(ring: Continuum) -> list[Arc]:
     the same node are merged.  Equal points give their arc to the first entry,
     as lookups do (``bisect_left``).
     """
-    # Continuum keeps its points private; it offers shares() but not the arcs,
-    # and moved-key fractions need the arcs of two rings side by side.
-    points, owners = ring._ring
+    points = ring.points()
     if not points:
         return []
     found: list[Arc] = []
     start = 0
-    for point, owner in zip(points, owners, strict=False):  # owners ends with a wrap entry
+    for point, owner in points:
         _extend(found, start, point + 1, owner)
         start = max(start, point + 1)
-    _extend(found, start, RING_SIZE, owners[0])
+    _extend(found, start, RING_SIZE, points[0][1])  # the wrap-around arc
     return found
 
 

@@ -4,6 +4,13 @@
     A memcached server was marked dead by failover, or answered again.
     Keyword arguments: ``node`` (``"host:port"``), ``error`` (the exception, or
     ``None``).  The sender is the :class:`~django_mcpatterns.core.cluster.Cluster`.
+``value_refused``
+    A stored item was refused and read as a miss: unsigned or forged under
+    signing, another serializer's format, or corrupt
+    (:mod:`django_mcpatterns.core.serializers`).  Keyword arguments: ``key``
+    (bytes), ``reason`` (``"unsigned"``, ``"signature"``, ``"format"``,
+    ``"corrupt"``), ``flags``, ``detail``.  The sender is the store's class
+    (``Cluster`` or ``MemoryStore``).
 
 Stampede protection and locks send the following; the sender is the cache
 backend's class, ``cache`` the backend instance, and ``key`` the full memcached
@@ -32,11 +39,11 @@ from typing import Any
 
 from django.dispatch import Signal
 
-from .core.locks import LockTimedOut, LockWaited
-from .core.stampede import ComputeFailed, Recomputed, StaleServed
+from .patterns.events import signals_by_event
 
 node_dead = Signal()
 node_revived = Signal()
+value_refused = Signal()
 
 recomputed = Signal()
 stale_served = Signal()
@@ -44,13 +51,7 @@ compute_failed = Signal()
 lock_waited = Signal()
 lock_timed_out = Signal()
 
-_BY_EVENT: dict[type, Signal] = {
-    Recomputed: recomputed,
-    StaleServed: stale_served,
-    ComputeFailed: compute_failed,
-    LockWaited: lock_waited,
-    LockTimedOut: lock_timed_out,
-}
+_BY_EVENT: dict[type, Signal] = signals_by_event(globals())
 
 
 def send_pattern_event(cache: Any, event: object) -> None:

@@ -3,23 +3,48 @@
 Processes are started and stopped by pid through mirakuru, which waits until the
 TCP port answers.  When a binary is missing the tests skip with a loud reason,
 except under ``CI=true``, where a missing server is a failure.
+
+Also here: :func:`cluster_on` (a Cluster on flushed servers); probes that look
+at the servers behind our clients' back (a plain pymemcache client, the TTL
+memcached holds, who holds a key, the ``stats`` counters); and
+:func:`serve_example`, which runs an example the way its docs say.
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
 import shutil
 import signal
 import socket
-from collections.abc import Iterator, Sequence
+import subprocess
+import time
+import urllib.request
+from collections import Counter
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import pytest
 from mirakuru import TCPExecutor
+from pymemcache.client.base import Client
+
+if TYPE_CHECKING:
+    from django_mcpatterns.core.cluster import Cluster
 
 LOOPBACK = "127.0.0.1"
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def missing(reason: str) -> NoReturn:
+    """Skip loudly for a missing test dependency; fail under CI, where nothing may be missing."""
+    if IN_CI:
+        pytest.fail(reason, pytrace=False)
+    pytest.skip(f"!!! SKIPPED: {reason}")
 
 
 def require_binary(name: str, package: str | None = None) -> str:
@@ -27,13 +52,18 @@ def require_binary(name: str, package: str | None = None) -> str:
     path = shutil.which(name) or shutil.which(name, path="/usr/sbin:/usr/local/sbin")
     if path:
         return path
-    reason = (
+    missing(
         f"{name} is not installed: these tests need a real {name} "
         f"(apt-get install -y {package or name}); scripts/test.sh installs it"
     )
-    if IN_CI:
-        pytest.fail(reason, pytrace=False)
-    pytest.skip(f"!!! SKIPPED: {reason}")
+
+
+def require_module(name: str, install: str) -> ModuleType:
+    """Import ``name``; skip (fail under CI) when it is missing."""
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        missing(f"{name} is not importable: these tests need a real {name} ({install})")
 
 
 def free_port() -> int:
@@ -159,3 +189,140 @@ def memcached_cluster(count: int, **kwargs) -> Iterator[list[MemcachedServer]]:
         yield servers
     finally:
         stop_all(servers)
+
+
+@contextlib.contextmanager
+def cluster_on(servers: Sequence[MemcachedServer]) -> Iterator[Cluster]:
+    """A :class:`Cluster` on ``servers``, flushed first and closed after."""
+    # Imported here: every test session loads the harness, and only some need a Cluster.
+    from django_mcpatterns.core.cluster import Cluster
+
+    for server in servers:
+        server.flush()
+    cluster = Cluster([server.spec for server in servers])
+    try:
+        yield cluster
+    finally:
+        cluster.close()
+
+
+# -- probes: what the servers themselves hold and count -------------------------
+
+# Counters that move once per request: keys fetched count one each, storage
+# commands (set/add/append/prepend/cas) count in cmd_set.
+REQUEST_COUNTERS = ("cmd_get", "cmd_set", "cmd_touch", "delete_hits", "delete_misses")
+
+# Counters that any data command moves: unchanged, they prove that nothing
+# reached the servers.
+COMMAND_COUNTERS = (
+    *REQUEST_COUNTERS,
+    *("cmd_meta", "cmd_flush", "incr_hits", "incr_misses", "decr_hits", "decr_misses"),
+    *("cas_hits", "cas_misses", "cas_badval"),
+)
+
+
+def raw_client(server: MemcachedServer, **options: Any) -> Client:
+    """A plain pymemcache client on one server, bypassing everything of ours."""
+    options = {"default_noreply": False, "allow_unicode_keys": True, "timeout": 5, **options}
+    return Client((LOOPBACK, server.port), **options)
+
+
+def server_ttl(server: MemcachedServer, key: str) -> int | None:
+    """The remaining TTL memcached reports for a key (-1: never), None when absent."""
+    client = raw_client(server)
+    try:
+        # Meta get with the `t` flag (memcached >= 1.6): "HD t<seconds>" or "EN".
+        line = client.raw_command(b"mg " + key.encode() + b" t", end_tokens=b"\r\n")
+    finally:
+        client.close()
+    if line.startswith(b"EN"):
+        return None
+    assert line.startswith(b"HD"), line
+    (flag,) = [token for token in line.split()[1:] if token.startswith(b"t")]
+    return int(flag[1:])
+
+
+def servers_holding(servers: Iterable[MemcachedServer], key: str | bytes) -> list[str]:
+    """The specs of the servers that hold ``key``, read directly."""
+    found = []
+    for server in servers:
+        client = raw_client(server)
+        try:
+            if client.get(key) is not None:
+                found.append(server.spec)
+        finally:
+            client.close()
+    return found
+
+
+def server_counters(servers: Iterable[MemcachedServer], names: Sequence[str]) -> Counter[str]:
+    """The sum over ``servers`` of the ``stats`` counters ``names``."""
+    total: Counter[str] = Counter()
+    for server in servers:
+        client = raw_client(server)
+        try:
+            stats = client.stats()
+        finally:
+            client.close()
+        total.update({name: int(stats[name.encode()]) for name in names})
+    return total
+
+
+def server_requests(servers: Iterable[MemcachedServer]) -> int:
+    """The requests the servers have answered (:data:`REQUEST_COUNTERS`)."""
+    return sum(server_counters(servers, REQUEST_COUNTERS).values())
+
+
+# -- the examples, started as the docs say ----------------------------------------
+
+
+def http_get(url: str) -> tuple[int, str]:
+    """The status and body of a GET (an error status raises, as ``urlopen`` does)."""
+    with urllib.request.urlopen(url, timeout=5) as response:
+        return response.status, response.read().decode()
+
+
+@contextlib.contextmanager
+def serve_example(script: str, **env_vars: str) -> Iterator[tuple[str, str]]:
+    """Run ``bash <script>`` from the repository root on a free ``PORT``, as a user would.
+
+    The environment is the test run's without its cache and Django settings
+    (``env_vars`` may set them).  Yield the URL and the first page served
+    (status 200) once it answers; stop the script's whole process group after.
+    """
+    port = free_port()
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in {"MEMCACHED_SERVERS", "DJANGO_SETTINGS_MODULE"}
+    }
+    env.update(env_vars, PORT=str(port))
+    process = subprocess.Popen(
+        ["bash", script],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,  # so the whole process group can be stopped
+    )
+    url = f"http://{LOOPBACK}:{port}/"
+    deadline = time.monotonic() + 300  # the first run installs the project
+    try:
+        while True:
+            if process.poll() is not None:
+                output = process.stdout.read() if process.stdout else ""
+                pytest.fail(f"{script} exited with {process.returncode}:\n{output}")
+            try:
+                status, first_page = http_get(url)
+                assert status == 200
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    pytest.fail(f"{script} did not answer on {url}")
+                time.sleep(0.2)
+        yield url, first_page
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGTERM)
+            process.wait(timeout=10)

@@ -1,6 +1,6 @@
 """Byte encodings of what the patterns store in memcached.
 
-Set and list items (:mod:`.sets`) are raw bytes: ``append`` keeps an item's flags,
+Set and list items (:mod:`.sets`, :mod:`.lists`) are raw bytes: ``append`` keeps an item's flags,
 so they can never be pickled values.  Their layout::
 
     set root   HEADER  SNAPSHOT  RECORD*          (records are appended)

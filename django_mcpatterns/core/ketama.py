@@ -508,6 +508,15 @@ class Continuum:
             counts[owner] += 1
         return counts
 
+    def points(self) -> list[tuple[int, str]]:
+        """Return the ring as ``(point, node)`` pairs in hash order.
+
+        A key goes to the first point >= its hash, wrapping past the last point
+        to the first.  Of equal points, the first listed is the one lookups take.
+        """
+        points, owners = self._ring
+        return list(zip(points, owners, strict=False))  # owners ends with a wrap entry
+
     def __len__(self) -> int:
         return len(self._members)
 

@@ -18,6 +18,12 @@ sender, with keyword arguments.  Each gets ``cache`` (the backend, i.e.
     A caller waited ``waited`` seconds on a lock and got it.
 ``lock_timed_out``
     A caller gave up after ``waited`` seconds.
+
+``value_refused`` is sent by the store, not a cache: a stored item was read as
+a miss because it was unsigned or forged under signing, of another serializer,
+or corrupt (:mod:`django_mcpatterns.core.serializers`).  It gets ``key``
+(bytes), ``reason`` (``"unsigned"``, ``"signature"``, ``"format"``,
+``"corrupt"``), ``flags`` and ``detail``.
 """
 
 from __future__ import annotations
@@ -26,8 +32,8 @@ from typing import Any
 
 from blinker import Namespace, Signal
 
-from ..core.locks import LockTimedOut, LockWaited
-from ..core.stampede import ComputeFailed, Recomputed, StaleServed
+from ..core.serializers import ValueRefused
+from ..patterns.events import signals_by_event
 
 _signals = Namespace()
 
@@ -36,14 +42,9 @@ stale_served = _signals.signal("mcpatterns-stale-served")
 compute_failed = _signals.signal("mcpatterns-compute-failed")
 lock_waited = _signals.signal("mcpatterns-lock-waited")
 lock_timed_out = _signals.signal("mcpatterns-lock-timed-out")
+value_refused = _signals.signal("mcpatterns-value-refused")
 
-_BY_EVENT: dict[type, Signal] = {
-    Recomputed: recomputed,
-    StaleServed: stale_served,
-    ComputeFailed: compute_failed,
-    LockWaited: lock_waited,
-    LockTimedOut: lock_timed_out,
-}
+_BY_EVENT: dict[type, Signal] = signals_by_event(globals())
 
 
 def send_pattern_event(cache: Any, event: object) -> None:
@@ -51,3 +52,8 @@ def send_pattern_event(cache: Any, event: object) -> None:
     signal = _BY_EVENT.get(type(event))
     if signal is not None and signal.receivers:
         signal.send(cache=cache, **vars(event))
+
+
+def send_value_refused(event: ValueRefused) -> None:
+    """The stores' ``on_refused`` hook: send :data:`value_refused`."""
+    value_refused.send(**vars(event))

@@ -1,7 +1,7 @@
 """Redis-style sets and lists on cache objects, with django-redis 6's names.
 
 The algorithms are :class:`~django_mcpatterns.core.sets.AppendSets` and
-:class:`~django_mcpatterns.core.sets.AppendLists`; this mixin only makes keys
+:class:`~django_mcpatterns.core.lists.AppendLists`; this mixin only makes keys
 (``version=``, the framework's prefix) and timeouts (``timeout=``, applied when
 a set or list is created) through the hooks of :mod:`django_mcpatterns.patterns`.
 Readers also take ``loader=`` (the set's source of truth, called on a miss) and
@@ -13,13 +13,18 @@ It imports neither Django nor Flask.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from functools import cached_property
-from typing import Any
+from typing import Any, TypeVar
 
+from django_mcpatterns.core.append import SetOptions
 from django_mcpatterns.core.codec import Member
-from django_mcpatterns.core.sets import AppendLists, AppendSets, Loader, SetOptions
+from django_mcpatterns.core.lists import AppendLists
+from django_mcpatterns.core.sets import AppendSets, Loader
 
 from . import DEFAULT, PatternsHost
+
+T = TypeVar("T")
 
 
 class SetsMixin:
@@ -39,6 +44,33 @@ class SetsMixin:
         host: Any = self
         return AppendLists(host.store, host._set_options())
 
+    def _with_expire(
+        self: Any,
+        call: Callable[..., T],
+        key: Any,
+        version: int | None,
+        timeout: Any,
+        *args: Any,
+        **kwargs: Any,
+    ) -> T:
+        """``call(made key, *args, expire=..., **kwargs)``: the cache's key and timeout rules."""
+        made = self._pattern_key(key, version)
+        return call(made, *args, expire=self._pattern_expire(timeout), **kwargs)
+
+    def _store_command(
+        self: Any,
+        call: Callable[..., int],
+        destination: Any,
+        keys: Iterable[Any],
+        destination_version: int | None,
+        keys_version: int | None,
+        timeout: Any,
+    ) -> int:
+        """A ``*store`` command: ``call(destination, *keys, expire=...)`` on made keys."""
+        made = self._pattern_key(destination, destination_version)
+        sources = [self._pattern_key(k, keys_version) for k in keys]
+        return call(made, *sources, expire=self._pattern_expire(timeout))
+
     # -- sets: writes --------------------------------------------------------
 
     def sadd(
@@ -50,9 +82,9 @@ class SetsMixin:
         loader: Loader | None = None,
     ) -> int:
         """Add members; return how many distinct members were written (Redis: how many were new)."""
-        made = self._pattern_key(key, version)
-        expire = self._pattern_expire(timeout)
-        return self._append_sets.sadd(made, *values, expire=expire, loader=loader)
+        return self._with_expire(
+            self._append_sets.sadd, key, version, timeout, *values, loader=loader
+        )
 
     def srem(
         self: Any,
@@ -74,8 +106,9 @@ class SetsMixin:
         loader: Loader | None = None,
         timeout: Any = DEFAULT,
     ) -> Any:
-        made, expire = self._pattern_key(key, version), self._pattern_expire(timeout)
-        return self._append_sets.spop(made, count, loader=loader, expire=expire)
+        return self._with_expire(
+            self._append_sets.spop, key, version, timeout, count, loader=loader
+        )
 
     def smove(
         self: Any,
@@ -104,8 +137,7 @@ class SetsMixin:
         loader: Loader | None = None,
         timeout: Any = DEFAULT,
     ) -> set[Member]:
-        made, expire = self._pattern_key(key, version), self._pattern_expire(timeout)
-        return self._append_sets.smembers(made, loader=loader, expire=expire)
+        return self._with_expire(self._append_sets.smembers, key, version, timeout, loader=loader)
 
     def sismember(
         self: Any,
@@ -116,8 +148,9 @@ class SetsMixin:
         loader: Loader | None = None,
         timeout: Any = DEFAULT,
     ) -> bool:
-        made, expire = self._pattern_key(key, version), self._pattern_expire(timeout)
-        return self._append_sets.sismember(made, member, loader=loader, expire=expire)
+        return self._with_expire(
+            self._append_sets.sismember, key, version, timeout, member, loader=loader
+        )
 
     def smismember(
         self: Any,
@@ -127,8 +160,9 @@ class SetsMixin:
         loader: Loader | None = None,
         timeout: Any = DEFAULT,
     ) -> list[bool]:
-        made, expire = self._pattern_key(key, version), self._pattern_expire(timeout)
-        return self._append_sets.smismember(made, *members, loader=loader, expire=expire)
+        return self._with_expire(
+            self._append_sets.smismember, key, version, timeout, *members, loader=loader
+        )
 
     def scard(
         self: Any,
@@ -138,8 +172,7 @@ class SetsMixin:
         loader: Loader | None = None,
         timeout: Any = DEFAULT,
     ) -> int:
-        made, expire = self._pattern_key(key, version), self._pattern_expire(timeout)
-        return self._append_sets.scard(made, loader=loader, expire=expire)
+        return self._with_expire(self._append_sets.scard, key, version, timeout, loader=loader)
 
     def srandmember(
         self: Any,
@@ -150,8 +183,9 @@ class SetsMixin:
         loader: Loader | None = None,
         timeout: Any = DEFAULT,
     ) -> Any:
-        made, expire = self._pattern_key(key, version), self._pattern_expire(timeout)
-        return self._append_sets.srandmember(made, count, loader=loader, expire=expire)
+        return self._with_expire(
+            self._append_sets.srandmember, key, version, timeout, count, loader=loader
+        )
 
     # -- sets: algebra -------------------------------------------------------
 
@@ -167,19 +201,15 @@ class SetsMixin:
     def sunionstore(
         self: Any, destination: Any, *keys: Any, version: int | None = None, timeout: Any = DEFAULT
     ) -> int:
-        return self._append_sets.sunionstore(
-            self._pattern_key(destination, version),
-            *[self._pattern_key(k, version) for k in keys],
-            expire=self._pattern_expire(timeout),
+        return self._store_command(
+            self._append_sets.sunionstore, destination, keys, version, version, timeout
         )
 
     def sinterstore(
         self: Any, dest: Any, *keys: Any, version: int | None = None, timeout: Any = DEFAULT
     ) -> int:
-        return self._append_sets.sinterstore(
-            self._pattern_key(dest, version),
-            *[self._pattern_key(k, version) for k in keys],
-            expire=self._pattern_expire(timeout),
+        return self._store_command(
+            self._append_sets.sinterstore, dest, keys, version, version, timeout
         )
 
     def sdiffstore(
@@ -190,10 +220,8 @@ class SetsMixin:
         version_keys: int | None = None,
         timeout: Any = DEFAULT,
     ) -> int:
-        return self._append_sets.sdiffstore(
-            self._pattern_key(dest, version_dest),
-            *[self._pattern_key(k, version_keys) for k in keys],
-            expire=self._pattern_expire(timeout),
+        return self._store_command(
+            self._append_sets.sdiffstore, dest, keys, version_dest, version_keys, timeout
         )
 
     # -- lists ---------------------------------------------------------------
@@ -202,8 +230,7 @@ class SetsMixin:
         self: Any, key: Any, *values: Member, version: int | None = None, timeout: Any = DEFAULT
     ) -> int:
         """Append values; return how many were pushed (Redis: the new length)."""
-        made = self._pattern_key(key, version)
-        return self._append_lists.rpush(made, *values, expire=self._pattern_expire(timeout))
+        return self._with_expire(self._append_lists.rpush, key, version, timeout, *values)
 
     def lrange(self: Any, key: Any, start: int, end: int, version: int | None = None) -> list[Any]:
         return self._append_lists.lrange(self._pattern_key(key, version), start, end)

@@ -29,7 +29,7 @@ from django_mcpatterns.core.options import ClusterOptions
 from django_mcpatterns.core.servers import Server
 from django_mcpatterns.core.store import Store
 from tests.conftest import flush
-from tests.harness import MemcachedServer, require_binary
+from tests.harness import MemcachedServer, cluster_on, raw_client, require_binary
 
 # -- a socket module that records (and can slow down) what clients do ----------
 
@@ -91,18 +91,14 @@ class _SpiedSocket:
 
 @pytest.fixture
 def one(memcached_1: list[MemcachedServer]) -> Iterator[Cluster]:
-    flush(memcached_1)
-    cluster = Cluster([s.spec for s in memcached_1])
-    yield cluster
-    cluster.close()
+    with cluster_on(memcached_1) as cluster:
+        yield cluster
 
 
 @pytest.fixture
 def three(memcached_3: list[MemcachedServer]) -> Iterator[Cluster]:
-    flush(memcached_3)
-    cluster = Cluster([s.spec for s in memcached_3])
-    yield cluster
-    cluster.close()
+    with cluster_on(memcached_3) as cluster:
+        yield cluster
 
 
 @pytest.fixture(params=["one", "three"])
@@ -112,10 +108,7 @@ def cluster(request: pytest.FixtureRequest) -> Cluster:
 
 def raw_clients(servers: list[MemcachedServer]) -> dict[str, Client]:
     """A plain pymemcache client per server, to look behind the cluster's back."""
-    return {
-        s.spec: Client(("127.0.0.1", s.port), serde=pickle_serde, default_noreply=False)
-        for s in servers
-    }
+    return {s.spec: raw_client(s, serde=pickle_serde) for s in servers}
 
 
 # -- Store semantics on real memcached ---------------------------------------------

@@ -19,18 +19,8 @@ from django_mcpatterns.core.exceptions import NodeUnavailableError
 from django_mcpatterns.core.health import Admission, NodeEvent, NodeHealth
 from django_mcpatterns.core.options import ClusterOptions
 from tests.core.test_cluster import SocketSpy, _closed_port
+from tests.fakes import FakeClock
 from tests.harness import MemcachedServer, start_memcached, stop_all
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
 
 
 def make_health(clock: FakeClock, events: list[NodeEvent], attempts: int = 2) -> NodeHealth:

@@ -1,32 +1,68 @@
-"""The core must import and work without Django or Flask (style.md, habit 1)."""
+"""The core and the pattern mixins import and work without Django or Flask (style.md, habit 1)."""
 
 import subprocess
 import sys
 import textwrap
 
+# Makes importing a framework fail, even though they are installed here.
+BLOCK_FRAMEWORKS = """
+import importlib, importlib.abc, pkgutil, sys
+
+class Block(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in {"django", "flask", "flask_caching", "werkzeug"}:
+            raise ImportError(f"imported {name}")
+        return None
+
+sys.meta_path.insert(0, Block())
+"""
+
+
+def run_without_frameworks(code: str) -> str:
+    """Run ``code`` in a fresh interpreter that cannot import a framework; return its output."""
+    result = subprocess.run(
+        [sys.executable, "-c", BLOCK_FRAMEWORKS + textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout.strip()
+
 
 def test_core_imports_without_django_or_flask():
-    # Run in a fresh interpreter where importing a framework fails, even though
-    # they are installed here: any import of them from the core is then an error.
-    code = textwrap.dedent(
+    # Any import of a framework from the core is then an error.
+    out = run_without_frameworks(
         """
-        import importlib, importlib.abc, pkgutil, sys
-
-        class Block(importlib.abc.MetaPathFinder):
-            def find_spec(self, name, path=None, target=None):
-                if name.split(".")[0] in {"django", "flask", "flask_caching", "werkzeug"}:
-                    raise ImportError(f"core imported {name}")
-                return None
-
-        sys.meta_path.insert(0, Block())
         import django_mcpatterns.core as core
         for info in pkgutil.walk_packages(core.__path__, "django_mcpatterns.core."):
             importlib.import_module(info.name)
         print("ok")
         """
     )
-    result = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    assert out == "ok"
+
+
+def test_the_sets_mixin_imports_no_framework() -> None:
+    # The Flask backend reuses SetsMixin: it must load where Django cannot.
+    out = run_without_frameworks(
+        """
+        from django_mcpatterns.patterns.sets import SetsMixin
+        print(SetsMixin.__name__)
+        """
     )
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "ok"
+    assert out == "SetsMixin"
+
+
+def test_the_signal_table_imports_no_framework() -> None:
+    # Both frameworks' signal modules read it (patterns/events.py).
+    out = run_without_frameworks(
+        """
+        from django_mcpatterns.patterns.events import SIGNAL_NAMES
+        print(sorted(SIGNAL_NAMES.values()))
+        """
+    )
+    assert (
+        out == "['compute_failed', 'lock_timed_out', 'lock_waited', 'recomputed', 'stale_served']"
+    )

@@ -14,6 +14,8 @@ import itertools
 import random
 import string
 import struct
+from bisect import bisect_left
+from collections import Counter
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -342,6 +344,37 @@ def test_twemproxy_gives_equal_points_to_the_shortest_then_smallest_label(a, b, 
         addresses = ["10.9.9.1:1", "10.9.9.2:2"]
         named = Continuum(addresses, variant="twemproxy", names=nodes)
         assert named.get_node(key) == addresses[nodes.index(winner)]
+
+
+# -- points: the ring as inspection reads it ----------------------------------------
+
+
+@given(
+    variant=st.sampled_from(["libmemcached", "libketama", "spymemcached"]),  # md5 key hashes
+    count=node_counts,
+    key=text_keys,
+)
+def test_points_are_the_ring_lookups_use(variant, count, key):
+    ring = Continuum(node_list(count), variant=variant)
+    points = ring.points()
+    hashes = [point for point, _ in points]
+    assert hashes == sorted(hashes)
+    assert Counter(node for _, node in points) == ring.point_counts()
+    # The first point >= the key's hash owns it, wrapping past the last point.
+    index = bisect_left(hashes, md5_hash(key.encode()))
+    assert points[index % len(points)][1] == ring.get_node(key)
+
+
+@pytest.mark.parametrize(("a", "b", "key", "point"), TIES)
+@pytest.mark.parametrize("variant", ["libketama", "spymemcached"])
+def test_points_list_the_owner_of_an_equal_point_first(variant, a, b, key, point):
+    ring = Continuum([a, b], variant=variant)
+    owner = ring.get_node(key)
+    assert [node for p, node in ring.points() if p == point] == [owner, b if owner == a else a]
+
+
+def test_an_empty_ring_has_no_points():
+    assert Continuum([]).points() == []
 
 
 # -- labels -----------------------------------------------------------------------

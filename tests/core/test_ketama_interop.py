@@ -11,7 +11,6 @@ a point) use real MD5 collisions found by a birthday search.
 
 from __future__ import annotations
 
-import importlib
 import os
 import random
 import signal
@@ -27,12 +26,12 @@ from pymemcache.client.base import Client
 from django_mcpatterns.core.ketama import Continuum
 from django_mcpatterns.core.keys import key_bytes
 from tests.harness import (
-    IN_CI,
     LOOPBACK,
     MemcachedServer,
     free_port,
     port_is_free,
     require_binary,
+    require_module,
 )
 
 pytestmark = pytest.mark.interop
@@ -58,17 +57,6 @@ PORT_TIES = [  # "127.0.0.1:<port>" labels; the first pair whose ports are free 
     (20303, 20824, b"tie-532"),
     (20323, 21074, b"tie-56"),
 ]
-
-
-def require_module(name: str, install: str) -> ModuleType:
-    """Import ``name``; skip loudly when it is missing, fail under ``CI=true``."""
-    try:
-        return importlib.import_module(name)
-    except ImportError:
-        reason = f"{name} is not importable: these tests need a real {name} ({install})"
-        if IN_CI:
-            pytest.fail(reason, pytrace=False)
-        pytest.skip(f"!!! SKIPPED: {reason}")
 
 
 # -- keys -----------------------------------------------------------------------

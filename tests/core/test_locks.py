@@ -35,75 +35,8 @@ from django_mcpatterns.core.locks import (
 from django_mcpatterns.core.memory import MemoryStore
 from django_mcpatterns.core.store import MAX_RELATIVE_EXPIRE
 from tests.conftest import flush
-from tests.harness import MemcachedServer, free_port
-
-START = 1_700_000_000.0  # a Unix time: absolute exptimes make sense
-
-
-class FakeClock:
-    """Time that moves only when told to; ``sleep`` advances it and is recorded."""
-
-    def __init__(self, now: float = START) -> None:
-        self.now = now
-        self.sleeps: list[float] = []
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
-
-    def sleep(self, seconds: float) -> None:
-        assert seconds >= 0
-        self.sleeps.append(seconds)
-        self.now += seconds
-
-
-def near(seconds: Any) -> Any:
-    """Equal up to float rounding at Unix-time magnitudes (2e-7 s per step)."""
-    return pytest.approx(seconds, abs=1e-5)
-
-
-class Hooked:
-    """A Store wrapper that runs ``before[op](*args)`` before the store's ``op``.
-
-    Lets a test slip another caller's actions in at an exact point of a
-    protocol (a deterministic interleaving) and counts the requests made.
-    """
-
-    def __init__(self, store: Any) -> None:
-        self.store = store
-        self.before: dict[str, Callable[..., object]] = {}
-        self.calls: list[tuple[str, Any]] = []
-
-    def __getattr__(self, name: str) -> Any:
-        target = getattr(self.store, name)
-        if not callable(target):
-            return target
-
-        def call(*args: Any, **kwargs: Any) -> Any:
-            hook = self.before.pop(name, None)
-            if hook is not None:
-                hook(*args)
-            self.calls.append((name, args[0] if args else None))
-            return target(*args, **kwargs)
-
-        return call
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
-
-
-@pytest.fixture
-def store(clock: FakeClock) -> MemoryStore:
-    return MemoryStore(clock=clock)
-
-
-@pytest.fixture
-def events() -> list[object]:
-    return []
+from tests.fakes import START, FakeClock, Hooked, near
+from tests.harness import MemcachedServer, free_port, server_requests
 
 
 @pytest.fixture
@@ -474,27 +407,14 @@ def test_real_memcached_release_deletes_with_cas_and_negative_exptime(cluster: C
     assert cluster.get("lock:real") is None
 
 
-def server_requests(server: MemcachedServer) -> int:
-    """Commands the server has answered (storage commands, cas included, count in cmd_set)."""
-    from pymemcache.client.base import Client
-
-    client = Client(("127.0.0.1", server.port), default_noreply=False)
-    try:
-        stats = client.stats()
-    finally:
-        client.close()
-    counters = (b"cmd_get", b"cmd_set", b"cmd_touch", b"delete_hits", b"delete_misses")
-    return sum(int(stats[name]) for name in counters)
-
-
 def test_uncontended_acquire_and_release_is_three_requests(
     cluster: Cluster, memcached_1: list[MemcachedServer]
 ) -> None:
     lock = Lock(cluster, "lock:count", 10)
-    before = server_requests(memcached_1[0])
+    before = server_requests(memcached_1)
     assert lock.acquire()
     lock.release()
-    assert server_requests(memcached_1[0]) - before == 3
+    assert server_requests(memcached_1) - before == 3
 
 
 def test_unreachable_server_raises_instead_of_looking_held() -> None:

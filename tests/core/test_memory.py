@@ -28,32 +28,9 @@ from django_mcpatterns.core.memory import (
     shared_memory_store,
 )
 from django_mcpatterns.core.store import MAX_RELATIVE_EXPIRE
+from tests.fakes import START, FakeClock
 
-START = 1_700_000_000.0  # a Unix time, so absolute exptimes make sense
 DAY = 24 * 60 * 60
-
-
-class FakeClock:
-    """Wall time that moves only when told to."""
-
-    def __init__(self, now: float = START) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
-
-
-@pytest.fixture
-def store(clock: FakeClock) -> MemoryStore:
-    return MemoryStore(clock=clock)
 
 
 def run_threads(count: int, target: Callable[[int], object]) -> list[object]:

@@ -14,11 +14,7 @@ from __future__ import annotations
 
 import math
 import random
-import subprocess
-import sys
-import textwrap
-from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any
 
 import pytest
@@ -45,71 +41,16 @@ from django_mcpatterns.core.exceptions import (
 from django_mcpatterns.core.keys import key_bytes
 from django_mcpatterns.core.memory import MemoryStore
 from django_mcpatterns.core.sets import AppendLists, AppendSets, SetOptions, shard_key
+from tests.fakes import CountingStore, FakeClock
 
 ITEM = 4096
 SMALL = SetOptions(item_size_max=ITEM, headroom=64, compact_min_bytes=256, max_shards=64)
-NOW = 1_700_000_000.0  # fake clocks start at a real Unix time: exptimes over 30 days are absolute
-
-STORE_METHODS = frozenset(
-    {
-        *("get", "gets", "get_many", "gets_many", "set", "set_many", "add"),
-        *("append", "prepend", "cas", "incr", "decr", "delete", "delete_many", "touch"),
-    }
-)
 
 members_st = st.one_of(
     st.text(st.sampled_from("ab\n\x10+-= é"), max_size=6),
     st.binary(max_size=6),
     st.integers(-1000, 1000),
 )
-
-
-class CountingStore:
-    """A Store wrapper: counts calls, logs their keys, runs hooks before them.
-
-    ``before(name, fn)`` runs ``fn`` (once) right before the next call of
-    ``name``: a competing client acting between our read and our write.
-    """
-
-    def __init__(self, inner: Any) -> None:
-        self.inner = inner
-        self.calls: Counter[str] = Counter()
-        self.log: list[tuple[str, Any]] = []
-        self._hooks: dict[str, list[Callable[[], object]]] = {}
-
-    def before(self, name: str, fn: Callable[[], object]) -> None:
-        self._hooks.setdefault(name, []).append(fn)
-
-    def reset(self) -> None:
-        self.calls.clear()
-        self.log.clear()
-
-    @property
-    def requests(self) -> int:
-        return sum(self.calls.values())
-
-    def __getattr__(self, name: str) -> Any:
-        attr = getattr(self.inner, name)
-        if name not in STORE_METHODS:
-            return attr
-
-        def call(*args: Any, **kwargs: Any) -> Any:
-            hooks = self._hooks.get(name)
-            if hooks:
-                hooks.pop(0)()
-            self.calls[name] += 1
-            self.log.append((name, args[0] if args else None))
-            return attr(*args, **kwargs)
-
-        return call
-
-
-class FakeClock:
-    def __init__(self, now: float = NOW) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def typed(members: Iterable[Member]) -> set[tuple[type, Member]]:
@@ -945,27 +886,3 @@ def test_list_timeouts_apply_at_creation() -> None:
     assert lists.llen("l") == 2
     clock.now += 3
     assert lists.llen("l") == 0
-
-
-def test_the_sets_mixin_imports_no_framework() -> None:
-    # The Flask backend reuses SetsMixin: it must load where Django cannot.
-    code = textwrap.dedent(
-        """
-        import importlib.abc, sys
-
-        class Block(importlib.abc.MetaPathFinder):
-            def find_spec(self, name, path=None, target=None):
-                if name.split(".")[0] in {"django", "flask", "flask_caching", "werkzeug"}:
-                    raise ImportError(f"imported {name}")
-                return None
-
-        sys.meta_path.insert(0, Block())
-        from django_mcpatterns.patterns.sets import SetsMixin
-        print(SetsMixin.__name__)
-        """
-    )
-    result = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
-    )
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "SetsMixin"

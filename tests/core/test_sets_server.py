@@ -2,7 +2,7 @@
 
 * Round trips are read from memcached's ``stats`` counters (``cmd_get`` counts
   keys, ``cmd_set`` every storage command: set/add/append/prepend/cas), and
-  cross-checked with :class:`~tests.core.test_sets.CountingStore` (one call is one
+  cross-checked with :class:`~tests.fakes.CountingStore` (one call is one
   request, a multi-get over several servers included).
 * The item limit is memcached's own 1 MiB: ``append`` past it answers NOT_STORED
   like a missing key, and sets must still lose nothing.
@@ -21,31 +21,18 @@ from multiprocessing.managers import BaseManager
 from typing import Any
 
 import pytest
-from pymemcache.client.base import Client
 
 from django_mcpatterns.core.cluster import Cluster
 from django_mcpatterns.core.codec import SET, read_header
 from django_mcpatterns.core.memory import MemoryStore
 from django_mcpatterns.core.sets import AppendLists, AppendSets, SetOptions, shard_key
 from tests.conftest import flush
-from tests.core.test_sets import CountingStore, churn
-from tests.harness import LOOPBACK, MemcachedServer
+from tests.core.test_sets import churn
+from tests.fakes import CountingStore
+from tests.harness import MemcachedServer, cluster_on, server_counters, servers_holding
 
 COUNTERS = ("cmd_get", "cmd_set", "cmd_touch", "cas_hits", "cas_misses", "cas_badval")
 MIB = 1024 * 1024
-
-
-def counters(servers: list[MemcachedServer]) -> dict[str, int]:
-    total = dict.fromkeys(COUNTERS, 0)
-    for server in servers:
-        client = Client((LOOPBACK, server.port), timeout=5)
-        try:
-            stats = client.stats()
-        finally:
-            client.close()
-        for name in COUNTERS:
-            total[name] += int(stats[name.encode()])
-    return total
 
 
 class Wire:
@@ -53,10 +40,10 @@ class Wire:
 
     def __init__(self, servers: list[MemcachedServer]) -> None:
         self.servers = servers
-        self.last = counters(servers)
+        self.last = server_counters(servers, COUNTERS)
 
     def delta(self) -> dict[str, int]:
-        now = counters(self.servers)
+        now = server_counters(self.servers, COUNTERS)
         moved = {name: now[name] - self.last[name] for name in COUNTERS}
         self.last = now
         return {name: value for name, value in moved.items() if value}
@@ -64,19 +51,15 @@ class Wire:
 
 @pytest.fixture
 def one(memcached_1: list[MemcachedServer]) -> Iterator[tuple[CountingStore, Wire]]:
-    flush(memcached_1)
-    cluster = Cluster([s.spec for s in memcached_1])
-    yield CountingStore(cluster), Wire(memcached_1)
-    cluster.close()
+    with cluster_on(memcached_1) as cluster:
+        yield CountingStore(cluster), Wire(memcached_1)
 
 
 @pytest.fixture
 def three(memcached_3: list[MemcachedServer]) -> Iterator[Cluster]:
-    flush(memcached_3)
-    cluster = Cluster([s.spec for s in memcached_3])
-    yield cluster
-    flush(memcached_3)
-    cluster.close()
+    with cluster_on(memcached_3) as cluster:
+        yield cluster
+        flush(memcached_3)
 
 
 # -- round trips, counted by memcached ---------------------------------------------------
@@ -159,14 +142,7 @@ def test_a_set_past_one_item_shards_over_the_cluster(
     assert header.shards >= 3
     holders = set()
     for index in range(header.shards):
-        key = shard_key(b"big", header.generation, index)
-        for server in memcached_3:
-            client = Client((LOOPBACK, server.port), timeout=5)
-            try:
-                if client.get(key) is not None:
-                    holders.add(server.spec)
-            finally:
-                client.close()
+        holders.update(servers_holding(memcached_3, shard_key(b"big", header.generation, index)))
     assert len(holders) >= 2  # the shards are spread over the cluster
     assert sets.smembers("big") == members
     wire = Wire(memcached_3)

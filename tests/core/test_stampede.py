@@ -46,7 +46,7 @@ from django_mcpatterns.core.stampede import (
     StampedePolicy,
     lock_key,
 )
-from tests.core.test_locks import FakeClock, Hooked
+from tests.fakes import FakeClock, Hooked, near
 
 KEY = "report"
 LOCK = lock_key(KEY)
@@ -87,21 +87,6 @@ def failing() -> Any:
 
 
 @pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
-
-
-@pytest.fixture
-def store(clock: FakeClock) -> MemoryStore:
-    return MemoryStore(clock=clock)
-
-
-@pytest.fixture
-def events() -> list[object]:
-    return []
-
-
-@pytest.fixture
 def make(clock: FakeClock, store: MemoryStore, events: list[object]) -> Callable[..., Stampede]:
     def make(policy: StampedePolicy | None = None, **kwargs: Any) -> Stampede:
         kwargs.setdefault("rng", lambda: 0.5)
@@ -116,11 +101,6 @@ def make(clock: FakeClock, store: MemoryStore, events: list[object]) -> Callable
 @pytest.fixture
 def stampede(make: Callable[..., Stampede]) -> Stampede:
     return make()
-
-
-def near(seconds: Any) -> Any:
-    """Equal up to float rounding at Unix-time magnitudes (2e-7 s per step)."""
-    return pytest.approx(seconds, abs=1e-5)
 
 
 def kinds(events: list[object]) -> list[str]:

@@ -19,45 +19,27 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from pymemcache.client.base import Client
 
 from django_mcpatterns.core.cluster import Cluster
 from django_mcpatterns.core.stampede import Stampede, StampedePolicy, lock_key
-from tests.conftest import flush
-from tests.harness import MemcachedServer
+from tests.harness import MemcachedServer, cluster_on, server_requests, server_ttl
 
 ROOT = Path(__file__).resolve().parents[2]
-COUNTERS = (b"cmd_get", b"cmd_set", b"cmd_touch", b"delete_hits", b"delete_misses")
-
-
-def requests(servers: list[MemcachedServer]) -> int:
-    """Commands the servers answered (keys fetched count one each; cas counts in cmd_set)."""
-    total = 0
-    for server in servers:
-        client = Client(("127.0.0.1", server.port), default_noreply=False)
-        try:
-            stats = client.stats()
-        finally:
-            client.close()
-        total += sum(int(stats[name]) for name in COUNTERS)
-    return total
 
 
 @pytest.fixture
 def cluster(memcached_3: list[MemcachedServer]) -> Iterator[Cluster]:
-    flush(memcached_3)
-    cluster = Cluster([s.spec for s in memcached_3])
-    yield cluster
-    cluster.close()
+    with cluster_on(memcached_3) as cluster:
+        yield cluster
 
 
 def test_requests_per_path(cluster: Cluster, memcached_3: list[MemcachedServer]) -> None:
     stampede = Stampede(cluster, StampedePolicy(grace=5))  # hard expiry far away
 
     def count(timeout: float, compute: object = lambda: "v") -> tuple[str, int]:
-        before = requests(memcached_3)
+        before = server_requests(memcached_3)
         outcome = stampede.fetch("req:key", compute, timeout).outcome  # type: ignore[arg-type]
-        return outcome, requests(memcached_3) - before
+        return outcome, server_requests(memcached_3) - before
 
     # Cold: get, add (lock), get (re-check), set, gets + cas (release).
     assert count(1) == ("computed", 6)
@@ -74,15 +56,7 @@ def test_a_plain_client_reads_the_value_and_memcached_holds_soft_plus_grace(
 ) -> None:
     Stampede(cluster, StampedePolicy(grace=100)).get_or_compute("ttl:key", lambda: "v", 50)
     assert cluster.get("ttl:key") == "v"
-    ttls = []
-    for server in memcached_3:
-        client = Client(("127.0.0.1", server.port), default_noreply=False)
-        try:
-            line = client.raw_command(b"mg ttl:key t", end_tokens=b"\r\n")
-        finally:
-            client.close()
-        if line.startswith(b"HD"):
-            ttls.append(int(line.split()[1][1:]))
+    ttls = [ttl for ttl in (server_ttl(s, "ttl:key") for s in memcached_3) if ttl is not None]
     assert len(ttls) == 1
     assert 150 <= ttls[0] <= 151  # ceil(50 + 100) + 1: at least soft TTL + grace
 

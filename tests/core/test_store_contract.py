@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import datetime
 import decimal
-import socket
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -35,7 +34,12 @@ from django_mcpatterns.core.exceptions import (
 from django_mcpatterns.core.memory import MemoryStore
 from django_mcpatterns.core.store import MAX_RELATIVE_EXPIRE, Store
 from tests.conftest import flush
-from tests.harness import IN_CI, LOOPBACK, MemcachedServer
+from tests.harness import (
+    COMMAND_COUNTERS,
+    MemcachedServer,
+    missing,
+    server_counters,
+)
 
 ITEM_SIZE_MAX = 1024 * 1024  # memcached's default -I
 ITEM_HEADER = 59  # sizeof(item) + key NUL + "\r\n" + CAS, in memcached 1.6
@@ -47,24 +51,6 @@ SERVER_FIXTURES: dict[str, str | None] = {
     "cluster-1": "memcached_1",
     "cluster-3": "memcached_3",
 }
-
-# memcached `stats` counters bumped by every data command; unchanged counters
-# prove a request never reached a server.
-COMMAND_COUNTERS = (
-    "cmd_get",
-    "cmd_set",
-    "cmd_touch",
-    "cmd_flush",
-    "delete_hits",
-    "delete_misses",
-    "incr_hits",
-    "incr_misses",
-    "decr_hits",
-    "decr_misses",
-    "cas_hits",
-    "cas_misses",
-    "cas_badval",
-)
 
 
 @dataclass
@@ -79,27 +65,8 @@ def cluster_class() -> type:
     try:
         from django_mcpatterns.core.cluster import Cluster
     except (ImportError, AttributeError) as exc:
-        reason = f"django_mcpatterns.core.cluster.Cluster is not available ({exc!r})"
-        if IN_CI:
-            pytest.fail(reason, pytrace=False)
-        pytest.skip(f"!!! SKIPPED: {reason}")
+        missing(f"django_mcpatterns.core.cluster.Cluster is not available ({exc!r})")
     return Cluster
-
-
-def server_stats(server: MemcachedServer) -> dict[str, str]:
-    with socket.create_connection((LOOPBACK, server.port), timeout=5) as sock:
-        sock.sendall(b"stats\r\n")
-        reply = b""
-        while not reply.endswith(b"END\r\n"):
-            chunk = sock.recv(65536)
-            assert chunk, "memcached closed the connection during stats"
-            reply += chunk
-    stats = {}
-    for line in reply.decode().splitlines():
-        if line.startswith("STAT "):
-            _, name, value = line.split(" ", 2)
-            stats[name] = value
-    return stats
 
 
 def equal_with_type(got: Any, expected: Any) -> bool:
@@ -203,11 +170,7 @@ class TestStoreContract:
         """How many data commands the servers have executed so far."""
 
         def count() -> int:
-            return sum(
-                int(stats[name])
-                for stats in map(server_stats, servers)
-                for name in COMMAND_COUNTERS
-            )
+            return sum(server_counters(servers, COMMAND_COUNTERS).values())
 
         return count
 
@@ -550,7 +513,7 @@ class TestStoreContract:
         assert store.get_many([*values, *missing]) == values
         # A cluster spreads the keys over every server.
         for server in servers:
-            assert int(server_stats(server)["curr_items"]) > 0
+            assert server_counters([server], ["curr_items"])["curr_items"] > 0
 
     def test_gets_many_tokens_work_with_cas(self, store: Store) -> None:
         keys = [f"key:{i}" for i in range(60)]

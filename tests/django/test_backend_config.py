@@ -21,8 +21,8 @@ from pymemcache.client.base import Client
 
 from django_mcpatterns.core.ketama import VARIANTS, Continuum
 from django_mcpatterns.core.options import FAILOVER_POLICIES
-from tests.django.conftest import CLUSTER_BACKEND, EMBEDDED_BACKEND, raw_client
-from tests.harness import MemcachedServer, require_binary
+from tests.django.conftest import CLUSTER_BACKEND, EMBEDDED_BACKEND
+from tests.harness import MemcachedServer, raw_client, require_binary
 
 pytestmark = pytest.mark.usefixtures("reset_shared_stores")
 

@@ -22,7 +22,7 @@ import random
 import threading
 import time
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,8 +33,8 @@ from django.core.signals import request_finished
 from django.test import override_settings
 
 from django_mcpatterns.core.ketama import VARIANTS
-from tests.django.conftest import Deployment, raw_client
-from tests.harness import memcached_cluster
+from tests.django.conftest import Deployment, DeploymentSuite
+from tests.harness import memcached_cluster, raw_client
 
 MIB = 1024 * 1024
 DEFAULT_TIMEOUT = 300  # Django's default TIMEOUT
@@ -49,23 +49,6 @@ def custom_key_func(key: str, key_prefix: str, version: int) -> str:
 def raw_key_func(key: str, key_prefix: str, version: int) -> str:
     """A KEY_FUNCTION that sends keys unchanged: lets tests read what others wrote."""
     return key
-
-
-def caches_setting(deployment: Deployment) -> dict[str, dict[str, Any]]:
-    """Several aliases over the same servers (or the same embedded store)."""
-    return {
-        "default": deployment.params(),
-        "v2": deployment.params(VERSION=2),
-        "prefix": deployment.params(KEY_PREFIX="cacheprefix"),
-        "custom_key": deployment.params(KEY_FUNCTION=custom_key_func),
-        "custom_key2": deployment.params(
-            KEY_FUNCTION="tests.django.test_backend_contract.custom_key_func"
-        ),
-        "raw": deployment.params(KEY_FUNCTION=raw_key_func),
-        "forever": deployment.params(TIMEOUT=None),
-        "one_minute": deployment.params(TIMEOUT=60),
-        "one_second": deployment.params(TIMEOUT=1),
-    }
 
 
 @dataclass
@@ -100,24 +83,24 @@ def assert_ttl_near(actual: int | None, expected: int) -> None:
     assert abs(actual - expected) <= 2, (actual, expected)
 
 
-class CacheContract:
+class CacheContract(DeploymentSuite):
     """The contract; subclasses provide the ``deployment`` fixture."""
 
-    @pytest.fixture
-    def deployment(self) -> Deployment:
-        raise NotImplementedError
-
-    @pytest.fixture(autouse=True)
-    def _configured(self, deployment: Deployment) -> Iterator[None]:
-        deployment.flush()
-        with override_settings(CACHES=caches_setting(deployment)):
-            caches["default"].clear()
-            yield
-        # Leaving override_settings closes every cache Django opened (setting_changed).
-
-    @pytest.fixture
-    def cache(self) -> Any:
-        return caches["default"]
+    def caches_setting(self, deployment: Deployment) -> dict[str, dict[str, Any]]:
+        """Several aliases over the same servers (or the same embedded store)."""
+        return {
+            "default": deployment.params(),
+            "v2": deployment.params(VERSION=2),
+            "prefix": deployment.params(KEY_PREFIX="cacheprefix"),
+            "custom_key": deployment.params(KEY_FUNCTION=custom_key_func),
+            "custom_key2": deployment.params(
+                KEY_FUNCTION="tests.django.test_backend_contract.custom_key_func"
+            ),
+            "raw": deployment.params(KEY_FUNCTION=raw_key_func),
+            "forever": deployment.params(TIMEOUT=None),
+            "one_minute": deployment.params(TIMEOUT=60),
+            "one_second": deployment.params(TIMEOUT=1),
+        }
 
     # -- basics -------------------------------------------------------------
 

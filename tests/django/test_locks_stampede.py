@@ -9,6 +9,7 @@ see the envelope, and the core's events arrive as Django signals.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -17,13 +18,13 @@ from typing import Any
 import pytest
 from django.core.cache import caches
 from django.dispatch import Signal
-from django.test import override_settings
 
 from django_mcpatterns import signals
 from django_mcpatterns.core.exceptions import LockNotOwnedError
 from django_mcpatterns.core.locks import Lock
 from django_mcpatterns.core.stampede import StampedePolicy, lock_key
-from tests.django.conftest import Deployment
+from django_mcpatterns.patterns.events import SIGNAL_NAMES
+from tests.django.conftest import Deployment, DeploymentSuite
 
 
 class Boom(Exception):
@@ -45,28 +46,24 @@ def received(signal: Signal) -> Iterator[list[dict[str, Any]]]:
         signal.disconnect(receiver)
 
 
-class LocksStampedeContract:
+@pytest.mark.parametrize(("event_type", "name"), SIGNAL_NAMES.items())
+def test_each_core_event_is_sent_as_its_signal(event_type: type, name: str) -> None:
+    event = event_type(**{f.name: f"{f.name}-value" for f in dataclasses.fields(event_type)})
+    cache, signal = object(), getattr(signals, name)
+    with received(signal) as calls:
+        signals.send_pattern_event(cache, event)
+    assert calls == [{"sender": object, "signal": signal, "cache": cache, **vars(event)}]
+
+
+class LocksStampedeContract(DeploymentSuite):
     """Run against every deployment; subclasses provide ``deployment``."""
 
-    @pytest.fixture
-    def deployment(self) -> Deployment:
-        raise NotImplementedError
-
-    @pytest.fixture(autouse=True)
-    def _configured(self, deployment: Deployment) -> Iterator[None]:
-        deployment.flush()
-        setting = {
+    def caches_setting(self, deployment: Deployment) -> dict[str, dict[str, Any]]:
+        return {
             "default": deployment.params(),
             "prefixed": deployment.params(KEY_PREFIX="site2", VERSION=3),
             "forever": deployment.params(TIMEOUT=None),
         }
-        with override_settings(CACHES=setting):
-            caches["default"].clear()
-            yield
-
-    @pytest.fixture
-    def cache(self) -> Any:
-        return caches["default"]
 
     # -- locks --
 

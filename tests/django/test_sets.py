@@ -10,16 +10,14 @@ timeouts, return values and the requests that reach memcached.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from django.core.cache import caches
 from django.core.cache.backends.base import InvalidCacheKey
-from django.test import override_settings
 
 from django_mcpatterns.core.exceptions import IncompleteSetError
-from tests.django.conftest import Deployment
+from tests.django.conftest import Deployment, DeploymentSuite
 
 DEFAULT_TIMEOUT = 300
 
@@ -54,30 +52,17 @@ def parameters(method: Any) -> list[str]:
     return names
 
 
-class SetsOnDjango:
+class SetsOnDjango(DeploymentSuite):
     """The contract; subclasses provide ``deployment``."""
 
-    @pytest.fixture
-    def deployment(self) -> Deployment:
-        raise NotImplementedError
-
-    @pytest.fixture(autouse=True)
-    def _configured(self, deployment: Deployment) -> Iterator[None]:
-        deployment.flush()
-        setting = {
+    def caches_setting(self, deployment: Deployment) -> dict[str, dict[str, Any]]:
+        return {
             "default": deployment.params(),
             "v2": deployment.params(VERSION=2),
             "prefix": deployment.params(KEY_PREFIX="other"),
             "one_minute": deployment.params(TIMEOUT=60),
             "forever": deployment.params(TIMEOUT=None),
         }
-        with override_settings(CACHES=setting):
-            caches["default"].clear()
-            yield
-
-    @pytest.fixture
-    def cache(self) -> Any:
-        return caches["default"]
 
     # -- the API -------------------------------------------------------------
 
@@ -242,14 +227,14 @@ class TestThreeServers(SetsOnDjango):
         cache.rpush("l", 1)  # creation: append, add
         cache.lrem("l", 0, 1)
         moved = deployment.wire_counters() - before
-        assert moved == {b"cmd_set": 5}
+        assert moved == {"cmd_set": 5}
         cache.smembers("s")  # the log is dirty: the read compacts it (gets + cas)
         before = deployment.wire_counters()
         assert cache.smembers("s") == {"a", *range(50, 100)}
         assert cache.sismember("s", "a")
         assert cache.scard("s") == 51
         assert cache.lrange("l", 0, -1) == []
-        assert deployment.wire_counters() - before == {b"cmd_get": 4}
+        assert deployment.wire_counters() - before == {"cmd_get": 4}
 
 
 class TestEmbedded(SetsOnDjango):

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from django_mcpatterns.core.ketama import Continuum
-from tests.harness import IN_CI, MemcachedServer, free_port, require_binary
+from tests.harness import MemcachedServer, free_port, require_binary, require_module
 
 ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM_ARGS = [
@@ -39,14 +39,7 @@ pytestmark = pytest.mark.slow
 
 def require_playwright() -> object:
     """Playwright's sync API; skip (fail under CI) when the package is missing."""
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        reason = "playwright is not installed (pip install -e '.[test]')"
-        if IN_CI:
-            pytest.fail(reason, pytrace=False)
-        pytest.skip(f"!!! SKIPPED: {reason}")
-    return sync_playwright
+    return require_module("playwright.sync_api", "pip install -e '.[test]'").sync_playwright
 
 
 def get(url: str) -> int:

@@ -17,45 +17,13 @@ from typing import Any
 import pytest
 from flask import Flask
 from flask_caching import Cache
-from pymemcache.client.base import Client
 
-from tests.harness import LOOPBACK, MemcachedServer
+from tests.fakes import FakeClock
+from tests.harness import MemcachedServer, server_ttl
 
 CLUSTER = "django_mcpatterns.flask.KetamaMemcachedCache"
 EMBEDDED = "django_mcpatterns.flask.LocMemPatternsCache"
 PREFIX = "flask_test_"
-
-
-class FakeClock:
-    """Unix time that moves only when told (the embedded store's and the backend's clock)."""
-
-    def __init__(self) -> None:
-        self.now = float(int(time.time()))
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
-
-
-def raw_client(server: MemcachedServer) -> Client:
-    """A plain pymemcache client on one server, bypassing everything of ours."""
-    return Client((LOOPBACK, server.port), default_noreply=False, timeout=5)
-
-
-def server_ttl(server: MemcachedServer, made_key: str) -> int | None:
-    """The TTL memcached reports for a key (-1: never), None when the server lacks it."""
-    client = raw_client(server)
-    try:
-        # Meta get with the t flag (memcached >= 1.6) answers "HD t<seconds>" or "EN".
-        line = client.raw_command(b"mg " + made_key.encode() + b" t", end_tokens=b"\r\n")
-    finally:
-        client.close()
-    if line.startswith(b"EN"):
-        return None
-    (flag,) = [token for token in line.split()[1:] if token.startswith(b"t")]
-    return int(flag[1:])
 
 
 @dataclass
@@ -73,7 +41,8 @@ class FlaskDeployment:
 
     @classmethod
     def embedded(cls, **options: Any) -> FlaskDeployment:
-        return cls(EMBEDDED, (), options, FakeClock())
+        # Unix time now: the embedded store's and the backend's clock.
+        return cls(EMBEDDED, (), options, FakeClock(float(int(time.time()))))
 
     @property
     def has_servers(self) -> bool:

@@ -26,7 +26,8 @@ from pymemcache.serde import pickle_serde
 from django_mcpatterns.core.exceptions import NonNumericValueError
 from django_mcpatterns.core.ketama import Continuum
 from django_mcpatterns.flask.backend import memcached_exptime
-from tests.flask.conftest import PREFIX, FlaskDeployment, raw_client
+from tests.flask.conftest import PREFIX, FlaskDeployment
+from tests.harness import raw_client
 
 THIRTY_DAYS = 60 * 60 * 24 * 30
 OVERSIZED = random.Random(0).randbytes(1024 * 1024 + 1)  # over memcached's default -I 1m

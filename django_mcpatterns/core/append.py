@@ -1,0 +1,252 @@
+"""The write path that append-based sets and lists share (the article ``shared/reference/000_…``).
+
+A collection is one raw item that writers change by appending (or prepending)
+records, without reading it.  :class:`AppendCollections` holds what
+:class:`~.sets.AppendSets` and :class:`~.lists.AppendLists` do alike, on top of
+the article:
+
+Missing or full
+    ``append`` answers NOT_STORED both for a missing item and for one that would
+    pass the item size limit.  Writers try ``append``, then ``add`` (creation),
+    then ``append`` again (a lost creation race); only when all three fail do
+    they read the item: it is full, so it is compacted with their records folded
+    in.  Nothing is dropped silently.
+Concurrent appends during a rewrite
+    A rewrite (compaction, pop, growth) is a ``cas``.  When it loses to appends
+    made since its read, the item still starts with what was read, so the
+    rewrite is retried with those appended bytes carried over after the new
+    content: a lost race loses nothing and compaction converges under load.  A
+    rewrite that finds anything else (another compaction) gives up to it.
+Expiry
+    A header records when the item expires, so a rewrite (a ``cas``, which sets
+    a new TTL) can keep it.
+
+:class:`SetOptions` holds the thresholds of both algorithms.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from .codec import Header
+from .exceptions import ConfigurationError, ContentionError, ValueTooLargeError
+from .keys import MAX_KEY_LENGTH
+from .memory import FLAGS_SUFFIX, ITEM_OVERHEAD, MemoryStore
+from .store import MAX_RELATIVE_EXPIRE, CasToken, Store
+
+__all__ = ["AppendCollections", "Carry", "SetOptions"]
+
+# ``carry(old, current, new)``: ``new`` with what was written since ``old`` was
+# read (``current`` is the item now), or None when someone else rewrote it.
+Carry = Callable[[bytes, bytes, bytes], "bytes | None"]
+
+
+@dataclass(frozen=True, slots=True)
+class SetOptions:
+    """Thresholds of the set and list algorithms.  The defaults suit memcached's 1 MiB items.
+
+    ``item_size_max``
+        memcached's ``-I``.  Items are kept ``headroom`` bytes under it (after
+        memcached's own per-item bytes), so a server with a slightly smaller
+        limit still takes them.
+    ``compact_ratio``, ``compact_min_bytes``
+        A read compacts a set when its log (the records appended since the last
+        compaction: additions, tombstones, repeats) holds more bytes than
+        ``compact_ratio`` times its snapshot, and at least ``compact_min_bytes``
+        (and always past a quarter of an item).
+    ``compact_on_write``
+        The probability that a write then reads and, if needed, compacts: for
+        write-heavy sets that are rarely read (the article's closing advice).
+    ``max_shards``
+        The largest set, in shard items; a write past it raises
+        :class:`~.exceptions.CollectionTooLargeError`.
+    ``attempts``
+        How often a write retries after losing races before it raises
+        :class:`~.exceptions.ContentionError`.
+    """
+
+    item_size_max: int = 1024 * 1024
+    headroom: int = 1024
+    compact_ratio: float = 0.5
+    compact_min_bytes: int = 4096
+    compact_on_write: float = 0.0
+    max_shards: int = 256
+    attempts: int = 16
+
+    def __post_init__(self) -> None:
+        checks = {
+            "item_size_max": self.budget(MAX_KEY_LENGTH) >= 1024,
+            "headroom": self.headroom >= 0,
+            "compact_ratio": self.compact_ratio >= 0,
+            "compact_min_bytes": self.compact_min_bytes >= 0,
+            "compact_on_write": 0 <= self.compact_on_write <= 1,
+            "max_shards": self.max_shards >= 1,
+            "attempts": self.attempts >= 1,
+        }
+        for option, valid in checks.items():
+            if not valid:
+                raise ConfigurationError(
+                    f"invalid SetOptions.{option}: {getattr(self, option)!r}", option=option
+                )
+
+    @classmethod
+    def for_store(cls, store: Store, **options: Any) -> SetOptions:
+        """Options matching the store's item limit (a MemoryStore's, else memcached's 1 MiB)."""
+        if isinstance(store, MemoryStore):
+            options.setdefault("item_size_max", store.stats()["item_size_max"])
+        return cls(**options)
+
+    def budget(self, key_length: int) -> int:
+        """The largest value stored under a key of ``key_length`` bytes.
+
+        memcached counts 59 bytes of item header, the key, the value and 4 bytes
+        of non-zero flags against ``-I`` (measured on 1.6).
+        """
+        used = ITEM_OVERHEAD + FLAGS_SUFFIX + key_length + self.headroom
+        return self.item_size_max - used
+
+    def wants_compaction(self, waste: float, live: float, key_length: int) -> bool:
+        """Whether ``waste`` bytes (a log, removed values) next to ``live`` ones call for a rewrite.
+
+        Past a quarter of an item always: appends must keep room to land.
+        """
+        wanted = max(self.compact_min_bytes, self.compact_ratio * live)
+        return waste > min(wanted, self.budget(key_length) // 4)
+
+
+class AppendCollections:
+    """What sets and lists share: expiry, the write path and the carrying ``cas``."""
+
+    def __init__(
+        self,
+        store: Store,
+        options: SetOptions | None = None,
+        *,
+        clock: Callable[[], float] = time.time,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.store = store
+        self.options = options if options is not None else SetOptions.for_store(store)
+        self._clock = clock
+        # Nonces and shard generations must differ between processes, even ones
+        # forked after this object was built: the default draws from the OS.
+        self._rng = rng if rng is not None else random.SystemRandom()
+        self._init_state()
+
+    def _init_state(self) -> None:
+        """Set up a subclass's own state (called once, at the end of ``__init__``)."""
+
+    def _new_header(self, kind: bytes, expire: int, *, pending: bool = False) -> Header:
+        """A header for a new item stored with memcached exptime ``expire``."""
+        if expire == 0:
+            expires_at, timeout = 0, 0
+        else:
+            now = int(self._clock())
+            if expire < 0:
+                expires_at, timeout = now, 0
+            elif expire > MAX_RELATIVE_EXPIRE:
+                expires_at, timeout = expire, max(expire - now, 1)
+            else:
+                expires_at, timeout = now + expire, expire
+        return Header(kind, self._rng.randbytes(8), expires_at, timeout, pending)
+
+    def _rewrite_expiry(self, key: bytes, header: Header) -> tuple[int, Header]:
+        """The exptime to rewrite an item with, and the header to store.
+
+        memcached has no rewrite that keeps a TTL (``cas`` sets a new one).  A
+        store offering ``ttl(key)`` (memcached's ``mg <key> t``: seconds left,
+        -1 for never) gives the item's own; otherwise the expiry recorded at
+        creation is reapplied and, once it has passed while the item lives on
+        (it was touched), the creation timeout counts again from now.
+        """
+        ttl = getattr(self.store, "ttl", None)
+        if ttl is not None:
+            left = ttl(key)
+            if left is not None:
+                return (0 if left < 0 else max(left, 1)), header
+        if header.expires_at == 0:
+            return 0, header
+        now = int(self._clock())
+        left = header.expires_at - now
+        if left > MAX_RELATIVE_EXPIRE:
+            return header.expires_at, header
+        if left > -2:  # memcached's clock ticks in whole seconds, and may lag ours
+            return max(left, 1), header
+        timeout = max(header.timeout, 1)
+        return timeout, header.with_(expires_at=now + timeout)
+
+    def _concat(self, key: bytes, data: bytes, *, prepend: bool) -> bool:
+        try:
+            return (self.store.prepend if prepend else self.store.append)(key, data)
+        except ValueTooLargeError:
+            return False  # a server with a smaller -I refused the bytes outright
+
+    def _write(
+        self,
+        key: bytes,
+        records: bytes,
+        create: Callable[[], bytes] | None,
+        expire: int,
+        *,
+        prepend: bool = False,
+    ) -> bool:
+        """Store ``records`` in one append (prepend): the steady state.
+
+        On NOT_STORED (missing *or* full) ``add`` the item when ``create`` gives
+        its header, and append again if that lost a creation race.  False means
+        the caller must read the item to tell full from missing.
+        """
+        if len(records) > self.options.budget(len(key)):
+            return False  # memcached would refuse the append outright
+        if self._concat(key, records, prepend=prepend):
+            return True
+        if create is None:
+            return False
+        try:
+            if self.store.add(key, create() + records, expire):
+                return True
+        except ValueTooLargeError:
+            return False
+        return self._concat(key, records, prepend=prepend)
+
+    def _commit(
+        self,
+        key: bytes,
+        old: bytes | None,
+        token: CasToken | None,
+        new: bytes,
+        expire: int,
+        carry: Carry,
+    ) -> bool:
+        """Replace ``old`` (read with ``token``) by ``new``; ``add`` when ``old`` is None.
+
+        A ``cas`` lost to appends is retried with them carried over; False when
+        someone else rewrote or created the item first.
+        """
+        if old is None:
+            return self.store.add(key, new, expire)
+        payload = new
+        for _ in range(self.options.attempts):
+            try:
+                if self.store.cas(key, payload, token, expire):  # type: ignore[arg-type]
+                    return True
+            except ValueTooLargeError:
+                return False  # the carried appends filled it: read again
+            current, token = self.store.gets(key)
+            if not isinstance(current, bytes):
+                return False
+            carried = carry(old, current, new)
+            if carried is None:
+                return False
+            payload = carried
+        return False
+
+    def _contention(self, key: bytes, what: str) -> ContentionError:
+        return ContentionError(
+            f"{what} {key!r} failed: its compare-and-swap kept losing to other "
+            f"writers ({self.options.attempts} attempts), or a server did not store it"
+        )

@@ -1,0 +1,120 @@
+"""Stand-ins the tests inject instead of time and of a plain Store (style.md, habit 3).
+
+:class:`FakeClock` is ``clock=`` and, through :meth:`FakeClock.sleep`, ``sleep=``:
+time moves only when a test (or a sleep) says so.  :class:`Hooked` and
+:class:`CountingStore` wrap a Store to record its requests and to run another
+client's actions at an exact point of a protocol: a deterministic interleaving
+instead of sleeping threads.  (``Hooked`` hooks once per operation and records
+every call in order; ``CountingStore`` queues hooks and counts only the Store
+protocol's requests.)
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+START = 1_700_000_000.0  # a Unix time: exptimes over 30 days are absolute, as in memcached
+
+STORE_METHODS = frozenset(
+    {
+        *("get", "gets", "get_many", "gets_many", "set", "set_many", "add"),
+        *("append", "prepend", "cas", "incr", "decr", "delete", "delete_many", "touch"),
+    }
+)
+
+
+class FakeClock:
+    """Time that moves only when told to; ``sleep`` advances it and is recorded."""
+
+    def __init__(self, now: float = START) -> None:
+        self.now = now
+        self.sleeps: list[float] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+    def sleep(self, seconds: float) -> None:
+        assert seconds >= 0
+        self.sleeps.append(seconds)
+        self.now += seconds
+
+
+def near(seconds: Any) -> Any:
+    """Equal up to float rounding at Unix-time magnitudes (2e-7 s per step)."""
+    return pytest.approx(seconds, abs=1e-5)
+
+
+class Hooked:
+    """A Store wrapper that runs ``before[op](*args)`` before the store's ``op``.
+
+    Lets a test slip another caller's actions in at an exact point of a
+    protocol (a deterministic interleaving) and counts the requests made.
+    """
+
+    def __init__(self, store: Any) -> None:
+        self.store = store
+        self.before: dict[str, Callable[..., object]] = {}
+        self.calls: list[tuple[str, Any]] = []
+
+    def __getattr__(self, name: str) -> Any:
+        target = getattr(self.store, name)
+        if not callable(target):
+            return target
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            hook = self.before.pop(name, None)
+            if hook is not None:
+                hook(*args)
+            self.calls.append((name, args[0] if args else None))
+            return target(*args, **kwargs)
+
+        return call
+
+
+class CountingStore:
+    """A Store wrapper: counts calls, logs their keys, runs hooks before them.
+
+    Only the Store protocol's requests are counted and hooked; anything else
+    passes through.  ``before(name, fn)`` runs ``fn`` (once) right before the
+    next call of ``name``: a competing client acting between our read and our
+    write.
+    """
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.calls: Counter[str] = Counter()
+        self.log: list[tuple[str, Any]] = []
+        self._hooks: dict[str, list[Callable[[], object]]] = {}
+
+    def before(self, name: str, fn: Callable[[], object]) -> None:
+        self._hooks.setdefault(name, []).append(fn)
+
+    def reset(self) -> None:
+        self.calls.clear()
+        self.log.clear()
+
+    @property
+    def requests(self) -> int:
+        return sum(self.calls.values())
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self.inner, name)
+        if name not in STORE_METHODS:
+            return attr
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            hooks = self._hooks.get(name)
+            if hooks:
+                hooks.pop(0)()
+            self.calls[name] += 1
+            self.log.append((name, args[0] if args else None))
+            return attr(*args, **kwargs)
+
+        return call
