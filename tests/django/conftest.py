@@ -15,52 +15,21 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from pymemcache.client.base import Client
+from django.core.cache import caches
+from django.test import override_settings
 
-from tests.harness import LOOPBACK, MemcachedServer
+from tests.harness import (
+    COMMAND_COUNTERS,
+    MemcachedServer,
+    server_counters,
+    server_ttl,
+    servers_holding,
+)
 
 CLUSTER_BACKEND = "django_mcpatterns.backend.KetamaMemcacheCache"
 EMBEDDED_BACKEND = "django_mcpatterns.backend.LocMemPatternsCache"
 
-# Server counters that move whenever a command reaches memcached.
-WIRE_COUNTERS = (
-    b"cmd_get",
-    b"cmd_set",
-    b"cmd_touch",
-    b"cmd_meta",
-    b"cmd_flush",
-    b"delete_hits",
-    b"delete_misses",
-    b"incr_hits",
-    b"incr_misses",
-    b"decr_hits",
-    b"decr_misses",
-    b"cas_hits",
-    b"cas_misses",
-    b"cas_badval",
-)
-
-
-def raw_client(server: MemcachedServer) -> Client:
-    """A plain pymemcache client on one server, bypassing everything of ours."""
-    return Client(
-        (LOOPBACK, server.port), default_noreply=False, allow_unicode_keys=True, timeout=5
-    )
-
-
-def server_ttl(server: MemcachedServer, made_key: str) -> int | None:
-    """The remaining TTL memcached reports for a key (-1: never), None when absent."""
-    client = raw_client(server)
-    try:
-        # Meta get with the `t` flag (memcached >= 1.6): "HD t<seconds>" or "EN".
-        line = client.raw_command(b"mg " + made_key.encode() + b" t", end_tokens=b"\r\n")
-    finally:
-        client.close()
-    if line.startswith(b"EN"):
-        return None
-    assert line.startswith(b"HD"), line
-    (flag,) = [token for token in line.split()[1:] if token.startswith(b"t")]
-    return int(flag[1:])
+WIRE_COUNTERS = COMMAND_COUNTERS  # what Deployment.wire_counters() sums
 
 
 @dataclass
@@ -111,29 +80,41 @@ class Deployment:
         assert len(held) <= 1, f"{made_key!r} is on several servers"
         return held[0] if held else None
 
-    def wire_counters(self) -> Counter[bytes]:
+    def wire_counters(self) -> Counter[str]:
         """The sum over all servers of the counters any command would move."""
-        total: Counter[bytes] = Counter()
-        for server in self.servers:
-            client = raw_client(server)
-            try:
-                stats = client.stats()
-            finally:
-                client.close()
-            total.update({name: int(stats[name]) for name in WIRE_COUNTERS})
-        return total
+        return server_counters(self.servers, WIRE_COUNTERS)
 
     def holders(self, made_key: str) -> list[str]:
         """The specs of the servers that hold ``made_key`` (read directly)."""
-        found = []
-        for server in self.require_servers():
-            client = raw_client(server)
-            try:
-                if client.get(made_key) is not None:
-                    found.append(server.spec)
-            finally:
-                client.close()
-        return found
+        return servers_holding(self.require_servers(), made_key)
+
+
+class DeploymentSuite:
+    """Tests run once per deployment, each on freshly flushed and cleared caches.
+
+    Subclasses provide the ``deployment`` fixture and may add ``CACHES`` aliases
+    (:meth:`caches_setting`); tests get ``cache``, the ``default`` alias.
+    """
+
+    @pytest.fixture
+    def deployment(self) -> Deployment:
+        raise NotImplementedError
+
+    def caches_setting(self, deployment: Deployment) -> dict[str, dict[str, Any]]:
+        """The ``CACHES`` setting of every test: aliases over the same deployment."""
+        return {"default": deployment.params()}
+
+    @pytest.fixture(autouse=True)
+    def _configured(self, deployment: Deployment) -> Iterator[None]:
+        deployment.flush()
+        with override_settings(CACHES=self.caches_setting(deployment)):
+            caches["default"].clear()
+            yield
+        # Leaving override_settings closes every cache Django opened (setting_changed).
+
+    @pytest.fixture
+    def cache(self) -> Any:
+        return caches["default"]
 
 
 @pytest.fixture
