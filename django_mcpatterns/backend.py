@@ -11,10 +11,12 @@ embedded store) the data common to all threads.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from django.conf import settings
 from django.core.cache.backends.base import (
     DEFAULT_TIMEOUT,
     InvalidCacheKey,
@@ -29,6 +31,7 @@ from .core.exceptions import ConfigurationError, InvalidKeyError, ValueTooLargeE
 from .core.keys import key_bytes
 from .core.memory import MemoryStore, shared_memory_store
 from .core.options import ClusterOptions
+from .core.serializers import SerdeOptions, ValueRefused, with_derived_keys
 from .core.servers import parse_servers
 from .core.store import Store
 from .patterns import DEFAULT
@@ -142,6 +145,24 @@ def _improperly_configured(exc: ConfigurationError) -> ImproperlyConfigured:
     return ImproperlyConfigured(f"django-mcpatterns cache configuration: {exc}")
 
 
+def _with_signing_keys(options: Mapping[str, Any]) -> dict[str, Any]:
+    """``OPTIONS``, with keys derived from ``SECRET_KEY`` when ``signed`` is True without one.
+
+    ``SECRET_KEY_FALLBACKS`` verify too, so rotating the secret as Django
+    documents does not turn every cached value into a miss at once.
+    """
+    return with_derived_keys(
+        options,
+        lambda: [settings.SECRET_KEY, *getattr(settings, "SECRET_KEY_FALLBACKS", ())],
+    )
+
+
+def _send_refused_signal(sender: type, event: ValueRefused) -> None:
+    from . import signals
+
+    signals.value_refused.send(sender=sender, **vars(event))
+
+
 def _send_node_signal(event: NodeEvent) -> None:
     from . import signals
 
@@ -158,7 +179,7 @@ class KetamaMemcacheCache(_StoreCache):
         super().__init__(server, params)
         try:
             self._servers = parse_servers(server)
-            self._cluster_options = ClusterOptions.from_mapping(self._options)
+            self._cluster_options = ClusterOptions.from_mapping(_with_signing_keys(self._options))
         except ConfigurationError as exc:
             raise _improperly_configured(exc) from exc
 
@@ -168,7 +189,13 @@ class KetamaMemcacheCache(_StoreCache):
 
     @cached_property
     def _cache(self) -> Cluster:
-        return shared_cluster(self._servers, self._cluster_options, on_node_event=_send_node_signal)
+        options = self._cluster_options
+        return shared_cluster(
+            self._servers,
+            options,
+            serde=options.serde_options.build(functools.partial(_send_refused_signal, Cluster)),
+            on_node_event=_send_node_signal,
+        )
 
 
 class LocMemPatternsCache(_StoreCache):
@@ -176,10 +203,13 @@ class LocMemPatternsCache(_StoreCache):
 
     Every thread of a process shares the data of one ``LOCATION`` name, as with
     Django's ``LocMemCache``.  ``OPTIONS``: ``max_bytes`` (total memory before
-    least-recently-used items are evicted) and ``max_item_size``.
+    least-recently-used items are evicted), ``max_item_size``, and the
+    cluster's ``serializer`` and signing options, so values behave as they
+    will on memcached.
     """
 
-    OPTIONS = ("max_bytes", "max_item_size")
+    MEMORY_OPTIONS = ("max_bytes", "max_item_size")
+    OPTIONS = (*MEMORY_OPTIONS, *SerdeOptions.NAMES)
 
     def __init__(self, server: str | list[str], params: dict[str, Any]) -> None:
         super().__init__(server, params)
@@ -189,17 +219,22 @@ class LocMemPatternsCache(_StoreCache):
                 f"unknown LocMemPatternsCache option {unknown[0]!r}; valid options: "
                 + ", ".join(repr(o) for o in self.OPTIONS)
             )
-        for name, value in self._options.items():
+        self._memory_options = {
+            name: value for name, value in self._options.items() if name in self.MEMORY_OPTIONS
+        }
+        for name, value in self._memory_options.items():
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise ImproperlyConfigured(
                     f"LocMemPatternsCache option {name!r} must be a positive integer, not {value!r}"
                 )
         try:
-            MemoryStore(**self._options)  # memcached's own rules for -I and -m
+            MemoryStore(**self._memory_options)  # memcached's own rules for -I and -m
+            self._serde_options = SerdeOptions.from_mapping(_with_signing_keys(self._options))
         except ConfigurationError as exc:
             raise _improperly_configured(exc) from exc
         self._name = server if isinstance(server, str) else ";".join(server)
 
     @cached_property
     def _cache(self) -> MemoryStore:
-        return shared_memory_store(self._name, **self._options)
+        serde = self._serde_options.build(functools.partial(_send_refused_signal, MemoryStore))
+        return shared_memory_store(self._name, serde=serde, **self._memory_options)

@@ -19,7 +19,7 @@ one with ``SILENCED_SYSTEM_CHECKS = ["mcpatterns.W005"]``.
 * ``mcpatterns.W002`` ``failover="remap"`` with a single server
 * ``mcpatterns.W003`` ``dead_timeout`` shorter than ``retry_timeout``
 * ``mcpatterns.W004`` ``timeout`` or ``connect_timeout`` of ``None``
-* ``mcpatterns.W005`` pickled values on servers beyond loopback
+* ``mcpatterns.W005`` unsigned pickled values on servers beyond loopback
 * ``mcpatterns.W006`` a backend of ours in ``CACHES`` without ``django_mcpatterns`` installed
 * ``mcpatterns.W007`` the status page needs ``django.contrib.auth``, which is missing
 
@@ -168,7 +168,7 @@ def _our_backend(entry: Mapping[str, Any]) -> type | None:
 
 
 def _check_cache(alias: str, backend: type, entry: Mapping[str, Any]) -> list[Any]:
-    from .backend import KetamaMemcacheCache, _improperly_configured
+    from .backend import KetamaMemcacheCache, _improperly_configured, _with_signing_keys
 
     obj = f"CACHES[{alias!r}]"
     location = entry.get("LOCATION", "")
@@ -182,7 +182,7 @@ def _check_cache(alias: str, backend: type, entry: Mapping[str, Any]) -> list[An
         return []
     # Both were accepted by the backend just now.
     servers = parse_servers(location)
-    options = ClusterOptions.from_mapping(params.get("OPTIONS"))
+    options = ClusterOptions.from_mapping(_with_signing_keys(params.get("OPTIONS") or {}))
     try:
         # The backend builds its Cluster, and so the ring, on first use; build it
         # now (no connection is made) so its errors show at start-up.
@@ -265,17 +265,20 @@ def _cluster_warnings(
             obj=obj,
             id="mcpatterns.W004",
         )
-    # Values other than str, bytes and int are pickled (pymemcache's pickle serde,
-    # the only one today), and unpickling runs code chosen by whoever wrote them.
+    # With the pickle serializer and no signing, values other than str, bytes
+    # and int are unpickled as found, running code chosen by whoever wrote them.
     remote = [s.node for s in servers if not _is_loopback(s)]
-    if remote:
+    if remote and options.serde_options.executes_code_on_read:
         yield checks.Warning(
             f"Values are pickled and {_listing(remote)} {'is' if len(remote) == 1 else 'are'} "
             "beyond loopback: anyone who can write to memcached can run code in this process "
             "when it reads a value.",
-            hint="Keep memcached on a network only your application servers reach "
-            "(firewall it, disable UDP, or use TLS through OPTIONS['tls_context']); then "
-            "silence this warning with SILENCED_SYSTEM_CHECKS.",
+            hint="Sign values (OPTIONS['signed'] = True: a key derived from SECRET_KEY) or "
+            "use a serializer that cannot run code (OPTIONS['serializer'] = "
+            "'django_mcpatterns.core.serializers.JSONSerializer'); or keep memcached on a "
+            "network only your application servers reach (firewall it, disable UDP, use TLS "
+            "through OPTIONS['tls_context']) and silence this warning with "
+            "SILENCED_SYSTEM_CHECKS.  See docs/security.md.",
             obj=obj,
             id="mcpatterns.W005",
         )

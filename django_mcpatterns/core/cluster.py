@@ -3,7 +3,10 @@
 Routing
     Every key goes to the server the :class:`~.ketama.Continuum` names for the
     key's final bytes, so pylibmc, PHP, twemproxy and spymemcached peers agree
-    on where it lives.
+    on where it lives.  The one exception is explicit: a key object carrying a
+    ``route`` (:class:`~.namespaces.RoutedKey`, a ``bytes`` subclass) is placed
+    by the route's bytes, so every key of a namespace shares one server;
+    ``str`` and ``bytes`` keys, braces or not, never route differently.
 Connections
     One thread-safe pool of pymemcache ``Client`` objects per server
     (``pymemcache.pool.ObjectPool``), always waiting for replies (pymemcache's
@@ -59,6 +62,7 @@ from .ketama import Continuum
 from .keys import Key, key_bytes
 from .options import ClusterOptions
 from .registry import Registry
+from .serializers import is_refused
 from .servers import Server, parse_server, parse_servers
 from .store import CasToken
 
@@ -123,11 +127,12 @@ class Cluster:
     """The Store protocol (see :mod:`.store`) on a cluster of memcached servers.
 
     ``servers`` are ``Server`` objects or specs (``"host:port[:weight]"``,
-    unix socket paths).  ``serde`` serialises values (pymemcache's
-    ``pickle_serde`` by default: bytes raw, str/int readable, the rest
-    pickled), wrapped to read soft-expiry envelopes as plain values
-    (:mod:`.envelope`).  ``on_node_event`` receives a :class:`~.health.NodeEvent` for
-    each failure and for dead/revived transitions.  ``clock`` drives the
+    unix socket paths).  ``serde`` serialises values (by default the
+    :class:`~.serializers.ValueSerde` of ``options``: serializer and signing;
+    an item it refuses reads as a miss), wrapped to read soft-expiry
+    envelopes as plain values (:mod:`.envelope`).  ``on_node_event``
+    receives a :class:`~.health.NodeEvent` for each failure and for
+    dead/revived transitions.  ``clock`` drives the
     retry and dead timers.
 
     Thread-safe; one instance per process is meant to be shared by every
@@ -145,7 +150,7 @@ class Cluster:
     ) -> None:
         self.servers = _as_servers(servers)
         self.options = options = options or ClusterOptions()
-        self.serde = with_envelopes(serde)
+        self.serde = with_envelopes(serde if serde is not None else options.serde_options.build())
         self._on_node_event = on_node_event
         weighted = any(s.weight != 1 for s in self.servers)
         self.ring = Continuum(
@@ -180,7 +185,10 @@ class Cluster:
             )
         # With one server every key maps to it: skip the hash on the hot path.
         only = self.servers[0].node
-        self._locate = self.ring.get_node if len(self.servers) > 1 else lambda kb: only
+        ring_node = self.ring.get_node
+        self._locate = (
+            (lambda kb: ring_node(_ring_key(kb))) if len(self.servers) > 1 else lambda kb: only
+        )
         self._remap = options.failover == "remap"
         self._fetch = _Fetch(self.serde)
         self._fetch_cas = _Fetch(self.serde, cas=True)
@@ -193,11 +201,19 @@ class Cluster:
 
     def get(self, key: Key, default: Any = None) -> Any:
         kb = key_bytes(key)
-        return self._single(kb, Client.get, default, kb, default)
+        value = self._single(kb, Client.get, default, kb, default)
+        if is_refused(value):
+            self._drop_refused([key])
+            return default
+        return value
 
     def gets(self, key: Key) -> tuple[Any, CasToken | None]:
         kb = key_bytes(key)
-        return self._single(kb, Client.gets, _NO_CAS, kb)
+        found = self._single(kb, Client.gets, _NO_CAS, kb)
+        if is_refused(found[0]):
+            self._drop_refused([key])
+            return _NO_CAS
+        return found
 
     def set(self, key: Key, value: Any, expire: int = 0) -> bool:
         kb = key_bytes(key)
@@ -240,19 +256,11 @@ class Cluster:
     def get_many(self, keys: Iterable[Key]) -> dict[Key, Any]:
         """Return the hits only, keyed by the keys as given."""
         given = {key_bytes(key): key for key in keys}
-        hits: dict[Key, Any] = {}
-        for part in self._fan_out(self._fetch, given):
-            for kb, value in part.items():
-                hits[given[kb]] = value
-        return hits
+        return self._hits(self._fan_out(self._fetch, given), given, lambda value: value)
 
     def gets_many(self, keys: Iterable[Key]) -> dict[Key, tuple[Any, CasToken]]:
         given = {key_bytes(key): key for key in keys}
-        hits: dict[Key, tuple[Any, CasToken]] = {}
-        for part in self._fan_out(self._fetch_cas, given):
-            for kb, pair in part.items():
-                hits[given[kb]] = pair
-        return hits
+        return self._hits(self._fan_out(self._fetch_cas, given), given, lambda pair: pair[0])
 
     def set_many(self, values: Mapping[Key, Any], expire: int = 0) -> list[Key]:
         """Store every value; return the keys that were *not* stored.
@@ -263,8 +271,9 @@ class Cluster:
         if isinstance(expire, bool) or not isinstance(expire, int):
             raise ValueError(f"expire must be an integer, not {expire!r}")
         given = {key_bytes(key): key for key in values}
-        by_bytes = {kb: values[key] for kb, key in given.items()}
-        parts = self._fan_out(_StoreMany(by_bytes, expire, self.serde), given)
+        # Every value is encoded before anything is sent: one that cannot be raises alone.
+        encoded = {kb: _encoded(self.serde, kb, values[key]) for kb, key in given.items()}
+        parts = self._fan_out(_StoreMany(encoded, expire), given)
         return [given[kb] for part in parts for kb in part]
 
     def delete_many(self, keys: Iterable[Key]) -> None:
@@ -317,6 +326,26 @@ class Cluster:
 
     # -- routing and failover: the one place --
 
+    def _hits(
+        self, parts: list[dict[bytes, Any]], given: Mapping[bytes, Key], value: Callable[[Any], Any]
+    ) -> dict[Key, Any]:
+        """The fetched items by the keys as given; refused ones are misses, and dropped."""
+        hits: dict[Key, Any] = {}
+        refused: list[Key] = []
+        for part in parts:
+            for kb, found in part.items():
+                if is_refused(value(found)):
+                    refused.append(given[kb])
+                else:
+                    hits[given[kb]] = found
+        if refused:
+            self._drop_refused(refused)
+        return hits
+
+    def _drop_refused(self, keys: list[Key]) -> None:
+        """Delete items the serde refused (serializers.py): the next ``add`` regenerates them."""
+        self.delete_many(keys)
+
     def _single(self, kb: bytes, fn: Callable[..., R], failed: R, *args: Any) -> R:
         """Run ``fn(client, *args)`` on the server owning ``kb``; lock-free while it is healthy."""
         node = self._nodes[self._locate(kb)]
@@ -343,7 +372,9 @@ class Cluster:
         be contacted.  ``admitted`` remembers each server's admission for the
         whole operation, so one multi-key call probes a server only once.
         """
-        names = self.ring.get_nodes(kb, len(self._nodes)) if self._remap else (primary.name,)
+        names = (
+            self.ring.get_nodes(_ring_key(kb), len(self._nodes)) if self._remap else (primary.name,)
+        )
         for name in names:
             node = self._nodes[name]
             admission = admitted.get(node)
@@ -517,6 +548,17 @@ def _client_factory(server: Server, kwargs: Mapping[str, Any]) -> Callable[[], C
     return make_client
 
 
+def _ring_key(kb: bytes) -> bytes:
+    """The bytes ``kb`` is placed by on the ring: its ``route`` if it carries one."""
+    return getattr(kb, "route", kb)
+
+
+def _encoded(serde: Serde, kb: bytes, value: Any) -> tuple[bytes, int]:
+    data, flags = serde.serialize(kb, value)
+    # pymemcache sends non-bytes serialiser output (ints) as text.
+    return (data if isinstance(data, bytes) else str(data).encode()), flags
+
+
 def _raw(value: bytes) -> bytes:
     # append/prepend keep the item's flags, so only raw bytes make sense (store.py).
     if not isinstance(value, bytes):
@@ -629,17 +671,13 @@ class _StoreMany:
     step, and that key simply failed.
     """
 
-    values: Mapping[bytes, Any]
+    values: Mapping[bytes, tuple[bytes, int]]  # encoded: (data, flags)
     expire: int
-    serde: Serde
 
     def request(self, kbs: list[bytes]) -> bytes:
-        serialize = self.serde.serialize
         commands = []
         for kb in kbs:
-            data, flags = serialize(kb, self.values[kb])
-            if not isinstance(data, bytes):
-                data = str(data).encode()
+            data, flags = self.values[kb]
             commands.append(
                 b"set %b %d %d %d\r\n%b\r\n" % (kb, flags, self.expire, len(data), data)
             )

@@ -45,12 +45,14 @@ from .envelope import with_envelopes
 from .exceptions import ConfigurationError, NonNumericValueError, ValueTooLargeError
 from .keys import Key, key_bytes
 from .registry import Registry
+from .serializers import ValueSerde, is_refused
 from .store import MAX_RELATIVE_EXPIRE, CasToken
 
 # memcached 1.6 item_make_header(): sizeof(item) 48 + key NUL 1 + "\r\n" 2 + CAS 8.
 ITEM_OVERHEAD = 59
 # Non-zero client flags are stored as a 4-byte suffix (item_make_header()).
 FLAGS_SUFFIX = 4
+_MISS: Any = object()  # what _deserialize answers for a refused item
 # memcached refuses -I below 1024 and above half of -m.
 MIN_ITEM_SIZE = 1024
 MAX_COUNTER = 2**64 - 1
@@ -115,10 +117,12 @@ class MemoryStore:
     """An in-process memcached: the :class:`~.store.Store` protocol in one process.
 
     ``max_item_size`` is memcached's ``-I`` and ``max_bytes`` its ``-m`` (in
-    bytes); ``serde`` defaults to pymemcache's ``pickle_serde`` (what Django's
-    ``PyMemcacheCache`` uses), wrapped to read soft-expiry envelopes as plain
-    values (:mod:`.envelope`); ``clock`` returns Unix time in seconds (absolute
-    exptimes are Unix times).  Thread-safe.
+    bytes); ``serde`` defaults to a :class:`~.serializers.ValueSerde` with
+    pickle (pymemcache's ``pickle_serde`` layout, what Django's
+    ``PyMemcacheCache`` uses; an item it refuses reads as a miss), wrapped to
+    read soft-expiry envelopes as plain values (:mod:`.envelope`); ``clock``
+    returns Unix time in seconds (absolute exptimes are Unix times).
+    Thread-safe.
     """
 
     def __init__(
@@ -142,7 +146,7 @@ class MemoryStore:
         self._max_item_size = max_item_size
         self._max_bytes = max_bytes
         # Every read unwraps soft-expiry envelopes (core/envelope.py).
-        self._serde: Serde = with_envelopes(serde)
+        self._serde: Serde = with_envelopes(serde if serde is not None else ValueSerde())
         self._clock = clock
         self._lock = threading.Lock()
         self._items: OrderedDict[bytes, _Item] = OrderedDict()  # least recently used first
@@ -158,23 +162,21 @@ class MemoryStore:
         raw = key_bytes(key)
         with self._lock:
             item = self._live(raw, self._now())
-        return default if item is None else self._deserialize(key, item)
+        value = _MISS if item is None else self._deserialize(key, item)
+        return default if value is _MISS else value
 
     def gets(self, key: Key) -> tuple[Any, CasToken | None]:
         raw = key_bytes(key)
         with self._lock:
             item = self._live(raw, self._now())
-        if item is None:
-            return None, None
-        return self._deserialize(key, item), _token(item)
+        value = _MISS if item is None else self._deserialize(key, item)
+        return (None, None) if value is _MISS else (value, _token(item))  # type: ignore[arg-type]
 
     def get_many(self, keys: Iterable[Key]) -> dict[Key, Any]:
-        return {key: self._deserialize(key, item) for key, item in self._fetch(keys)}
+        return {key: value for key, value, _ in self._decoded(keys)}
 
     def gets_many(self, keys: Iterable[Key]) -> dict[Key, tuple[Any, CasToken]]:
-        return {
-            key: (self._deserialize(key, item), _token(item)) for key, item in self._fetch(keys)
-        }
+        return {key: (value, _token(item)) for key, value, item in self._decoded(keys)}
 
     # -- writes ------------------------------------------------------------
 
@@ -289,6 +291,11 @@ class MemoryStore:
                 "item_size_max": self._max_item_size,
             }
 
+    @property
+    def serde(self) -> Serde:
+        """The serde values go through (envelopes included), as ``Cluster.serde``."""
+        return self._serde
+
     # -- shared steps (callers hold the lock where noted) -------------------
 
     def _now(self) -> int:
@@ -301,7 +308,22 @@ class MemoryStore:
         return (data if isinstance(data, bytes) else str(data).encode()), flags
 
     def _deserialize(self, key: Key, item: _Item) -> Any:
-        return self._serde.deserialize(key, item.data, item.flags)
+        """The item's value, or ``_MISS`` for an item the serde refused (serializers.py).
+
+        A refused item is dropped, as ``Cluster`` deletes it: the next ``add`` regenerates it.
+        """
+        value = self._serde.deserialize(key, item.data, item.flags)
+        if not is_refused(value):
+            return value
+        raw = key_bytes(key)
+        with self._lock:
+            if self._items.get(raw) is item:  # unless rewritten meanwhile
+                self._discard(raw)
+        return _MISS
+
+    def _decoded(self, keys: Iterable[Key]) -> list[tuple[Key, Any, _Item]]:
+        found = [(key, self._deserialize(key, item), item) for key, item in self._fetch(keys)]
+        return [hit for hit in found if hit[1] is not _MISS]
 
     def _prepare(self, key: Key, value: Any) -> tuple[bytes, bytes, int]:
         """Validate and serialise; raise :class:`ValueTooLargeError` (keeping the old item)."""

@@ -19,6 +19,7 @@ from pymemcache.client.base import Client
 
 from .exceptions import ConfigurationError
 from .ketama import VARIANTS
+from .serializers import DEFAULT_SERIALIZER, SerdeOptions
 
 FAILOVER_POLICIES = ("miss", "remap")
 
@@ -67,6 +68,9 @@ class ClusterOptions:
     raise_errors
         Raise :class:`~.exceptions.NodeUnavailableError` into callers instead
         of degrading to misses and failed writes.
+    serializer, signed, signing_key, signing_keys
+        How values are encoded and whether they are signed: see
+        :class:`~.serializers.SerdeOptions` (the keys never show in ``repr``).
     client_options
         Extra keyword arguments for each pymemcache ``Client``.
     """
@@ -81,6 +85,10 @@ class ClusterOptions:
     max_pool_size: int | None = None
     pool_idle_timeout: float = 0.0
     raise_errors: bool = False
+    serializer: str = DEFAULT_SERIALIZER
+    signed: bool | None = None
+    signing_key: str | bytes | None = field(default=None, repr=False)
+    signing_keys: Any = field(default=(), repr=False)
     client_options: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -100,6 +108,9 @@ class ClusterOptions:
                 f"option 'raise_errors' must be True or False, not {self.raise_errors!r}",
                 option="raise_errors",
             )
+        serde = SerdeOptions(self.serializer, self.signed, self.signing_key, self.signing_keys)
+        for name in SerdeOptions.NAMES:  # normalised: signed resolved, keys as bytes
+            object.__setattr__(self, name, getattr(serde, name))
         reserved = sorted(_RESERVED_CLIENT_OPTIONS & set(self.client_options))
         if reserved:
             raise ConfigurationError(
@@ -121,6 +132,11 @@ class ClusterOptions:
             )
         # Freeze the pass-through mapping so the options stay hashable and shareable.
         object.__setattr__(self, "client_options", _FrozenMapping(self.client_options))
+
+    @property
+    def serde_options(self) -> SerdeOptions:
+        """The serialisation options, for :meth:`SerdeOptions.build`."""
+        return SerdeOptions(self.serializer, self.signed, signing_keys=self.signing_keys)
 
     @classmethod
     def from_mapping(cls, options: Mapping[str, Any] | None) -> ClusterOptions:

@@ -45,6 +45,7 @@ from ..core.keys import key_bytes
 from ..core.locks import Backoff
 from ..core.memory import MemoryStore
 from ..core.options import ClusterOptions
+from ..core.serializers import SerdeOptions, with_derived_keys
 from ..core.servers import parse_servers
 from ..core.store import MAX_RELATIVE_EXPIRE, Store
 from ..patterns import DEFAULT
@@ -52,7 +53,7 @@ from ..patterns.locks import LocksMixin
 from ..patterns.namespaces import NamespacesMixin
 from ..patterns.sets import SetsMixin
 from ..patterns.stampede import StampedeMixin
-from .signals import send_pattern_event
+from .signals import send_pattern_event, send_value_refused
 
 __all__ = ["KetamaMemcachedCache", "LocMemPatternsCache", "memcached_exptime"]
 
@@ -318,7 +319,9 @@ class KetamaMemcachedCache(_PatternsCache):
         """Build the backend from Flask-Caching's config (``kwargs`` holds ``CACHE_OPTIONS``)."""
         _refuse_cache_args(args)
         return cls(
-            config["CACHE_MEMCACHED_SERVERS"], key_prefix=config["CACHE_KEY_PREFIX"], **kwargs
+            config["CACHE_MEMCACHED_SERVERS"],
+            key_prefix=config["CACHE_KEY_PREFIX"],
+            **_with_signing_key(kwargs, config),
         )
 
     @property
@@ -330,7 +333,8 @@ class KetamaMemcachedCache(_PatternsCache):
     def store(self) -> Cluster:  # type: ignore[override]
         # Built on first use, as Django's backends do: no socket exists before
         # a worker process serves a request.
-        return shared_cluster(self._servers, self._options)
+        serde = self._options.serde_options.build(send_value_refused)
+        return shared_cluster(self._servers, self._options, serde=serde)
 
 
 class LocMemPatternsCache(_PatternsCache):
@@ -338,11 +342,14 @@ class LocMemPatternsCache(_PatternsCache):
 
     Each backend instance (one per Flask app and ``Cache``) owns its store, as
     Flask-Caching's ``SimpleCache`` does.  ``CACHE_OPTIONS``: ``max_bytes``
-    (memory before least-recently-used items are evicted, 64 MiB) and
-    ``max_item_size`` (1 MiB, memcached's ``-I``).
+    (memory before least-recently-used items are evicted, 64 MiB),
+    ``max_item_size`` (1 MiB, memcached's ``-I``), and the cluster's
+    ``serializer`` and signing options, so values behave as they will on
+    memcached.
     """
 
-    OPTIONS = ("max_bytes", "max_item_size")
+    MEMORY_OPTIONS = ("max_bytes", "max_item_size")
+    OPTIONS = (*MEMORY_OPTIONS, *SerdeOptions.NAMES)
 
     def __init__(
         self,
@@ -364,7 +371,9 @@ class LocMemPatternsCache(_PatternsCache):
             rng=rng,
         )
         try:
-            self._memory = MemoryStore(**_memory_options(options), clock=clock)
+            memory = _memory_options(options)
+            serde = SerdeOptions.from_mapping(options).build(send_value_refused)
+            self._memory = MemoryStore(**memory, serde=serde, clock=clock)
         except ConfigurationError as exc:
             raise _setting_error("CACHE_OPTIONS", exc) from exc
 
@@ -373,7 +382,7 @@ class LocMemPatternsCache(_PatternsCache):
         cls, app: Flask, config: dict[str, Any], args: list[Any], kwargs: dict[str, Any]
     ) -> LocMemPatternsCache:
         _refuse_cache_args(args)
-        return cls(key_prefix=config["CACHE_KEY_PREFIX"], **kwargs)
+        return cls(key_prefix=config["CACHE_KEY_PREFIX"], **_with_signing_key(kwargs, config))
 
     @property
     def store(self) -> MemoryStore:
@@ -405,6 +414,11 @@ def _checked_prefix(prefix: str | None) -> str:
     return prefix
 
 
+def _with_signing_key(options: Mapping[str, Any], config: Mapping[str, Any]) -> dict[str, Any]:
+    """``CACHE_OPTIONS``, with a key derived from the app's ``SECRET_KEY`` for ``signed=True``."""
+    return with_derived_keys(options, lambda: [config.get("SECRET_KEY")])
+
+
 def _memory_options(options: Mapping[str, Any]) -> dict[str, int]:
     unknown = sorted(set(options) - set(LocMemPatternsCache.OPTIONS))
     if unknown:
@@ -414,12 +428,13 @@ def _memory_options(options: Mapping[str, Any]) -> dict[str, int]:
             option=unknown[0],
             choices=LocMemPatternsCache.OPTIONS,
         )
-    for name, value in options.items():
+    memory = {k: v for k, v in options.items() if k in LocMemPatternsCache.MEMORY_OPTIONS}
+    for name, value in memory.items():
         if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
             raise ConfigurationError(
                 f"option {name!r} must be a positive integer, not {value!r}", option=name
             )
-    return dict(options)
+    return memory
 
 
 def _refuse_cache_args(args: list[Any]) -> None:

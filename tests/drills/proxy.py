@@ -1,0 +1,151 @@
+"""A loopback TCP proxy in front of one memcached: it records the bytes, and can cut replies.
+
+Clients connect to :attr:`Proxy.spec` instead of the server.  Every connection's
+bytes are kept in both directions (:attr:`Proxy.connections`), so a test can
+assert on exactly what reached memcached (:mod:`tests.drills.wire` parses them).
+With :attr:`Proxy.cut_after` set, a connection is closed after that many bytes
+of replies: a server or network dying in the middle of a response.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from tests.harness import LOOPBACK
+
+
+@dataclass
+class Connection:
+    """One client connection: what the client sent and what it was answered."""
+
+    sent: bytearray = field(default_factory=bytearray)
+    received: bytearray = field(default_factory=bytearray)
+    cut: bool = False
+
+
+class Proxy:
+    """Forward ``127.0.0.1:<port>`` to ``upstream_port``, recording; a context manager."""
+
+    def __init__(self, upstream_port: int) -> None:
+        self.upstream = (LOOPBACK, upstream_port)
+        self.cut_after: int | None = None
+        self.connections: list[Connection] = []
+        self._listener = socket.create_server((LOOPBACK, 0))
+        self.port: int = self._listener.getsockname()[1]
+        self._sockets: list[socket.socket] = []
+        self._lock = threading.Lock()
+        self._closed = threading.Event()
+        self._acceptor = threading.Thread(target=self._accept, name="proxy-accept", daemon=True)
+
+    @property
+    def spec(self) -> str:
+        return f"{LOOPBACK}:{self.port}"
+
+    def __enter__(self) -> Proxy:
+        self._acceptor.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._closed.set()
+        with contextlib.suppress(OSError):
+            self._listener.shutdown(socket.SHUT_RDWR)  # wakes the blocked accept() (Linux)
+        with contextlib.suppress(OSError):
+            self._listener.close()
+        self.drop_connections()
+        self._acceptor.join(timeout=5)
+
+    def drop_connections(self) -> None:
+        """Close every open connection (both sides), as a network cut does."""
+        with self._lock:
+            sockets, self._sockets = self._sockets, []
+        for sock in sockets:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            with contextlib.suppress(OSError):
+                sock.close()
+
+    def forget(self) -> None:
+        """Empty the records; open (pooled) connections keep being recorded from here on.
+
+        Call it between requests only: a record then starts at a command boundary.
+        """
+        with self._lock:
+            for connection in self.connections:
+                connection.sent.clear()
+                connection.received.clear()
+
+    def sent(self) -> list[bytes]:
+        """What each connection sent to memcached so far."""
+        with self._lock:
+            return [bytes(c.sent) for c in self.connections]
+
+    def received(self) -> list[bytes]:
+        with self._lock:
+            return [bytes(c.received) for c in self.connections]
+
+    @property
+    def cuts(self) -> int:
+        with self._lock:
+            return sum(c.cut for c in self.connections)
+
+    def _accept(self) -> None:
+        while not self._closed.is_set():
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            try:
+                server = socket.create_connection(self.upstream, timeout=5)
+            except OSError:
+                client.close()  # upstream down: the client sees a closed connection
+                continue
+            server.settimeout(None)
+            record = Connection()
+            with self._lock:
+                self.connections.append(record)
+                self._sockets += [client, server]
+            for source, target, upstream in ((client, server, True), (server, client, False)):
+                threading.Thread(
+                    target=self._pump,
+                    args=(source, target, record, upstream),
+                    name="proxy-pump",
+                    daemon=True,
+                ).start()
+
+    def _pump(
+        self, source: socket.socket, target: socket.socket, record: Connection, upstream: bool
+    ) -> None:
+        buffer = record.sent if upstream else record.received
+        try:
+            while True:
+                data = source.recv(65536)
+                if not data:
+                    break
+                limit = None if upstream else self.cut_after
+                if limit is not None and len(buffer) + len(data) >= limit:
+                    data = data[: max(limit - len(buffer), 0)]
+                    buffer += data
+                    target.sendall(data)
+                    record.cut = True
+                    break
+                buffer += data
+                target.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for sock in (source, target):
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+
+
+@contextlib.contextmanager
+def proxied(upstream_port: int) -> Iterator[Proxy]:
+    with Proxy(upstream_port) as proxy:
+        yield proxy
