@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 from django.test import override_settings
 
-from tests.harness import IN_CI
+from tests.harness import require_module
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCUMENTS = [*sorted((ROOT / "docs").glob("*.md")), ROOT / "README.md"]
@@ -120,13 +120,7 @@ def test_api_reference_names_only_methods_the_cache_has() -> None:
 
 
 def test_site_builds_without_warnings(tmp_path: Path) -> None:
-    try:
-        import mkdocs  # noqa: F401
-    except ImportError:
-        reason = "mkdocs is not installed (pip install -e '.[test]')"
-        if IN_CI:
-            pytest.fail(reason, pytrace=False)
-        pytest.skip(f"!!! SKIPPED: {reason}")
+    require_module("mkdocs", "pip install -e '.[test]'")
     site = tmp_path / "site"
     result = subprocess.run(
         [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)],

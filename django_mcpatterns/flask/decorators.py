@@ -19,7 +19,6 @@ import functools
 import hashlib
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any, TypeVar
 from urllib.parse import urlencode
 
@@ -29,6 +28,7 @@ from werkzeug.datastructures import MultiDict
 
 from ..core.exceptions import ConfigurationError, InvalidKeyError
 from ..core.stampede import StampedePolicy
+from ..patterns import pages
 
 __all__ = ["CachedPage", "cacheable", "stampede_guard"]
 
@@ -40,13 +40,11 @@ Query = Mapping[str, Any] | MultiDict[str, Any] | None
 _CACHED_METHODS = frozenset({"GET", "HEAD"})
 
 
-@dataclass(frozen=True, slots=True)
-class CachedPage:
-    """A response as stored: plain data, so any release can read it back."""
+class CachedPage(pages.CachedPage):
+    """A response as stored (:class:`django_mcpatterns.patterns.pages.CachedPage`), from and to
+    Flask responses."""
 
-    status: int
-    headers: tuple[tuple[str, str], ...]
-    body: bytes
+    __slots__ = ()
 
     @classmethod
     def of(cls, response: Response) -> CachedPage:

@@ -3,7 +3,8 @@
 Each pattern's algorithm lives in :mod:`django_mcpatterns.core` and knows nothing
 of frameworks.  The mixins here put it on a cache object with the public names of
 ``design.md`` (``sadd``, ``lock``, ``get_or_compute``, ``namespace``...), adapting
-keys and timeouts through three hooks every backend provides:
+keys and timeouts through three hooks every backend provides, and reporting what
+they did through an optional fourth:
 
 ``store``
     the :class:`~django_mcpatterns.core.store.Store` behind the cache;
@@ -12,7 +13,15 @@ keys and timeouts through three hooks every backend provides:
     ``KEY_PREFIX``/``VERSION``/``KEY_FUNCTION``; Flask: its key prefix);
 ``_pattern_expire(timeout) -> int``
     memcached's exptime for the framework's ``timeout`` convention, where
-    :data:`DEFAULT` means the cache's default timeout.
+    :data:`DEFAULT` means the cache's default timeout;
+``_pattern_event(event)`` (optional)
+    receives the core's events (:class:`~django_mcpatterns.core.stampede.Recomputed`,
+    ``StaleServed``, ``ComputeFailed``, :class:`~django_mcpatterns.core.locks.LockWaited`,
+    ``LockTimedOut``...; an exception it raises is logged, never raised into
+    the caller).  The Django backends send them as
+    :mod:`django_mcpatterns.signals`, the Flask ones as blinker signals.  The
+    mixins look it up with ``getattr`` (:func:`.locks.event_hook`), so a host
+    without it simply reports nothing.
 
 The mixins import neither Django nor Flask.
 """

@@ -3,5 +3,7 @@
 SECRET_KEY = "tests-only-not-secret"
 USE_TZ = True
 INSTALLED_APPS = ["django_mcpatterns"]
-DATABASES: dict = {}
+# SQLite in memory, for the model-signal tests (tests/django/test_namespaces_models.py);
+# other tests never touch it.
+DATABASES = {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}}
 CACHES = {"default": {"BACKEND": "django_mcpatterns.backend.LocMemPatternsCache"}}

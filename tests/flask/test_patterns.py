@@ -14,6 +14,7 @@ placeholder.  Tests get ``c`` (the backend, ``CACHE_DEFAULT_TIMEOUT`` =
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections.abc import Iterator
@@ -23,6 +24,7 @@ import pytest
 
 from django_mcpatterns.core.exceptions import InvalidKeyError, LockTimeoutError
 from django_mcpatterns.flask import signals
+from django_mcpatterns.patterns.events import SIGNAL_NAMES
 from tests.flask.conftest import PREFIX, FlaskDeployment, deployments
 
 DEFAULT_TIMEOUT = 60
@@ -71,6 +73,16 @@ def received() -> Iterator[list[tuple[str, dict[str, Any]]]]:
     yield events
     for name, receiver in receivers:
         getattr(signals, name).disconnect(receiver)
+
+
+@pytest.mark.parametrize(("event_type", "name"), SIGNAL_NAMES.items())
+def test_each_core_event_is_sent_as_its_signal(
+    event_type: type, name: str, received: list[Any]
+) -> None:
+    event = event_type(**{f.name: f"{f.name}-value" for f in dataclasses.fields(event_type)})
+    cache = object()
+    signals.send_pattern_event(cache, event)
+    assert received == [(name, {"cache": cache, **vars(event)})]
 
 
 class TestLocks(PatternTests):

@@ -1,0 +1,657 @@
+"""Namespaces: key derivation, versions, invalidation, nesting, soft invalidation, routing, costs.
+
+The behaviour suite runs on the in-process MemoryStore (with a fake clock) and
+on a real 3-server cluster; races are shown with deterministic interleavings
+(another client acting at an exact point, through :class:`Hooked`).  Routing and
+request counts are measured on the servers: which server holds each key, what
+memcached's ``stats`` counted, how many requests the client sent.  Concurrent
+processes are in ``test_namespaces_processes.py``.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator
+from typing import Any
+from urllib.parse import unquote
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from pymemcache.client.base import Client
+
+from django_mcpatterns.core.cluster import Cluster
+from django_mcpatterns.core.envelope import Envelope
+from django_mcpatterns.core.exceptions import (
+    EncodingError,
+    InvalidKeyError,
+    NodeUnavailableError,
+)
+from django_mcpatterns.core.keys import key_bytes
+from django_mcpatterns.core.memory import MemoryStore
+from django_mcpatterns.core.namespaces import (
+    MAX_READABLE_ID,
+    REMEMBERED_PATHS,
+    Namespace,
+    Namespaces,
+    RoutedKey,
+    namespace_id,
+    part_text,
+)
+from django_mcpatterns.core.options import ClusterOptions
+from django_mcpatterns.core.serializers import ValueSerde
+from django_mcpatterns.core.stampede import Recomputed, StaleServed, Stampede, StampedePolicy
+from django_mcpatterns.core.store import Store
+from tests.conftest import flush
+from tests.core.test_cluster import SocketSpy
+from tests.core.test_locks import FakeClock, Hooked
+from tests.harness import LOOPBACK, MemcachedServer, free_port
+
+# A long Django-like prefix: KEY_PREFIX "site-with-a-long-prefix", VERSION 12.
+PREFIX = "site-with-a-long-prefix-" + "x" * 40 + ":12:"
+
+parts_st = st.lists(
+    st.one_of(st.text(max_size=80), st.integers(-(2**70), 2**70)), min_size=1, max_size=4
+)
+path_st = st.lists(parts_st, min_size=1, max_size=3)
+
+
+def prefixed(key: str, version: Any) -> str:
+    return f"{PREFIX}{key}" if version is None else f"{PREFIX}{version}:{key}"
+
+
+def raw_client(server: MemcachedServer) -> Client:
+    return Client((LOOPBACK, server.port), default_noreply=False, timeout=5)
+
+
+def holders(servers: list[MemcachedServer], key: bytes) -> list[str]:
+    found = []
+    for server in servers:
+        client = raw_client(server)
+        try:
+            if client.get(key) is not None:
+                found.append(server.spec)
+        finally:
+            client.close()
+    return found
+
+
+def nested(spaces: Namespaces, path: list[list[Any]]) -> Namespace:
+    ns = spaces.namespace(*path[0])
+    for parts in path[1:]:
+        ns = ns.namespace(*parts)
+    return ns
+
+
+# -- key derivation ------------------------------------------------------------------
+
+
+@settings(max_examples=200, suppress_health_check=[HealthCheck.too_slow])
+@given(path=path_st, key=st.text(st.characters(min_codepoint=33, max_codepoint=126), max_size=20))
+def test_any_parts_make_valid_keys_after_the_backends_prefix(path: list[list[Any]], key: str):
+    spaces = Namespaces(MemoryStore(), make_key=prefixed)
+    ns = nested(spaces, path)
+    for version_key in ns._version_keys:
+        assert key_bytes(version_key) == version_key
+    made = ns.key(key or "k")
+    assert key_bytes(made) == made  # no whitespace, no control bytes, <= 250 bytes
+    assert made.startswith(PREFIX.encode() + b"ns:")
+    assert len(ns._id) <= MAX_READABLE_ID + 1
+
+
+@settings(max_examples=300)
+@given(a=path_st, b=path_st)
+def test_distinct_namespaces_never_share_a_key(a: list[list[Any]], b: list[list[Any]]):
+    texts = [tuple(tuple(part_text(p) for p in parts) for parts in path) for path in (a, b)]
+    same = texts[0] == texts[1]
+    assert (namespace_id(texts[0]) == namespace_id(texts[1])) == same
+    for path in texts:
+        readable = namespace_id(path)
+        if not readable.startswith("#"):  # the readable form decodes back: it is injective
+            decoded = tuple(
+                tuple(unquote(part, errors="surrogatepass") for part in level.split(":"))
+                for level in readable.split("/")
+            )
+            assert decoded == path
+
+
+@pytest.mark.parametrize(
+    ("path", "expected"),
+    [
+        ((("user", "42"),), "user:42"),
+        ((("org", "1"), ("user", "42")), "org:1/user:42"),
+        ((("a:b",),), "a%3Ab"),  # never the two parts ("a", "b")
+        ((("a", "b"),), "a:b"),
+        ((("a/b",),), "a%2Fb"),  # never the two levels a / b
+        ((("x|y",),), "x%7Cy"),  # "|" ends the id in value keys
+        ((("#1",),), "%231"),  # "#" starts a digest
+        ((("new\nline", "tab\t", " "),), "new%0Aline:tab%09:%20"),
+        ((("é",),), "%C3%A9"),
+        ((("",),), ""),
+    ],
+)
+def test_ids_are_readable_and_unambiguous(path: Any, expected: str) -> None:
+    assert namespace_id(path) == expected
+
+
+def test_long_ids_become_a_digest() -> None:
+    long = (("x" * 100,),)
+    digest = namespace_id(long)
+    assert digest.startswith("#")
+    assert len(digest) == 41
+    assert digest != namespace_id((("x" * 101,),))
+
+
+def test_an_int_part_is_its_decimal_text() -> None:
+    spaces = Namespaces(MemoryStore())
+    assert spaces.namespace("user", 42).key("k") == spaces.namespace("user", "42").key("k")
+    assert spaces.namespace(-7).key("k") == b"ns:-7|k"
+
+
+@pytest.mark.parametrize("bad", [True, 1.5, None, b"bytes", ("tuple",)])
+def test_parts_are_str_or_int_only(bad: Any) -> None:
+    with pytest.raises(TypeError):
+        Namespaces(MemoryStore()).namespace("user", bad)
+
+
+def test_a_namespace_needs_a_part() -> None:
+    with pytest.raises(ValueError, match="at least one part"):
+        Namespaces(MemoryStore()).namespace()
+
+
+def test_derived_keys_are_remembered_within_a_bound() -> None:
+    spaces = Namespaces(MemoryStore())
+    first = spaces.namespace("user", 1)
+    assert spaces.namespace("user", 1)._version_keys is first._version_keys
+    for user in range(REMEMBERED_PATHS + 10):
+        spaces.namespace("user", user)
+    assert len(spaces._paths) <= REMEMBERED_PATHS
+    assert spaces.namespace("user", 1)._version_keys == first._version_keys
+
+
+def test_user_keys_follow_the_stores_key_rules() -> None:
+    ns = Namespaces(MemoryStore()).namespace("user", 42)
+    with pytest.raises(InvalidKeyError):
+        ns.get("has space")
+    with pytest.raises(InvalidKeyError):
+        ns.set("k" * 250, 1)
+
+
+# -- behaviour on both stores ------------------------------------------------------------
+
+
+class NamespaceContract:
+    """Subclasses provide ``store`` (empty) and ``clock``."""
+
+    @pytest.fixture
+    def clock(self) -> FakeClock:
+        return FakeClock()
+
+    @pytest.fixture
+    def store(self, clock: FakeClock) -> Store:
+        raise NotImplementedError
+
+    @pytest.fixture
+    def events(self) -> list[object]:
+        return []
+
+    @pytest.fixture
+    def spaces(self, store: Store, clock: FakeClock, events: list[object]) -> Namespaces:
+        def stampede(view: Store) -> Stampede:
+            return Stampede(view, clock=clock, sleep=clock.sleep, on_event=events.append)
+
+        return Namespaces(store, clock=clock, stampede=stampede)
+
+    def test_invalidate_drops_every_key_of_the_namespace_and_only_those(
+        self, spaces: Namespaces, store: Store
+    ) -> None:
+        ns, other = spaces.namespace("user", 42), spaces.namespace("user", 43)
+        ns.set_many({"profile": {"name": "ann"}, "avatar": b"\x89PNG", "age": 31})
+        other.set("profile", {"name": "bob"})
+        store.set("plain", "kept")
+        assert ns.get_many(["profile", "avatar", "age", "none"]) == {
+            "profile": {"name": "ann"},
+            "avatar": b"\x89PNG",
+            "age": 31,
+        }
+        spaces.invalidate("user", 42)
+        assert ns.get_many(["profile", "avatar", "age"]) == {}
+        assert ns.get("profile", "default") == "default"
+        assert other.get("profile") == {"name": "bob"}
+        assert store.get("plain") == "kept"
+        ns.set("profile", {"name": "ann 2"})  # written under the new version
+        assert ns.get("profile") == {"name": "ann 2"}
+
+    def test_values_of_every_kind_round_trip(self, spaces: Namespaces) -> None:
+        ns = spaces.namespace("kinds")
+        values = {"none": None, "str": "é", "bytes": b"\x00\xff", "int": 2**70, "list": [1, "a"]}
+        assert ns.set_many(values) == []
+        assert ns.get_many(values) == values
+        assert ns.get("none", "default") is None  # a cached None is a hit
+
+    def test_invalidating_the_outer_namespace_invalidates_the_inner(
+        self, spaces: Namespaces
+    ) -> None:
+        org = spaces.namespace("org", 1)
+        user = org.namespace("user", 42)
+        sibling = org.namespace("user", 43)
+        org.set("name", "acme")
+        user.set("profile", "ann")
+        sibling.set("profile", "bob")
+        user.invalidate()
+        assert user.get("profile") is None
+        assert sibling.get("profile") == "bob"
+        assert org.get("name") == "acme"
+        user.set("profile", "ann")
+        org.invalidate_namespace("user", 43)
+        assert sibling.get("profile") is None
+        assert user.get("profile") == "ann"
+        spaces.invalidate("org", 1)
+        assert org.get("name") is None
+        assert user.get("profile") is None
+        assert spaces.namespace("org", 1).namespace("user", 42).get("profile") is None
+
+    def test_a_nested_namespace_is_not_the_flat_one(self, spaces: Namespaces) -> None:
+        spaces.namespace("org", 1).namespace("user", 42).set("k", "nested")
+        assert spaces.namespace("org", 1, "user", 42).get("k") is None
+
+    def test_versions_start_at_the_time_in_microseconds(
+        self, spaces: Namespaces, clock: FakeClock
+    ) -> None:
+        ns = spaces.namespace("user", 42).namespace("posts")
+        assert ns.versions() == (None, None)
+        assert ns.get("k") is None  # a read creates nothing
+        assert ns.versions() == (None, None)
+        ns.set("k", 1)
+        first = int(clock() * 1_000_000)
+        assert ns.versions() == (first, first)
+        assert ns.invalidate() == first + 1
+        assert ns.versions() == (first, first + 1)
+
+    def test_invalidating_a_missing_namespace_creates_its_version(
+        self, spaces: Namespaces, clock: FakeClock
+    ) -> None:
+        assert spaces.invalidate("never", "used") == int(clock() * 1_000_000)
+
+    def test_an_evicted_version_key_never_brings_old_values_back(
+        self, spaces: Namespaces, store: Store, clock: FakeClock
+    ) -> None:
+        ns = spaces.namespace("user", 42)
+        ns.set("profile", "old")
+        (version_key,) = ns._version_keys
+        store.delete(version_key)  # evicted, or its server restarted empty
+        assert ns.get("profile") is None
+        clock.advance(0.5)
+        ns.set("other", "new")  # recreates the version, from the clock
+        assert ns.versions() == (int(clock() * 1_000_000),)
+        assert ns.get("profile") is None
+        assert ns.get("other") == "new"
+
+    def test_add_fails_only_on_a_valid_value(self, spaces: Namespaces) -> None:
+        ns = spaces.namespace("user", 42)
+        assert ns.add("k", 1) is True
+        assert ns.add("k", 2) is False
+        assert ns.get("k") == 1
+        ns.invalidate()
+        assert ns.add("k", 3) is True  # the invalidated value does not count
+        assert ns.get("k") == 3
+
+    def test_delete(self, spaces: Namespaces) -> None:
+        ns = spaces.namespace("user", 42)
+        ns.set_many({"a": 1, "b": 2, "c": 3})
+        assert ns.delete("a") is True
+        assert ns.delete("a") is False
+        ns.delete_many(["b", "c"])
+        assert ns.get_many(["a", "b", "c"]) == {}
+
+    def test_get_or_set_tags_with_the_versions_read_before_computing(
+        self, spaces: Namespaces
+    ) -> None:
+        ns = spaces.namespace("user", 42)
+        assert ns.get_or_set("k", lambda: "first") == "first"
+        assert ns.get_or_set("k", lambda: "second") == "first"
+        ns.invalidate()
+
+        def computed_while_invalidated() -> str:
+            spaces.invalidate("user", 42)  # the data changed while we computed
+            return "stale"
+
+        assert ns.get_or_set("k", computed_while_invalidated) == "stale"
+        assert ns.get("k") is None  # stored already invalid
+        assert ns.get_or_set("k", "fresh") == "fresh"
+        assert ns.get("k") == "fresh"
+
+    def test_get_or_compute_stores_an_envelope_that_never_leaks(
+        self, spaces: Namespaces, events: list[object]
+    ) -> None:
+        ns = spaces.namespace("user", 42)
+        calls: list[int] = []
+
+        def compute() -> dict[str, int]:
+            calls.append(1)
+            return {"total": 7}
+
+        assert ns.get_or_compute("report", compute, 60) == {"total": 7}
+        assert ns.get_or_compute("report", compute, 60) == {"total": 7}
+        assert calls == [1]
+        assert ns.get("report") == {"total": 7}
+        assert ns.get_many(["report"]) == {"report": {"total": 7}}
+        assert ns.get_or_set("report", "other") == {"total": 7}
+        (event,) = events
+        assert isinstance(event, Recomputed)
+        assert event.key == ns.key("report")
+
+    def test_get_or_compute_after_invalidation_recomputes(self, spaces: Namespaces) -> None:
+        ns = spaces.namespace("user", 42)
+        ns.get_or_compute("k", lambda: "v1", 60)
+        ns.invalidate()
+        fetched = ns.fetch("k", lambda: "v2", 60)
+        assert (fetched.value, fetched.outcome) == ("v2", "computed")
+        assert ns.fetch("k", lambda: "v3", 60).value == "v2"
+
+    def test_a_value_computed_during_an_invalidation_is_stored_invalid(
+        self, spaces: Namespaces
+    ) -> None:
+        ns = spaces.namespace("user", 42)
+
+        def compute() -> str:
+            ns.invalidate()
+            return "computed from old data"
+
+        assert ns.get_or_compute("k", compute, 60) == "computed from old data"
+        assert ns.get("k") is None
+        assert ns.get_or_compute("k", lambda: "new", 60) == "new"
+
+    def test_recompute_stores_now_tagged_with_the_versions_read_first(
+        self, spaces: Namespaces
+    ) -> None:
+        ns = spaces.namespace("user", 42)
+        ns.get_or_compute("k", lambda: "old", 60)
+        assert ns.recompute("k", lambda: "new", 60) == "new"
+        assert ns.get_or_compute("k", lambda: "never", 60) == "new"
+
+        def invalidated_meanwhile() -> str:
+            ns.invalidate()
+            return "from old data"
+
+        assert ns.recompute("k", invalidated_meanwhile, 60) == "from old data"
+        assert ns.get("k") is None
+
+    def test_hard_invalidation_makes_lock_losers_wait_not_serve_old_values(
+        self, spaces: Namespaces, store: Store
+    ) -> None:
+        ns = spaces.namespace("catalog")
+        ns.get_or_compute("page", lambda: "old", 60)
+        ns.invalidate()
+        holder = ns._ctx.stampede(store)._lock(_job(ns, "page"))
+        assert holder.acquire(blocking=False)  # another process is recomputing
+        fetched = ns.fetch("page", lambda: "mine", 60, policy=StampedePolicy(wait=0))
+        assert (fetched.value, fetched.outcome) == ("mine", "computed")  # never "old"
+
+    def test_a_soft_namespace_serves_the_old_value_while_one_caller_recomputes(
+        self, spaces: Namespaces, store: Store, clock: FakeClock, events: list[object]
+    ) -> None:
+        ns = spaces.namespace("catalog", soft=True)
+        assert ns.namespace("page", 1).soft  # inherited
+        ns.get_or_compute("page", lambda: "old", 60)
+        written = clock()
+        clock.advance(5)
+        ns.invalidate()
+        holder = ns._ctx.stampede(store)._lock(_job(ns, "page"))
+        assert holder.acquire(blocking=False)  # another caller won the recompute
+        fetched = ns.fetch("page", lambda: "never", 60)
+        assert (fetched.value, fetched.outcome) == ("old", "stale")
+        assert fetched.envelope is not None
+        assert fetched.envelope.soft_expiry == written
+        stale = [e for e in events if isinstance(e, StaleServed)]
+        assert [round(e.age) for e in stale] == [5]
+        assert ns.get("page") is None  # plain reads never see an invalidated value
+        holder.release()
+        fetched = ns.fetch("page", lambda: "new", 60)  # the lock is free: this caller wins
+        assert (fetched.value, fetched.outcome) == ("new", "computed")
+        assert ns.get_or_compute("page", lambda: "never", 60) == "new"
+
+    def test_soft_staleness_of_a_plain_value(self, spaces: Namespaces) -> None:
+        ns = spaces.namespace("catalog", soft=True)
+        ns.set("page", "set plainly")
+        ns.invalidate()
+        assert ns.get_or_compute("page", lambda: "recomputed", 60) == "recomputed"
+
+    def test_a_foreign_value_under_a_namespaced_key_is_an_error(
+        self, spaces: Namespaces, store: Store
+    ) -> None:
+        ns = spaces.namespace("user", 42)
+        ns.set("k", 1)
+        store.set(ns.key("k"), "written by someone else")
+        with pytest.raises(EncodingError, match="namespaced key"):
+            ns.get("k")
+        assert ns.get_or_compute("k", lambda: "recomputed", 60) == "recomputed"
+        store.set(ns._version_keys[0], b"not a number")
+        with pytest.raises(EncodingError, match="decimal counter"):
+            ns.get("k")
+
+    def test_an_unknown_format_is_an_error(self, spaces: Namespaces, store: Store) -> None:
+        ns = spaces.namespace("user", 42)
+        ns.set("k", 1)
+        data = bytearray(store.get(ns.key("k")))
+        data[2] = 9
+        store.set(ns.key("k"), bytes(data))
+        with pytest.raises(EncodingError, match="format 9"):
+            ns.get("k")
+
+    def test_the_value_carries_its_versions(self, spaces: Namespaces, store: Store) -> None:
+        ns = spaces.namespace("org", 1).namespace("user", 2)
+        ns.set("k", b"value")
+        raw = store.get(ns.key("k"))
+        magic, fmt, depth, _, flags = struct.unpack_from(">2sBBdI", raw)
+        assert (magic, fmt, depth, flags) == (b"ns", 1, 2, 0)
+        assert struct.unpack_from(">2Q", raw, 16) == ns.versions()
+        assert raw[32:] == b"value"
+
+
+def _job(ns: Namespace, key: str) -> Any:
+    """What Stampede locks for ``key`` in ``ns`` (to hold that lock as another caller)."""
+    from django_mcpatterns.core.stampede import _Job
+
+    return _Job(ns.key(key), lambda: None, 60, StampedePolicy(), None)
+
+
+class TestEmbedded(NamespaceContract):
+    @pytest.fixture
+    def store(self, clock: FakeClock) -> Store:
+        return MemoryStore(clock=clock)
+
+    def test_an_invalidation_that_races_a_creation_bumps_it(
+        self, spaces: Namespaces, store: Store, clock: FakeClock
+    ) -> None:
+        # Hooked hides the strict view (core/locks.py), so this interleaving needs the
+        # in-process store; the cluster runs the same code.
+        hooked = Hooked(store)
+        racing = Namespaces(hooked, clock=clock).namespace("user", 42)
+        writer = spaces.namespace("user", 42)
+
+        def writer_creates_it(*args: Any) -> None:
+            writer.set("k", "read before the change")  # creates the version key
+
+        hooked.before["add"] = writer_creates_it
+        version = racing.invalidate()  # incr misses; the writer's add comes first
+        assert [name for name, _ in hooked.calls] == ["incr", "add", "incr"]
+        assert writer.versions() == (version,)
+        assert writer.get("k") is None
+
+    def test_a_value_over_the_item_size_limit_is_not_stored(self, clock: FakeClock) -> None:
+        ns = Namespaces(MemoryStore(max_item_size=1024, clock=clock)).namespace("big")
+        ns.set("k", "small")
+        assert ns.set("k", "x" * 2000) is False
+        assert ns.get("k") is None
+
+    def test_the_stores_serde_guards_the_value_inside(self, clock: FakeClock) -> None:
+        # Signing (serializers.py) signs the inner value, bound to its key: a
+        # tampered or transplanted value is refused, which reads as a miss.
+        store = MemoryStore(clock=clock, serde=ValueSerde(signing_keys=[b"k" * 32]))
+        ns = Namespaces(store, clock=clock).namespace("user", 42)
+        ns.set("a", {"x": 1})
+        ns.set("b", {"x": 2})
+        assert ns.get("a") == {"x": 1}
+        raw = store.get(ns.key("a"))
+        store.set(ns.key("a"), raw[:-1] + bytes([raw[-1] ^ 1]))
+        assert ns.get("a") is None
+        store.set(ns.key("a"), store.get(ns.key("b")))
+        assert ns.get("a") is None
+        assert ns.get_or_compute("a", lambda: "recomputed", 60) == "recomputed"
+
+
+class TestThreeServers(NamespaceContract):
+    @pytest.fixture
+    def clock(self) -> FakeClock:
+        import time
+
+        return FakeClock(time.time())  # soft expiries are compared with memcached's clock
+
+    @pytest.fixture
+    def store(self, memcached_3: list[MemcachedServer]) -> Iterator[Store]:
+        flush(memcached_3)
+        cluster = Cluster([s.spec for s in memcached_3])
+        yield cluster
+        cluster.close()
+
+
+# -- routing and costs on real servers --------------------------------------------------
+
+
+@pytest.fixture
+def servers(memcached_3: list[MemcachedServer]) -> list[MemcachedServer]:
+    flush(memcached_3)
+    return memcached_3
+
+
+@pytest.fixture
+def spy() -> SocketSpy:
+    return SocketSpy()
+
+
+@pytest.fixture
+def cluster(servers: list[MemcachedServer], spy: SocketSpy) -> Iterator[Cluster]:
+    cluster = Cluster(
+        [s.spec for s in servers], ClusterOptions(client_options={"socket_module": spy})
+    )
+    yield cluster
+    cluster.close()
+
+
+def stats(servers: list[MemcachedServer], name: str) -> list[int]:
+    found = []
+    for server in servers:
+        client = raw_client(server)
+        try:
+            found.append(int(client.stats()[name.encode()]))
+        finally:
+            client.close()
+    return found
+
+
+def delta(before: list[int], after: list[int]) -> list[int]:
+    return [b - a for a, b in zip(before, after, strict=True)]
+
+
+def test_every_key_of_a_namespace_lives_on_its_root_version_keys_server(
+    cluster: Cluster, servers: list[MemcachedServer]
+) -> None:
+    spaces = Namespaces(cluster)
+    for user in range(5):
+        root = spaces.namespace("user", user)
+        inner = root.namespace("posts").namespace("page", 2)
+        keys = [f"k{i}" for i in range(4)]
+        root.set_many(dict.fromkeys(keys, 1))
+        inner.set_many(dict.fromkeys(keys, 2))
+        (home,) = holders(servers, root._version_keys[0])
+        # The root's version key sits where any ketama client would put it...
+        assert home == cluster.ring.get_node(root._version_keys[0])
+        # ...and everything of the namespace follows it.
+        for key in [*inner._version_keys, *(n.key(k) for n in (root, inner) for k in keys)]:
+            assert holders(servers, key) == [home]
+
+
+def test_ordinary_keys_route_on_their_own_bytes(cluster: Cluster, servers: list[MemcachedServer]):
+    keys = [f"{{user:{i}}}:profile" for i in range(12)] + [f"user:{i}" for i in range(12)]
+    for key in keys:
+        cluster.set(key, 1)
+        assert holders(servers, key.encode()) == [cluster.ring.get_node(key)]
+    routed = RoutedKey(b"anything", route=b"user:1")
+    assert cluster._locate(routed) == cluster.ring.get_node(b"user:1")
+    assert cluster._locate(b"anything") == cluster.ring.get_node(b"anything")
+
+
+def test_a_read_is_one_request_to_one_server(
+    cluster: Cluster, servers: list[MemcachedServer], spy: SocketSpy
+) -> None:
+    spaces = Namespaces(cluster)
+    ns = spaces.namespace("org", 1).namespace("user", 42)
+    ns.set_many({f"k{i}": i for i in range(10)})
+    home = cluster.ring.get_node(ns._version_keys[0])
+    homes = [s.spec == home for s in servers]
+    expectations = [
+        (lambda: ns.get("k1"), 3),  # 2 version keys + the value
+        (lambda: ns.get_many([f"k{i}" for i in range(10)]), 12),
+        (lambda: ns.get_or_set("k2", "unused"), 3),
+        (lambda: ns.get_or_compute("c", lambda: 1, 60), None),  # warm it up
+        (lambda: ns.get_or_compute("c", lambda: 2, 60), 3),
+    ]
+    for read, keys in expectations:
+        before, sends = stats(servers, "cmd_get"), spy.count("send")
+        read()
+        if keys is None:
+            continue
+        assert spy.count("send") - sends == 1
+        assert delta(before, stats(servers, "cmd_get")) == [keys if h else 0 for h in homes]
+
+
+def test_invalidation_is_one_incr_and_a_set_two_requests(
+    cluster: Cluster, servers: list[MemcachedServer], spy: SocketSpy
+) -> None:
+    ns = Namespaces(cluster).namespace("user", 42)
+    ns.set("k", 1)
+    sends, incrs = spy.count("send"), stats(servers, "incr_hits")
+    ns.invalidate()
+    assert spy.count("send") - sends == 1
+    assert sum(delta(incrs, stats(servers, "incr_hits"))) == 1
+    sends, sets = spy.count("send"), stats(servers, "cmd_set")
+    ns.set("k", 2)
+    assert spy.count("send") - sends == 2  # the versions, then the set
+    assert sum(delta(sets, stats(servers, "cmd_set"))) == 1
+
+
+def test_invalidating_on_an_unreachable_server_raises() -> None:
+    cluster = Cluster([f"{LOOPBACK}:{free_port()}"])  # nobody listens there
+    ns = Namespaces(cluster).namespace("user", 42)
+    assert ns.get("k") is None  # reads degrade to misses, as every read does
+    with pytest.raises(NodeUnavailableError):
+        ns.invalidate()
+
+
+def test_remap_failover_moves_a_namespace_as_a_whole(
+    memcached_4_fresh: list[MemcachedServer],
+) -> None:
+    servers = memcached_4_fresh
+    options = ClusterOptions(failover="remap", retry_attempts=1, retry_timeout=60)
+    cluster = Cluster([s.spec for s in servers], options)
+    try:
+        ns = Namespaces(cluster).namespace("user", 42).namespace("posts")
+        home = cluster.ring.get_node(ns._version_keys[0])
+        next(s for s in servers if s.spec == home).kill()
+        ns.get("k")  # the failure that marks the server dead
+        ns.set_many({f"k{i}": i for i in range(10)})
+        assert ns.get_many([f"k{i}" for i in range(10)]) == {f"k{i}": i for i in range(10)}
+        alive = [s for s in servers if s.spec != home]
+        (new_home,) = holders(alive, ns._version_keys[0])
+        for i in range(10):
+            assert holders(alive, ns.key(f"k{i}")) == [new_home]
+    finally:
+        cluster.close()
+
+
+def test_a_plain_envelope_is_not_a_namespaced_value() -> None:
+    ns = Namespaces(MemoryStore()).namespace("user", 42)
+    ns._ctx.store.set(ns.key("k"), Envelope("soft"))
+    with pytest.raises(EncodingError):
+        ns.get("k")

@@ -1,0 +1,167 @@
+"""``invalidate_on_change``: saving or deleting a model instance invalidates namespaces.
+
+A real model on SQLite in memory (``tests/django/settings.py``), saved and
+deleted through the ORM, inside and outside transactions: the invalidation
+waits for the commit, so a reader between the save and the commit cannot cache
+the old rows under the new version.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from django.core.cache import caches
+from django.db import connection, models, transaction
+from django.test import override_settings
+
+from django_mcpatterns.core.exceptions import NodeUnavailableError
+from django_mcpatterns.receivers import NamespaceReceiver, invalidate_on_change
+from tests.django.conftest import CLUSTER_BACKEND, EMBEDDED_BACKEND
+from tests.harness import LOOPBACK, free_port
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+class Article(models.Model):
+    id = models.AutoField(primary_key=True)
+    org_id = models.IntegerField()
+    author_id = models.IntegerField()
+    title = models.CharField(max_length=100)
+
+    class Meta:
+        app_label = "mcpatterns_tests"  # not an installed app: the table is made below
+
+
+@pytest.fixture(autouse=True)
+def table() -> Iterator[None]:
+    with connection.schema_editor() as editor:
+        editor.create_model(Article)
+    yield
+    with connection.schema_editor() as editor:
+        editor.delete_model(Article)
+
+
+@pytest.fixture(autouse=True)
+def cache() -> Iterator[Any]:
+    entry = {"BACKEND": EMBEDDED_BACKEND, "LOCATION": "namespaces-models"}
+    with override_settings(CACHES={"default": entry}):
+        caches["default"].clear()
+        yield caches["default"]
+
+
+@pytest.fixture
+def connect() -> Iterator[Any]:
+    """``invalidate_on_change`` whose receivers are disconnected after the test."""
+    made: list[NamespaceReceiver] = []
+
+    def connect(*args: Any, **kwargs: Any) -> NamespaceReceiver:
+        made.append(invalidate_on_change(*args, **kwargs))
+        return made[-1]
+
+    yield connect
+    for receiver in made:
+        receiver.disconnect()
+
+
+def test_save_and_delete_invalidate_the_namespace(cache: Any, connect: Any) -> None:
+    connect(Article, lambda article: ("author", article.author_id))
+    author, other = cache.namespace("author", 7), cache.namespace("author", 8)
+    author.set("titles", [])
+    other.set("titles", [])
+    article = Article.objects.create(org_id=1, author_id=7, title="first")
+    assert author.get("titles") is None
+    assert other.get("titles") == []
+    author.set("titles", ["first"])
+    article.delete()
+    assert author.get("titles") is None
+
+
+def test_the_invalidation_waits_for_the_commit(cache: Any, connect: Any) -> None:
+    connect(Article, lambda article: ("author", article.author_id))
+    author = cache.namespace("author", 7)
+    author.set("titles", [])
+    with transaction.atomic():
+        Article.objects.create(org_id=1, author_id=7, title="first")
+        # Not committed: other connections still read the old rows, so the old
+        # cached value is still the right one.
+        assert author.get("titles") == []
+    assert author.get("titles") is None
+
+
+def test_a_rolled_back_change_invalidates_nothing(cache: Any, connect: Any) -> None:
+    connect(Article, lambda article: ("author", article.author_id))
+    author = cache.namespace("author", 7)
+    author.set("titles", [])
+
+    def create_then_fail() -> None:
+        with transaction.atomic():
+            Article.objects.create(org_id=1, author_id=7, title="first")
+            raise RuntimeError("rolled back")
+
+    with pytest.raises(RuntimeError):
+        create_then_fail()
+    assert author.get("titles") == []
+
+
+def test_several_and_nested_namespaces(cache: Any, connect: Any) -> None:
+    def namespaces(article: Article) -> list[Any]:
+        return [
+            ("author", article.author_id),
+            cache.namespace("org", article.org_id).namespace("titles"),
+            None,
+        ]
+
+    connect(Article, namespaces)
+    author = cache.namespace("author", 7)
+    titles = cache.namespace("org", 1).namespace("titles")
+    org = cache.namespace("org", 1)
+    for ns in (author, titles, org):
+        ns.set("k", "v")
+    Article.objects.create(org_id=1, author_id=7, title="first")
+    assert author.get("k") is None
+    assert titles.get("k") is None
+    assert org.get("k") == "v"  # only the nested level was invalidated
+
+
+def test_a_single_part_and_none(cache: Any, connect: Any) -> None:
+    connect(Article, lambda article: "articles" if article.title else None)
+    ns = cache.namespace("articles")
+    ns.set("k", "v")
+    Article.objects.create(org_id=1, author_id=7, title="")
+    assert ns.get("k") == "v"
+    Article.objects.create(org_id=1, author_id=7, title="t")
+    assert ns.get("k") is None
+
+
+def test_disconnect(cache: Any) -> None:
+    receiver = invalidate_on_change(Article, lambda article: ("author", article.author_id))
+    receiver.disconnect()
+    author = cache.namespace("author", 7)
+    author.set("k", "v")
+    Article.objects.create(org_id=1, author_id=7, title="first")
+    assert author.get("k") == "v"
+
+
+@pytest.fixture
+def unreachable() -> Iterator[None]:
+    entry = {"BACKEND": CLUSTER_BACKEND, "LOCATION": f"{LOOPBACK}:{free_port()}"}
+    with override_settings(CACHES={"default": entry}):
+        yield
+
+
+@pytest.mark.usefixtures("unreachable", "reset_shared_stores")
+def test_an_unreachable_server_raises_into_the_committing_code(connect: Any) -> None:
+    connect(Article, lambda article: ("author", article.author_id))
+    with pytest.raises(NodeUnavailableError):
+        Article.objects.create(org_id=1, author_id=7, title="first")
+    assert Article.objects.count() == 1  # committed: only the invalidation failed
+
+
+@pytest.mark.usefixtures("unreachable", "reset_shared_stores")
+def test_robust_receivers_log_instead(connect: Any, caplog: pytest.LogCaptureFixture) -> None:
+    connect(Article, lambda article: ("author", article.author_id), robust=True)
+    Article.objects.create(org_id=1, author_id=7, title="first")
+    assert Article.objects.count() == 1
+    assert "NodeUnavailableError" in caplog.text
