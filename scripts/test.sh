@@ -9,8 +9,9 @@ command -v memcached >/dev/null || missing+=(memcached)
 command -v nutcracker >/dev/null || [ -x /usr/sbin/nutcracker ] || missing+=(nutcracker)
 # pylibmc is built from source against Debian's libmemcached (the PyPI wheel
 # bundles an older, crashing libmemcached): it needs the headers and a compiler.
-# chromium: the status page is tested in a real headless browser.
-for pkg in libmemcached-dev zlib1g-dev gcc chromium; do
+# chromium: the status page is tested in a real headless browser; openssl makes
+# the certificates of the TLS tests.
+for pkg in libmemcached-dev zlib1g-dev gcc chromium openssl; do
     dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
 done
 if [ ${#missing[@]} -gt 0 ]; then
