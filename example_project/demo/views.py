@@ -1,36 +1,101 @@
-"""The example's pages."""
+"""The example's pages; each one shows a caching pattern where a real site would use it.
 
-import time
+- ``home``: an expensive report, the whole page behind ``stampede_guard``;
+- ``profile_detail``: data cached in the profile's namespace, invalidated when
+  the profile is saved (``profile_edit``);
+- ``interest_add``/``interest_remove``: a memcached set (``sadd``/``srem``);
+- ``leaderboard_rebuild``: a batch job behind a lock, one at a time;
+- every page: a members sidebar, a ``{% cachefragment %}`` in a namespace.
+"""
 
-from django.conf import settings
-from django.core.cache import cache
-from django.shortcuts import render
+from collections.abc import Callable
+
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_http_methods, require_POST
+
+from django_mcpatterns.decorators import stampede_guard
+
+from . import queries
+from .forms import InterestForm, ProfileForm
+from .interests import add_interest, interests, remove_interest
+from .models import Profile
+
+FRONT_PAGE_SECONDS = 30
 
 
-def expensive_report() -> dict:
-    """Stand-in for a slow query: what a real site would want to cache."""
-    time.sleep(0.2)
-    return {"generated_at": time.time(), "top_items": [f"item {i}" for i in range(1, 6)]}
-
-
-def home(request):
-    started = time.perf_counter()
-    report = cache.get("home:report")
-    hit = report is not None
-    if not hit:
-        report = expensive_report()
-        cache.set("home:report", report, timeout=30)
-    cache.add("home:views", 0, timeout=None)  # add: never resets a running count
-    try:
-        views = cache.incr("home:views")
-    except ValueError:  # evicted, or its server is down: the page still renders
-        views = None
-    context = {
-        "report": report,
-        "hit": hit,
-        "views": views if views is not None else "unknown",
-        "elapsed_ms": (time.perf_counter() - started) * 1000,
-        "backend": settings.CACHES["default"]["BACKEND"].rsplit(".", 1)[-1],
-        "servers": getattr(settings, "MEMCACHED_SERVERS", "") or "in-process",
-    }
+@stampede_guard(FRONT_PAGE_SECONDS)
+def home(request: HttpRequest) -> HttpResponse:
+    # Fresh for 30 s; after that one request re-renders the page while every
+    # other one is served the stale page at once (no pile-up on the report).
+    context = {"report": queries.community_report(), "fresh_for": FRONT_PAGE_SECONDS}
     return render(request, "demo/home.html", context)
+
+
+def profile_detail(request: HttpRequest, pk: int) -> HttpResponse:
+    return _profile_page(request, pk, InterestForm())
+
+
+@require_http_methods(["GET", "HEAD", "POST"])
+def profile_edit(request: HttpRequest, pk: int) -> HttpResponse:
+    profile = get_object_or_404(Profile, pk=pk)
+    if request.method == "POST":
+        form = ProfileForm(request.POST, instance=profile)
+        if form.is_valid():
+            form.save()  # invalidate_on_change (apps.py) drops the profile's namespace
+            return redirect(profile)
+    else:
+        form = ProfileForm(instance=profile)
+    return render(request, "demo/profile_form.html", {"form": form, "profile": profile})
+
+
+@require_POST
+def interest_add(request: HttpRequest, pk: int) -> HttpResponse:
+    return _change_interests(request, pk, add_interest)
+
+
+@require_POST
+def interest_remove(request: HttpRequest, pk: int) -> HttpResponse:
+    return _change_interests(request, pk, remove_interest)
+
+
+def leaderboard(request: HttpRequest) -> HttpResponse:
+    return _leaderboard_page(request)
+
+
+@require_POST
+def leaderboard_rebuild(request: HttpRequest) -> HttpResponse:
+    if not queries.rebuild_leaderboard():
+        # Another request holds the lock: say so rather than queue a second job.
+        return _leaderboard_page(request, refused=True, status=409)
+    return redirect("demo:leaderboard")
+
+
+def _profile_page(request: HttpRequest, pk: int, form: InterestForm) -> HttpResponse:
+    card = queries.profile_card(pk)
+    if card is None:
+        raise Http404("No such profile")
+    context = {"card": card, "interests": interests(pk), "form": form}
+    return render(request, "demo/profile_detail.html", context)
+
+
+def _change_interests(
+    request: HttpRequest, pk: int, change: Callable[[int, str], None]
+) -> HttpResponse:
+    get_object_or_404(Profile, pk=pk)
+    form = InterestForm(request.POST)
+    if not form.is_valid():
+        return _profile_page(request, pk, form)
+    change(pk, form.cleaned_data["name"])
+    return redirect("demo:profile", pk=pk)
+
+
+def _leaderboard_page(
+    request: HttpRequest, refused: bool = False, status: int = 200
+) -> HttpResponse:
+    context = {
+        "board": queries.leaderboard(),
+        "running": refused or queries.rebuild_running(),
+        "refused": refused,
+    }
+    return render(request, "demo/leaderboard.html", context, status=status)

@@ -2,10 +2,14 @@
 
 The cache is the embedded ``LocMemPatternsCache`` unless ``MEMCACHED_SERVERS`` is
 set, e.g. ``MEMCACHED_SERVERS=127.0.0.1:11211,127.0.0.1:11212,127.0.0.1:11213``:
-then it is a ketama-routed memcached cluster.
+then it is a ketama-routed memcached cluster.  The database is the SQLite file
+``example_project/db.sqlite3`` (``EXAMPLE_DATABASE`` names another one).
 """
 
 import os
+from pathlib import Path
+
+BASE_DIR = Path(__file__).resolve().parent.parent
 
 SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "example-only-not-secret")
 DEBUG = os.environ.get("DJANGO_DEBUG", "1") == "1"
@@ -18,18 +22,36 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
 ]
 ROOT_URLCONF = "example_site.urls"
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
         "APP_DIRS": True,
-        "OPTIONS": {"context_processors": ["django.template.context_processors.request"]},
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "demo.context_processors.site",
+            ]
+        },
     }
 ]
 WSGI_APPLICATION = "example_site.wsgi.application"
-DATABASES: dict = {}
+DATABASES = {
+    "default": {
+        "ENGINE": "django.db.backends.sqlite3",
+        "NAME": os.environ.get("EXAMPLE_DATABASE") or BASE_DIR / "db.sqlite3",
+    }
+}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 USE_TZ = True
+TIME_ZONE = "UTC"
+
+# How slow the demo's deliberately expensive work is, in seconds: the front
+# page's report, and a leaderboard rebuild (long enough to click it twice).
+EXAMPLE_REPORT_SECONDS = 0.5
+EXAMPLE_REBUILD_SECONDS = 2.0
 
 MEMCACHED_SERVERS = os.environ.get("MEMCACHED_SERVERS", "").strip()
 if MEMCACHED_SERVERS:

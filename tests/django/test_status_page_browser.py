@@ -49,23 +49,21 @@ def get(url: str) -> int:
 
 
 @contextmanager
-def example_site(servers: list[MemcachedServer]) -> Iterator[str]:
-    """Run the example with runserver on a free loopback port; yield its base URL."""
+def example_site(servers: list[MemcachedServer], database: Path) -> Iterator[str]:
+    """Run the example with runserver on a free loopback port, on a fresh SQLite
+    ``database``; yield its base URL."""
     port = free_port()
     env = {k: v for k, v in os.environ.items() if k not in {"DJANGO_DEBUG"}}
     env.update(
         DJANGO_SETTINGS_MODULE="example_site.settings",
         MEMCACHED_SERVERS=",".join(s.spec for s in servers),
         PYTHONPATH=str(ROOT),
+        EXAMPLE_DATABASE=str(database),
     )
+    manage = [sys.executable, "example_project/manage.py"]
+    subprocess.run([*manage, "migrate", "--noinput"], cwd=ROOT, env=env, check=True)
     process = subprocess.Popen(
-        [
-            sys.executable,
-            "example_project/manage.py",
-            "runserver",
-            "--noreload",
-            f"127.0.0.1:{port}",
-        ],
+        [*manage, "runserver", "--noreload", f"127.0.0.1:{port}"],
         cwd=ROOT,
         env=env,
         stdout=subprocess.PIPE,
@@ -96,7 +94,7 @@ def test_status_page_in_chromium(memcached_4_fresh: list[MemcachedServer], tmp_p
     sync_playwright = require_playwright()
     specs = [s.spec for s in memcached_4_fresh]
     dead = specs[3]
-    with example_site(memcached_4_fresh) as url:
+    with example_site(memcached_4_fresh, tmp_path / "db.sqlite3") as url:
         get(url + "/")
         get(url + "/")  # the second view reads the cached report: hits
         memcached_4_fresh[3].kill()

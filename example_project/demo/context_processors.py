@@ -1,0 +1,16 @@
+from typing import Any
+
+from django.conf import settings
+from django.http import HttpRequest
+
+from .models import Profile
+
+
+def site(request: HttpRequest) -> dict[str, Any]:
+    """What the base layout shows on every page."""
+    return {
+        "cache_backend": settings.CACHES["default"]["BACKEND"].rsplit(".", 1)[-1],
+        "cache_servers": settings.MEMCACHED_SERVERS or "in-process",
+        # Lazy: queried only when the sidebar's cached fragment is rendered.
+        "directory": Profile.objects.only("id", "name", "city"),
+    }
