@@ -29,7 +29,7 @@ from django.utils.functional import cached_property
 from .core.cluster import Cluster, NodeEvent, shared_cluster
 from .core.exceptions import ConfigurationError, InvalidKeyError, ValueTooLargeError
 from .core.keys import key_bytes
-from .core.memory import MemoryStore, shared_memory_store
+from .core.memory import MemoryStore, memory_options, shared_memory_store
 from .core.options import ClusterOptions
 from .core.serializers import SerdeOptions, ValueRefused, with_derived_keys
 from .core.servers import parse_servers
@@ -163,6 +163,11 @@ def _send_refused_signal(sender: type, event: ValueRefused) -> None:
     signals.value_refused.send(sender=sender, **vars(event))
 
 
+def _send_cluster_refused_signal(event: ValueRefused) -> None:
+    # One function for every backend: a cluster adds each listener once (Cluster.listen).
+    _send_refused_signal(Cluster, event)
+
+
 def _send_node_signal(event: NodeEvent) -> None:
     from . import signals
 
@@ -179,7 +184,15 @@ class KetamaMemcacheCache(_StoreCache):
         super().__init__(server, params)
         try:
             self._servers = parse_servers(server)
-            self._cluster_options = ClusterOptions.from_mapping(_with_signing_keys(self._options))
+            options = ClusterOptions.from_mapping(_with_signing_keys(self._options))
+            # Built here so that ring errors (twemproxy names on another variant,
+            # two servers hashing alike) surface now; nothing connects before use.
+            self._cluster = shared_cluster(
+                self._servers,
+                options,
+                on_node_event=_send_node_signal,
+                on_value_refused=_send_cluster_refused_signal,
+            )
         except ConfigurationError as exc:
             raise _improperly_configured(exc) from exc
 
@@ -187,15 +200,9 @@ class KetamaMemcacheCache(_StoreCache):
     def client_servers(self) -> list[str]:
         return [server.node for server in self._servers]
 
-    @cached_property
-    def _cache(self) -> Cluster:
-        options = self._cluster_options
-        return shared_cluster(
-            self._servers,
-            options,
-            serde=options.serde_options.build(functools.partial(_send_refused_signal, Cluster)),
-            on_node_event=_send_node_signal,
-        )
+    @property
+    def _cache(self) -> Cluster:  # type: ignore[override]
+        return self._cluster
 
 
 class LocMemPatternsCache(_StoreCache):
@@ -208,27 +215,10 @@ class LocMemPatternsCache(_StoreCache):
     will on memcached.
     """
 
-    MEMORY_OPTIONS = ("max_bytes", "max_item_size")
-    OPTIONS = (*MEMORY_OPTIONS, *SerdeOptions.NAMES)
-
     def __init__(self, server: str | list[str], params: dict[str, Any]) -> None:
         super().__init__(server, params)
-        unknown = sorted(set(self._options) - set(self.OPTIONS))
-        if unknown:
-            raise ImproperlyConfigured(
-                f"unknown LocMemPatternsCache option {unknown[0]!r}; valid options: "
-                + ", ".join(repr(o) for o in self.OPTIONS)
-            )
-        self._memory_options = {
-            name: value for name, value in self._options.items() if name in self.MEMORY_OPTIONS
-        }
-        for name, value in self._memory_options.items():
-            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-                raise ImproperlyConfigured(
-                    f"LocMemPatternsCache option {name!r} must be a positive integer, not {value!r}"
-                )
         try:
-            MemoryStore(**self._memory_options)  # memcached's own rules for -I and -m
+            self._memory_options = memory_options(self._options)
             self._serde_options = SerdeOptions.from_mapping(_with_signing_keys(self._options))
         except ConfigurationError as exc:
             raise _improperly_configured(exc) from exc

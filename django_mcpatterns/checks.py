@@ -1,12 +1,12 @@
 """System checks for caches served by django-mcpatterns (``manage.py check``, ``runserver``).
 
-Errors are what the backend would raise on the first request, found at start-up:
-each comes from building the backend (and the cluster's ring) from the
-``CACHES`` entry exactly as Django will, so its message is word for word the
-``ImproperlyConfigured`` the backend raises.  (Django builds every cache while
-checking, for its own ``caches.W003``, so an entry the backend refuses outright
-stops ``manage.py check`` with that very exception; the ring, which the backend
-builds only on first use, is reported here as E003/E004.)  Warnings are
+Errors are what the backend raises, found at start-up: each comes from building
+the backend (and so the cluster's ring) from the ``CACHES`` entry exactly as
+Django will, so its message is word for word the ``ImproperlyConfigured`` the
+backend raises.  (Django builds every cache while checking, for its own
+``caches.W003``, so an entry the backend refuses stops ``manage.py check`` with
+that very exception; these checks say the same, with an id and a hint, when
+called on their own.)  Warnings are
 configurations that work but do something you probably did not mean; silence
 one with ``SILENCED_SYSTEM_CHECKS = ["mcpatterns.W005"]``.
 
@@ -42,7 +42,6 @@ from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import import_string
 
-from .core.cluster import Cluster
 from .core.exceptions import ConfigurationError
 from .core.ketama import VARIANTS
 from .core.options import ClusterOptions
@@ -168,46 +167,45 @@ def _our_backend(entry: Mapping[str, Any]) -> type | None:
 
 
 def _check_cache(alias: str, backend: type, entry: Mapping[str, Any]) -> list[Any]:
-    from .backend import KetamaMemcacheCache, _improperly_configured, _with_signing_keys
+    from .backend import KetamaMemcacheCache
 
     obj = f"CACHES[{alias!r}]"
     location = entry.get("LOCATION", "")
     params = {k: v for k, v in entry.items() if k not in ("BACKEND", "LOCATION")}
     try:
-        backend(location, params)  # what django.core.cache.caches[alias] does
+        cache = backend(location, params)  # what django.core.cache.caches[alias] does
     except ImproperlyConfigured as exc:
-        code = _error_code(exc.__cause__, location)
+        code = (
+            _error_code(exc.__cause__, location, params.get("OPTIONS") or {})
+            if issubclass(backend, KetamaMemcacheCache)
+            else "E005"  # the embedded store has options only
+        )
         return [checks.Error(str(exc), hint=HINTS[code], obj=obj, id=f"mcpatterns.{code}")]
-    if not issubclass(backend, KetamaMemcacheCache):
+    if not isinstance(cache, KetamaMemcacheCache):
         return []
-    # Both were accepted by the backend just now.
-    servers = parse_servers(location)
-    options = ClusterOptions.from_mapping(_with_signing_keys(params.get("OPTIONS") or {}))
-    try:
-        # The backend builds its Cluster, and so the ring, on first use; build it
-        # now (no connection is made) so its errors show at start-up.
-        Cluster(servers, options)
-    except ConfigurationError as exc:
-        named = any(s.name for s in servers) and options.ketama not in TWEMPROXY_VARIANTS
-        code = "E004" if named else "E003"
-        return [
-            checks.Error(
-                str(_improperly_configured(exc)),
-                hint=HINTS[code],
-                obj=obj,
-                id=f"mcpatterns.{code}",
-            )
-        ]
-    return list(_cluster_warnings(obj, servers, options))
+    return list(_cluster_warnings(obj, cache.store.servers, cache.store.options))
 
 
-def _error_code(cause: BaseException | None, location: object) -> str:
+def _error_code(cause: BaseException | None, location: object, options: Any) -> str:
     option = getattr(cause, "option", None)
     if option == "ketama":
         return "E001"
     if option == "LOCATION":
-        return "E003" if _listed_twice(location) else "E002"
+        return _location_code(location, options)
     return "E005"
+
+
+def _location_code(location: object, options: Any) -> str:
+    """E002 for a server that does not parse, else what the ring refused (the
+    options were accepted): E004 for server names on a variant without them,
+    E003 for a server listed twice."""
+    try:
+        servers = parse_servers(location)  # type: ignore[arg-type]
+    except ConfigurationError:
+        return "E003" if _listed_twice(location) else "E002"
+    variant = options.get("ketama", ClusterOptions.ketama)
+    named = any(s.name for s in servers) and variant not in TWEMPROXY_VARIANTS
+    return "E004" if named else "E003"
 
 
 def _listed_twice(location: object) -> bool:

@@ -17,12 +17,14 @@ from typing import Any
 
 import pytest
 
+from django_mcpatterns.core.locks import authoritative
+
 START = 1_700_000_000.0  # a Unix time: exptimes over 30 days are absolute, as in memcached
 
 STORE_METHODS = frozenset(
     {
         *("get", "gets", "get_many", "gets_many", "set", "set_many", "add"),
-        *("append", "prepend", "cas", "incr", "decr", "delete", "delete_many", "touch"),
+        *("append", "prepend", "cas", "incr", "decr", "delete", "delete_many", "touch", "ttl"),
     }
 )
 
@@ -103,6 +105,12 @@ class CountingStore:
     @property
     def requests(self) -> int:
         return sum(self.calls.values())
+
+    def strict(self) -> CountingStore:
+        """The inner store's strict view (``core/locks.py``), counted and hooked here too."""
+        view = CountingStore(authoritative(self.inner))
+        view.calls, view.log, view._hooks = self.calls, self.log, self._hooks
+        return view
 
     def __getattr__(self, name: str) -> Any:
         attr = getattr(self.inner, name)

@@ -11,6 +11,12 @@ Missing or full
     then ``append`` again (a lost creation race); only when all three fail do
     they read the item: it is full, so it is compacted with their records folded
     in.  Nothing is dropped silently.
+Unreachable servers
+    A server that cannot be reached would answer like a missing item, and a
+    write would retry and fail as if it lost races.  Writers use the store's
+    strict view (:func:`~.locks.authoritative`) instead and raise
+    :class:`~.exceptions.NodeUnavailableError` at once, as locks do; reads
+    still degrade to the empty answer of a missing collection.
 Concurrent appends during a rewrite
     A rewrite (compaction, pop, growth) is a ``cas``.  When it loses to appends
     made since its read, the item still starts with what was read, so the
@@ -18,8 +24,10 @@ Concurrent appends during a rewrite
     content: a lost race loses nothing and compaction converges under load.  A
     rewrite that finds anything else (another compaction) gives up to it.
 Expiry
-    A header records when the item expires, so a rewrite (a ``cas``, which sets
-    a new TTL) can keep it.
+    A rewrite is a ``cas``, which sets a new TTL: it first asks the store the
+    item's own (``ttl``, memcached's ``mg <key> t``), so a touched collection
+    keeps its extended life.  A header also records the expiry given at
+    creation, for when the store cannot tell (the item is being created).
 
 :class:`SetOptions` holds the thresholds of both algorithms.
 """
@@ -35,6 +43,7 @@ from typing import Any
 from .codec import Header
 from .exceptions import ConfigurationError, ContentionError, ValueTooLargeError
 from .keys import MAX_KEY_LENGTH
+from .locks import authoritative
 from .memory import FLAGS_SUFFIX, ITEM_OVERHEAD, MemoryStore
 from .store import MAX_RELATIVE_EXPIRE, CasToken, Store
 
@@ -130,6 +139,7 @@ class AppendCollections:
         rng: random.Random | None = None,
     ) -> None:
         self.store = store
+        self._writer = authoritative(store)  # see "Unreachable servers"
         self.options = options if options is not None else SetOptions.for_store(store)
         self._clock = clock
         # Nonces and shard generations must differ between processes, even ones
@@ -157,31 +167,31 @@ class AppendCollections:
     def _rewrite_expiry(self, key: bytes, header: Header) -> tuple[int, Header]:
         """The exptime to rewrite an item with, and the header to store.
 
-        memcached has no rewrite that keeps a TTL (``cas`` sets a new one).  A
-        store offering ``ttl(key)`` (memcached's ``mg <key> t``: seconds left,
-        -1 for never) gives the item's own; otherwise the expiry recorded at
-        creation is reapplied and, once it has passed while the item lives on
-        (it was touched), the creation timeout counts again from now.
+        memcached has no rewrite that keeps a TTL (``cas`` sets a new one), so
+        the store's ``ttl(key)`` (seconds left, -1 for never: one more request)
+        gives the item's own, a ``touch`` included.  Without one (the item is
+        being created, or is gone and the ``cas`` will fail) the expiry recorded
+        at creation applies and, once it has passed, the creation timeout
+        counts again from now.
         """
-        ttl = getattr(self.store, "ttl", None)
-        if ttl is not None:
-            left = ttl(key)
-            if left is not None:
-                return (0 if left < 0 else max(left, 1)), header
-        if header.expires_at == 0:
-            return 0, header
+        left = self.store.ttl(key)
         now = int(self._clock())
-        left = header.expires_at - now
+        if left is None:
+            if header.expires_at == 0:
+                return 0, header
+            left = header.expires_at - now
+            if left <= -2:  # memcached's clock ticks in whole seconds, and may lag ours
+                timeout = max(header.timeout, 1)
+                return timeout, header.with_(expires_at=now + timeout)
+        elif left < 0:
+            return 0, header  # it never expires
         if left > MAX_RELATIVE_EXPIRE:
-            return header.expires_at, header
-        if left > -2:  # memcached's clock ticks in whole seconds, and may lag ours
-            return max(left, 1), header
-        timeout = max(header.timeout, 1)
-        return timeout, header.with_(expires_at=now + timeout)
+            return now + left, header  # memcached reads this as a Unix time
+        return max(left, 1), header
 
-    def _concat(self, key: bytes, data: bytes, *, prepend: bool) -> bool:
+    def _concat(self, store: Store, key: bytes, data: bytes, *, prepend: bool) -> bool:
         try:
-            return (self.store.prepend if prepend else self.store.append)(key, data)
+            return (store.prepend if prepend else store.append)(key, data)
         except ValueTooLargeError:
             return False  # a server with a smaller -I refused the bytes outright
 
@@ -193,25 +203,28 @@ class AppendCollections:
         expire: int,
         *,
         prepend: bool = False,
+        strict: bool = True,
     ) -> bool:
         """Store ``records`` in one append (prepend): the steady state.
 
         On NOT_STORED (missing *or* full) ``add`` the item when ``create`` gives
         its header, and append again if that lost a creation race.  False means
-        the caller must read the item to tell full from missing.
+        the caller must read the item to tell full from missing.  An unreachable
+        server raises, unless ``strict`` is False (a reader completing a set).
         """
         if len(records) > self.options.budget(len(key)):
             return False  # memcached would refuse the append outright
-        if self._concat(key, records, prepend=prepend):
+        store = self._writer if strict else self.store
+        if self._concat(store, key, records, prepend=prepend):
             return True
         if create is None:
             return False
         try:
-            if self.store.add(key, create() + records, expire):
+            if store.add(key, create() + records, expire):
                 return True
         except ValueTooLargeError:
             return False
-        return self._concat(key, records, prepend=prepend)
+        return self._concat(store, key, records, prepend=prepend)
 
     def _commit(
         self,

@@ -35,7 +35,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from pymemcache.client.base import Client, _readline, _readvalue
 from pymemcache.exceptions import (
@@ -62,7 +62,7 @@ from .ketama import Continuum
 from .keys import Key, key_bytes
 from .options import ClusterOptions
 from .registry import Registry
-from .serializers import is_refused
+from .serializers import ValueRefused, is_refused
 from .servers import Server, parse_server, parse_servers
 from .store import CasToken
 
@@ -74,6 +74,7 @@ logger = logging.getLogger("django_mcpatterns.cluster")
 # connections and timeouts (all OSError) or a connection closed mid-reply.
 _NODE_ERRORS = (OSError, MemcacheUnexpectedCloseError)
 
+E = TypeVar("E")
 R = TypeVar("R")
 R_co = TypeVar("R_co", covariant=True)
 Serde = Any  # pymemcache's protocol: serialize(key, value), deserialize(key, data, flags)
@@ -123,16 +124,42 @@ class _Node:
         return f"<node {self.name}>"
 
 
+class _Listeners(Generic[E]):
+    """Callables told of each event, each added once; one that fails is logged, not raised.
+
+    Shared by a cluster and its strict view; adding swaps in a new tuple, so
+    telling needs no lock.
+    """
+
+    def __init__(self, hook: str) -> None:
+        self._hook = hook
+        self._lock = threading.Lock()
+        self._listeners: tuple[Callable[[E], object], ...] = ()
+
+    def add(self, listener: Callable[[E], object]) -> None:
+        with self._lock:
+            if listener not in self._listeners:
+                self._listeners = (*self._listeners, listener)
+
+    def __call__(self, event: E) -> None:
+        for listener in self._listeners:
+            try:
+                listener(event)
+            except Exception:
+                logger.exception("%s handler failed for %s", self._hook, event)
+
+
 class Cluster:
     """The Store protocol (see :mod:`.store`) on a cluster of memcached servers.
 
     ``servers`` are ``Server`` objects or specs (``"host:port[:weight]"``,
     unix socket paths).  ``serde`` serialises values (by default the
     :class:`~.serializers.ValueSerde` of ``options``: serializer and signing;
-    an item it refuses reads as a miss), wrapped to read soft-expiry
-    envelopes as plain values (:mod:`.envelope`).  ``on_node_event``
-    receives a :class:`~.health.NodeEvent` for each failure and for
-    dead/revived transitions.  ``clock`` drives the
+    an item it refuses reads as a miss and is told to the ``on_value_refused``
+    listeners), wrapped to read soft-expiry envelopes as plain values
+    (:mod:`.envelope`).  ``on_node_event`` receives a
+    :class:`~.health.NodeEvent` for each failure and for dead/revived
+    transitions; :meth:`listen` adds more listeners.  ``clock`` drives the
     retry and dead timers.
 
     Thread-safe; one instance per process is meant to be shared by every
@@ -150,8 +177,12 @@ class Cluster:
     ) -> None:
         self.servers = _as_servers(servers)
         self.options = options = options or ClusterOptions()
-        self.serde = with_envelopes(serde if serde is not None else options.serde_options.build())
-        self._on_node_event = on_node_event
+        self._node_listeners: _Listeners[NodeEvent] = _Listeners("on_node_event")
+        self._refused_listeners: _Listeners[ValueRefused] = _Listeners("on_value_refused")
+        self.serde = with_envelopes(
+            serde if serde is not None else options.serde_options.build(self._refused_listeners)
+        )
+        self.listen(on_node_event=on_node_event)
         weighted = any(s.weight != 1 for s in self.servers)
         self.ring = Continuum(
             [s.node for s in self.servers],
@@ -251,6 +282,11 @@ class Cluster:
         kb = key_bytes(key)
         return self._single(kb, Client.touch, False, kb, expire)
 
+    def ttl(self, key: Key) -> int | None:
+        """Return the seconds the item has left (-1: never expires), None when it is missing."""
+        kb = key_bytes(key)
+        return self._single(kb, _meta_ttl, None, kb)
+
     # -- multi-key commands (pipelined fan-out) --
 
     def get_many(self, keys: Iterable[Key]) -> dict[Key, Any]:
@@ -314,6 +350,22 @@ class Cluster:
             view.options = dataclasses.replace(self.options, raise_errors=True)
             self._strict = view
         return self._strict
+
+    def listen(
+        self,
+        *,
+        on_node_event: Callable[[NodeEvent], object] | None = None,
+        on_value_refused: Callable[[ValueRefused], object] | None = None,
+    ) -> None:
+        """Also tell these of node events and of items the default serde refuses.
+
+        Listeners add up, each once however often it is given (compared with
+        ``==``: pass the same function, not a new ``partial`` each time).
+        """
+        if on_node_event is not None:
+            self._node_listeners.add(on_node_event)
+        if on_value_refused is not None:
+            self._refused_listeners.add(on_value_refused)
 
     def health(self) -> dict[str, HealthSnapshot]:
         """Return every server's health, by node."""
@@ -458,11 +510,7 @@ class Cluster:
             logger.info("memcached server %s is back", event.node)
         else:
             logger.debug("memcached server %s failed: %r", event.node, event.error)
-        if self._on_node_event is not None:
-            try:
-                self._on_node_event(event)
-            except Exception:
-                logger.exception("on_node_event handler failed for %s", event)
+        self._node_listeners(event)
 
     def _fan_out(self, exchange: _Exchange[R], given: Mapping[bytes, Key]) -> list[R]:
         """Run a multi-key command: group keys per server, send every request, read every reply.
@@ -570,6 +618,18 @@ def _delta(delta: int) -> int:
     if isinstance(delta, bool) or not isinstance(delta, int) or not 0 <= delta < _MAX_DELTA:
         raise ValueError(f"incr/decr delta must be an integer in [0, 2**64), not {delta!r}")
     return delta
+
+
+def _meta_ttl(client: Client, kb: bytes) -> int | None:
+    # Meta get with only the t flag (protocol.txt, memcached 1.6+): "HD t<seconds>"
+    # (-1: never expires) for a hit, "EN" for a miss.  The reply is one short
+    # line, which pymemcache's raw_command reads whole.
+    line = client.raw_command(b"mg " + kb + b" t", end_tokens=b"\r\n")
+    if line == b"EN":
+        return None
+    if not line.startswith(b"HD t"):
+        raise _reply_error(line)
+    return int(line[4:])
 
 
 def _text(value: Any) -> Any:
@@ -724,17 +784,26 @@ _shared: Registry[Cluster] = Registry(on_reset=Cluster.close)
 
 
 def shared_cluster(
-    servers: Sequence[str | Server] | str, options: ClusterOptions | None = None, **kwargs: Any
+    servers: Sequence[str | Server] | str,
+    options: ClusterOptions | None = None,
+    *,
+    on_node_event: Callable[[NodeEvent], object] | None = None,
+    on_value_refused: Callable[[ValueRefused], object] | None = None,
 ) -> Cluster:
     """Return the process's one Cluster for these servers and options.
 
-    Django builds a cache backend per thread; they all get this instance, so
-    connection pools and node health are shared.  ``kwargs`` (``serde``,
-    ``on_node_event``, ``clock``) are used when the cluster is first built.
+    Django builds a cache backend per thread, and Django and Flask backends
+    may name the same servers: they all get this instance, so connection pools
+    and node health are shared.  The options decide everything the cluster
+    does, its serde (serializer, signing) included, so callers that differ in
+    any of them get different clusters; the listeners are added to the
+    cluster, whoever built it (:meth:`Cluster.listen`).
     """
     parsed = _as_servers(servers)
     options = options or ClusterOptions()
-    return _shared.get_or_create((parsed, options), lambda: Cluster(parsed, options, **kwargs))
+    cluster = _shared.get_or_create((parsed, options), lambda: Cluster(parsed, options))
+    cluster.listen(on_node_event=on_node_event, on_value_refused=on_value_refused)
+    return cluster
 
 
 def reset_shared_clusters() -> None:

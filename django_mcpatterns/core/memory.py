@@ -25,6 +25,9 @@ what would be convenient:
   except ``touch``, takes a new CAS token from one counter.
 * When ``max_bytes`` would be exceeded, expired items are reclaimed first, then
   the least recently used (reads refresh recency) are evicted.
+* Reads count hits and misses per key, under memcached's ``get_hits`` and
+  ``get_misses``: ``get``, ``gets``, every key of a multi-get, and ``ttl`` (a
+  meta get); an item the serde then refuses still counts as a hit.
 
 One lock guards the table; serialisation happens outside it.
 """
@@ -45,7 +48,7 @@ from .envelope import with_envelopes
 from .exceptions import ConfigurationError, NonNumericValueError, ValueTooLargeError
 from .keys import Key, key_bytes
 from .registry import Registry
-from .serializers import ValueSerde, is_refused
+from .serializers import SerdeOptions, ValueSerde, is_refused
 from .store import MAX_RELATIVE_EXPIRE, CasToken
 
 # memcached 1.6 item_make_header(): sizeof(item) 48 + key NUL 1 + "\r\n" 2 + CAS 8.
@@ -155,20 +158,22 @@ class MemoryStore:
         self._last_cas = 0
         self._evictions = 0
         self._reclaimed = 0
+        self._get_hits = 0
+        self._get_misses = 0
 
     # -- reads -------------------------------------------------------------
 
     def get(self, key: Key, default: Any = None) -> Any:
         raw = key_bytes(key)
         with self._lock:
-            item = self._live(raw, self._now())
+            item = self._read(raw, self._now())
         value = _MISS if item is None else self._deserialize(key, item)
         return default if value is _MISS else value
 
     def gets(self, key: Key) -> tuple[Any, CasToken | None]:
         raw = key_bytes(key)
         with self._lock:
-            item = self._live(raw, self._now())
+            item = self._read(raw, self._now())
         value = _MISS if item is None else self._deserialize(key, item)
         return (None, None) if value is _MISS else (value, _token(item))  # type: ignore[arg-type]
 
@@ -177,6 +182,20 @@ class MemoryStore:
 
     def gets_many(self, keys: Iterable[Key]) -> dict[Key, tuple[Any, CasToken]]:
         return {key: (value, _token(item)) for key, value, item in self._decoded(keys)}
+
+    def ttl(self, key: Key) -> int | None:
+        """Return the seconds the item has left (-1: never expires), None when it is missing.
+
+        On the whole-second clock, as memcached's ``mg <key> t``: an item lives
+        until the clock reaches its deadline, so a live one has at least 1 left.
+        """
+        raw = key_bytes(key)
+        with self._lock:
+            now = self._now()
+            item = self._read(raw, now)
+        if item is None:
+            return None
+        return -1 if item.deadline is None else item.deadline - now
 
     # -- writes ------------------------------------------------------------
 
@@ -285,6 +304,8 @@ class MemoryStore:
             return {
                 "curr_items": len(self._items),
                 "bytes": self._used,
+                "get_hits": self._get_hits,
+                "get_misses": self._get_misses,
                 "evictions": self._evictions,
                 "reclaimed": self._reclaimed,
                 "limit_maxbytes": self._max_bytes,
@@ -343,7 +364,7 @@ class MemoryStore:
         pairs = [(key, key_bytes(key)) for key in keys]
         with self._lock:
             now = self._now()
-            found = [(key, self._live(raw, now)) for key, raw in pairs]
+            found = [(key, self._read(raw, now)) for key, raw in pairs]
         return [(key, item) for key, item in found if item is not None]
 
     def _concat(self, key: Key, value: bytes, *, at_end: bool) -> bool:
@@ -399,6 +420,15 @@ class MemoryStore:
             self._discard(raw)
             return None
         self._items.move_to_end(raw)
+        return item
+
+    def _read(self, raw: bytes, now: int) -> _Item | None:
+        """:meth:`_live` for a read, counted as a hit or a miss.  Caller holds the lock."""
+        item = self._live(raw, now)
+        if item is None:
+            self._get_misses += 1
+        else:
+            self._get_hits += 1
         return item
 
     def _discard(self, raw: bytes) -> bool:
@@ -475,6 +505,37 @@ def _token_number(cas: CasToken | str) -> int:
     if not text.isdigit():
         raise ValueError(f"cas must be a token of ASCII digits, not {cas!r}")
     return int(text)
+
+
+# What an embedded cache's OPTIONS may hold: the store's sizes, and how values are encoded.
+MEMORY_OPTIONS = ("max_bytes", "max_item_size")
+EMBEDDED_OPTIONS = (*MEMORY_OPTIONS, *SerdeOptions.NAMES)
+
+
+def memory_options(options: Mapping[str, Any]) -> dict[str, int]:
+    """Return the :class:`MemoryStore` sizes among an embedded cache's ``options``, validated.
+
+    The Django and Flask embedded backends take :data:`EMBEDDED_OPTIONS`; any
+    other name, a size that is not a positive integer, or sizes memcached
+    would refuse for ``-I`` and ``-m`` raise :class:`ConfigurationError`
+    naming the option.
+    """
+    unknown = sorted(set(options) - set(EMBEDDED_OPTIONS))
+    if unknown:
+        raise ConfigurationError(
+            f"unknown option {unknown[0]!r}; valid options: "
+            + ", ".join(repr(o) for o in EMBEDDED_OPTIONS),
+            option=unknown[0],
+            choices=EMBEDDED_OPTIONS,
+        )
+    sizes = {name: value for name, value in options.items() if name in MEMORY_OPTIONS}
+    for name, value in sizes.items():
+        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+            raise ConfigurationError(
+                f"option {name!r} must be a positive integer, not {value!r}", option=name
+            )
+    MemoryStore(**sizes)  # memcached's own rules for -I and -m (an empty store costs nothing)
+    return sizes
 
 
 _SHARED: Registry[MemoryStore] = Registry(on_reset=MemoryStore.flush_all)

@@ -20,6 +20,10 @@ the same semantics, proven by one shared contract test suite:
   oversized keys among the failed ones.  ``append``/``prepend`` past the limit
   return ``False``, the same answer as for a missing key (memcached's
   ``NOT_STORED``), so callers must tell the two apart themselves.
+* ``ttl`` answers memcached's meta get ``mg <key> t`` (memcached 1.6+): the
+  seconds an item has left on the server's whole-second clock (at least 1 for
+  a live item), ``-1`` when it never expires, ``None`` when it is missing.
+  Like ``get`` it counts as a hit or a miss.
 * Invalid keys raise :class:`~.exceptions.InvalidKeyError` before any I/O.
 * A store never returns partial garbage: on an unreachable server a Cluster
   answers misses and failed writes (or raises
@@ -84,6 +88,14 @@ class Store(Protocol):
     def delete_many(self, keys: Iterable[Key]) -> None: ...
 
     def touch(self, key: Key, expire: int = 0) -> bool: ...
+
+    def ttl(self, key: Key) -> int | None:
+        """Return the seconds the item has left, ``-1`` for never, ``None`` when it is missing.
+
+        memcached cannot rewrite an item keeping its TTL (``cas`` sets a new
+        one), so rewriters (sets, lists) read it first.
+        """
+        ...
 
     def flush_all(self) -> bool: ...
 

@@ -28,7 +28,6 @@ import logging
 import random
 import time
 from collections.abc import Callable, Iterable, Mapping
-from functools import cached_property
 from typing import Any
 
 from flask import Flask
@@ -43,7 +42,7 @@ from ..core.exceptions import (
 )
 from ..core.keys import key_bytes
 from ..core.locks import Backoff
-from ..core.memory import MemoryStore
+from ..core.memory import MemoryStore, memory_options
 from ..core.options import ClusterOptions
 from ..core.serializers import SerdeOptions, with_derived_keys
 from ..core.servers import parse_servers
@@ -308,9 +307,17 @@ class KetamaMemcachedCache(_PatternsCache):
         except ConfigurationError as exc:
             raise _setting_error("CACHE_MEMCACHED_SERVERS", exc) from exc
         try:
-            self._options = ClusterOptions.from_mapping(options)
+            cluster_options = ClusterOptions.from_mapping(options)
         except ConfigurationError as exc:
             raise _setting_error("CACHE_OPTIONS", exc) from exc
+        try:
+            # Built now so that ring errors (server names on a variant without
+            # them) show at init; no socket exists before the first request.
+            self._cluster = shared_cluster(
+                self._servers, cluster_options, on_value_refused=send_value_refused
+            )
+        except ConfigurationError as exc:
+            raise _setting_error("CACHE_MEMCACHED_SERVERS", exc) from exc
 
     @classmethod
     def factory(
@@ -329,12 +336,9 @@ class KetamaMemcachedCache(_PatternsCache):
         """The servers' nodes (``host:port``), in the order configured."""
         return [server.node for server in self._servers]
 
-    @cached_property
+    @property
     def store(self) -> Cluster:  # type: ignore[override]
-        # Built on first use, as Django's backends do: no socket exists before
-        # a worker process serves a request.
-        serde = self._options.serde_options.build(send_value_refused)
-        return shared_cluster(self._servers, self._options, serde=serde)
+        return self._cluster
 
 
 class LocMemPatternsCache(_PatternsCache):
@@ -347,9 +351,6 @@ class LocMemPatternsCache(_PatternsCache):
     ``serializer`` and signing options, so values behave as they will on
     memcached.
     """
-
-    MEMORY_OPTIONS = ("max_bytes", "max_item_size")
-    OPTIONS = (*MEMORY_OPTIONS, *SerdeOptions.NAMES)
 
     def __init__(
         self,
@@ -371,9 +372,9 @@ class LocMemPatternsCache(_PatternsCache):
             rng=rng,
         )
         try:
-            memory = _memory_options(options)
+            sizes = memory_options(options)
             serde = SerdeOptions.from_mapping(options).build(send_value_refused)
-            self._memory = MemoryStore(**memory, serde=serde, clock=clock)
+            self._memory = MemoryStore(**sizes, serde=serde, clock=clock)
         except ConfigurationError as exc:
             raise _setting_error("CACHE_OPTIONS", exc) from exc
 
@@ -417,24 +418,6 @@ def _checked_prefix(prefix: str | None) -> str:
 def _with_signing_key(options: Mapping[str, Any], config: Mapping[str, Any]) -> dict[str, Any]:
     """``CACHE_OPTIONS``, with a key derived from the app's ``SECRET_KEY`` for ``signed=True``."""
     return with_derived_keys(options, lambda: [config.get("SECRET_KEY")])
-
-
-def _memory_options(options: Mapping[str, Any]) -> dict[str, int]:
-    unknown = sorted(set(options) - set(LocMemPatternsCache.OPTIONS))
-    if unknown:
-        raise ConfigurationError(
-            f"unknown option {unknown[0]!r}; valid options: "
-            + ", ".join(repr(o) for o in LocMemPatternsCache.OPTIONS),
-            option=unknown[0],
-            choices=LocMemPatternsCache.OPTIONS,
-        )
-    memory = {k: v for k, v in options.items() if k in LocMemPatternsCache.MEMORY_OPTIONS}
-    for name, value in memory.items():
-        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-            raise ConfigurationError(
-                f"option {name!r} must be a positive integer, not {value!r}", option=name
-            )
-    return memory
 
 
 def _refuse_cache_args(args: list[Any]) -> None:

@@ -17,7 +17,12 @@ from pymemcache import HashClient
 from pymemcache.client.base import Client
 from pymemcache.serde import pickle_serde
 
-from django_mcpatterns.core.cluster import Cluster, reset_shared_clusters, shared_cluster
+from django_mcpatterns.core.cluster import (
+    Cluster,
+    NodeEvent,
+    reset_shared_clusters,
+    shared_cluster,
+)
 from django_mcpatterns.core.exceptions import (
     ConfigurationError,
     InvalidKeyError,
@@ -26,10 +31,11 @@ from django_mcpatterns.core.exceptions import (
 )
 from django_mcpatterns.core.ketama import Continuum
 from django_mcpatterns.core.options import ClusterOptions
+from django_mcpatterns.core.serializers import FLAG_JSON, ValueRefused
 from django_mcpatterns.core.servers import Server
 from django_mcpatterns.core.store import Store
 from tests.conftest import flush
-from tests.harness import MemcachedServer, cluster_on, raw_client, require_binary
+from tests.harness import MemcachedServer, cluster_on, free_port, raw_client, require_binary
 
 # -- a socket module that records (and can slow down) what clients do ----------
 
@@ -469,6 +475,55 @@ def test_shared_cluster_is_one_per_configuration(memcached_1: list[MemcachedServ
     assert all(cluster is first for cluster in seen)
     reset_shared_clusters()
     assert shared_cluster([spec]) is not first
+    reset_shared_clusters()
+
+
+def test_listeners_of_every_caller_are_told_once(memcached_1: list[MemcachedServer]) -> None:
+    # A Flask backend may build the shared cluster before a Django one: both hear.
+    reset_shared_clusters()
+    server = memcached_1[0]
+    dead = f"127.0.0.1:{free_port()}"
+    options = ClusterOptions(retry_attempts=1)
+    flask: list[object] = []
+    django: list[object] = []
+    first = shared_cluster([server.spec, dead], options, on_value_refused=flask.append)
+    for _ in range(2):  # Django builds a backend per thread, with the same hooks
+        again = shared_cluster(
+            [server.spec, dead],
+            options,
+            on_node_event=django.append,
+            on_value_refused=django.append,
+        )
+        assert again is first
+    keys = {first.ring.get_node(key): key for key in map(str, range(100))}
+    assert first.get(keys[dead]) is None
+    raw_client(server).set(keys[server.spec], b"{}", flags=FLAG_JSON)  # another serializer's
+    assert first.get(keys[server.spec]) is None
+    assert [(type(event), getattr(event, "kind", None)) for event in django] == [
+        (NodeEvent, "failure"),
+        (NodeEvent, "dead"),
+        (ValueRefused, None),
+    ]
+    assert [type(event) for event in flask] == [ValueRefused]
+    reset_shared_clusters()
+
+
+def test_callers_with_other_serdes_get_other_clusters(memcached_1: list[MemcachedServer]) -> None:
+    # A shared cluster's serde is the one its options describe, and the options
+    # are the registry's key: two serializers cannot silently share one cluster.
+    reset_shared_clusters()
+    flush(memcached_1)
+    spec = memcached_1[0].spec
+    pickled = shared_cluster([spec])
+    json = shared_cluster(
+        [spec], ClusterOptions(serializer="django_mcpatterns.core.serializers.JSONSerializer")
+    )
+    assert json is not pickled
+    json.set("value", {"a": [1]})
+    assert json.get("value") == {"a": [1]}
+    assert pickled.get("value") is None  # a JSON item, refused by the pickle reader
+    with pytest.raises(TypeError):
+        shared_cluster([spec], serde=pickle_serde)  # type: ignore[call-arg]
     reset_shared_clusters()
 
 

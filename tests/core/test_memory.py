@@ -23,6 +23,7 @@ from django_mcpatterns.core.memory import (
     MAX_COUNTER,
     MemoryStore,
     item_size,
+    memory_options,
     parse_counter,
     reset_shared_memory_stores,
     shared_memory_store,
@@ -120,6 +121,26 @@ def test_touch_replaces_the_ttl(store: MemoryStore, clock: FakeClock) -> None:
     assert store.get_many(["longer", "forever"]) == {"forever": 1}
     clock.advance(10 * 365 * DAY)
     assert store.get("forever") == 1
+
+
+def test_ttl_counts_whole_seconds_like_mg(store: MemoryStore, clock: FakeClock) -> None:
+    # memcached's "mg <key> t": deadline minus its whole-second clock, so a live
+    # item always has at least 1 second left; -1 for never, None once expired.
+    clock.advance(0.9)
+    store.set("k", 1, expire=2)
+    store.set("forever", 1)
+    store.set("absolute", 1, expire=int(START) + 100)
+    assert store.ttl("k") == 2
+    assert store.ttl("forever") == -1
+    assert store.ttl("absolute") == 100
+    clock.advance(0.1)
+    assert store.ttl("k") == 1
+    assert store.ttl("absolute") == 99
+    clock.advance(0.999)
+    assert store.ttl("k") == 1
+    clock.advance(0.001)
+    assert store.ttl("k") is None
+    assert store.get("k") is None
 
 
 def test_append_incr_decr_keep_the_ttl_set_and_cas_replace_it(
@@ -271,6 +292,31 @@ def test_invalid_sizes_are_configuration_errors(options: dict[str, int], option:
     assert raised.value.option == option
 
 
+@pytest.mark.parametrize(
+    ("options", "option"),
+    [
+        ({"MAX_ENTRIES": 10}, "MAX_ENTRIES"),
+        ({"ketama": "libmemcached"}, "ketama"),
+        ({"max_bytes": "64m"}, "max_bytes"),
+        ({"max_item_size": True}, "max_item_size"),
+        ({"max_item_size": 100}, "max_item_size"),
+        ({"max_item_size": 4096, "max_bytes": 5000}, "max_bytes"),
+    ],
+)
+def test_embedded_options_are_checked_for_both_frameworks(
+    options: dict[str, Any], option: str
+) -> None:
+    with pytest.raises(ConfigurationError, match=option) as raised:
+        memory_options(options)
+    assert raised.value.option == option
+
+
+def test_embedded_options_give_the_store_its_sizes() -> None:
+    given = {"max_bytes": 2**22, "serializer": "django_mcpatterns.core.serializers.JSONSerializer"}
+    assert memory_options(given) == {"max_bytes": 2**22}
+    assert memory_options({}) == {}
+
+
 # -- serialisation --------------------------------------------------------------------
 
 
@@ -339,6 +385,29 @@ def test_cas_tokens_are_unique_across_keys_and_writes(store: MemoryStore) -> Non
         tokens.append(store.gets(f"key:{i}")[1])
     assert len(set(tokens)) == 100
     assert store.gets_many(["key:0"]) == {"key:0": (1, tokens[1])}
+
+
+def test_reads_count_hits_and_misses_per_key_as_memcached(store: MemoryStore) -> None:
+    store.set_many({"a": 1, "b": 2})
+    assert store.stats()["get_hits"] == store.stats()["get_misses"] == 0
+    store.get("a")
+    store.gets("missing")
+    store.get_many(["a", "b", "missing", "other"])
+    store.gets_many(["b"])
+    store.ttl("a")  # a meta get counts too
+    store.add("a", 3)  # writes do not
+    store.touch("missing", 1)
+    stats = store.stats()
+    assert (stats["get_hits"], stats["get_misses"]) == (5, 3)
+    store.flush_all()  # memcached keeps its counters over a flush
+    assert store.stats()["get_hits"] == 5
+
+
+def test_hit_and_miss_counts_are_exact_under_threads(store: MemoryStore) -> None:
+    store.set("hit", 1)
+    run_threads(8, lambda _: [store.get_many(["hit", "miss"]) for _ in range(500)])
+    stats = store.stats()
+    assert (stats["get_hits"], stats["get_misses"]) == (4000, 4000)
 
 
 # -- threads: one lock, no lost updates --------------------------------------------------

@@ -18,7 +18,6 @@ from urllib.parse import unquote
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from pymemcache.client.base import Client
 
 from django_mcpatterns.core.cluster import Cluster
 from django_mcpatterns.core.envelope import Envelope
@@ -44,8 +43,8 @@ from django_mcpatterns.core.stampede import Recomputed, StaleServed, Stampede, S
 from django_mcpatterns.core.store import Store
 from tests.conftest import flush
 from tests.core.test_cluster import SocketSpy
-from tests.core.test_locks import FakeClock, Hooked
-from tests.harness import LOOPBACK, MemcachedServer, free_port
+from tests.fakes import FakeClock, Hooked
+from tests.harness import LOOPBACK, MemcachedServer, free_port, raw_client, servers_holding
 
 # A long Django-like prefix: KEY_PREFIX "site-with-a-long-prefix", VERSION 12.
 PREFIX = "site-with-a-long-prefix-" + "x" * 40 + ":12:"
@@ -58,22 +57,6 @@ path_st = st.lists(parts_st, min_size=1, max_size=3)
 
 def prefixed(key: str, version: Any) -> str:
     return f"{PREFIX}{key}" if version is None else f"{PREFIX}{version}:{key}"
-
-
-def raw_client(server: MemcachedServer) -> Client:
-    return Client((LOOPBACK, server.port), default_noreply=False, timeout=5)
-
-
-def holders(servers: list[MemcachedServer], key: bytes) -> list[str]:
-    found = []
-    for server in servers:
-        client = raw_client(server)
-        try:
-            if client.get(key) is not None:
-                found.append(server.spec)
-        finally:
-            client.close()
-    return found
 
 
 def nested(spaces: Namespaces, path: list[list[Any]]) -> Namespace:
@@ -564,19 +547,19 @@ def test_every_key_of_a_namespace_lives_on_its_root_version_keys_server(
         keys = [f"k{i}" for i in range(4)]
         root.set_many(dict.fromkeys(keys, 1))
         inner.set_many(dict.fromkeys(keys, 2))
-        (home,) = holders(servers, root._version_keys[0])
+        (home,) = servers_holding(servers, root._version_keys[0])
         # The root's version key sits where any ketama client would put it...
         assert home == cluster.ring.get_node(root._version_keys[0])
         # ...and everything of the namespace follows it.
         for key in [*inner._version_keys, *(n.key(k) for n in (root, inner) for k in keys)]:
-            assert holders(servers, key) == [home]
+            assert servers_holding(servers, key) == [home]
 
 
 def test_ordinary_keys_route_on_their_own_bytes(cluster: Cluster, servers: list[MemcachedServer]):
     keys = [f"{{user:{i}}}:profile" for i in range(12)] + [f"user:{i}" for i in range(12)]
     for key in keys:
         cluster.set(key, 1)
-        assert holders(servers, key.encode()) == [cluster.ring.get_node(key)]
+        assert servers_holding(servers, key.encode()) == [cluster.ring.get_node(key)]
     routed = RoutedKey(b"anything", route=b"user:1")
     assert cluster._locate(routed) == cluster.ring.get_node(b"user:1")
     assert cluster._locate(b"anything") == cluster.ring.get_node(b"anything")
@@ -643,9 +626,9 @@ def test_remap_failover_moves_a_namespace_as_a_whole(
         ns.set_many({f"k{i}": i for i in range(10)})
         assert ns.get_many([f"k{i}" for i in range(10)]) == {f"k{i}": i for i in range(10)}
         alive = [s for s in servers if s.spec != home]
-        (new_home,) = holders(alive, ns._version_keys[0])
+        (new_home,) = servers_holding(alive, ns._version_keys[0])
         for i in range(10):
-            assert holders(alive, ns.key(f"k{i}")) == [new_home]
+            assert servers_holding(alive, ns.key(f"k{i}")) == [new_home]
     finally:
         cluster.close()
 

@@ -12,7 +12,6 @@ Real-server checks (request counts from memcached's stats, 8 processes) are in
 
 from __future__ import annotations
 
-import math
 import random
 from collections.abc import Iterable
 from typing import Any
@@ -37,6 +36,7 @@ from django_mcpatterns.core.exceptions import (
     ConfigurationError,
     EncodingError,
     IncompleteSetError,
+    InvalidKeyError,
 )
 from django_mcpatterns.core.keys import key_bytes
 from django_mcpatterns.core.memory import MemoryStore
@@ -239,7 +239,7 @@ def churn(sets: AppendSets, key: str, rounds: int) -> None:
         sets.srem(key, f"tmp{i}")
 
 
-def test_a_dirty_set_is_compacted_by_a_read_with_gets_and_cas(
+def test_a_dirty_set_is_compacted_by_a_read_with_gets_ttl_and_cas(
     sets: AppendSets, store: CountingStore, memory: MemoryStore
 ) -> None:
     sets.sadd("k", "keep")
@@ -247,7 +247,7 @@ def test_a_dirty_set_is_compacted_by_a_read_with_gets_and_cas(
     dirty = len(memory.get("k"))
     store.reset()
     assert sets.smembers("k") == {"keep"}
-    assert store.calls == {"gets": 1, "cas": 1}
+    assert store.calls == {"gets": 1, "ttl": 1, "cas": 1}  # the cas keeps the item's TTL
     assert len(memory.get("k")) < dirty / 5
     store.reset()
     assert sets.smembers("k") == {"keep"}
@@ -272,7 +272,7 @@ def test_compaction_carries_appends_that_raced_it(
     store.before("cas", lambda: other.srem("k", "keep"))
     store.reset()
     assert sets.smembers("k") == {"keep"}  # what it read
-    assert store.calls == {"gets": 3, "cas": 3}  # two lost races, carried
+    assert store.calls == {"gets": 3, "ttl": 1, "cas": 3}  # two lost races, carried
     assert other.smembers("k") == {"late"}
 
 
@@ -530,6 +530,17 @@ def test_smove(sets: AppendSets, store: CountingStore) -> None:
     assert sets.smembers("dst") == {"a"}
 
 
+def test_smove_refuses_a_bad_destination_even_for_an_absent_member(
+    sets: AppendSets, store: CountingStore
+) -> None:
+    sets.sadd("src", "a")
+    store.reset()
+    for bad in ("bad key", "k" * 251, ""):
+        with pytest.raises(InvalidKeyError):
+            sets.smove("src", bad, "absent")
+    assert store.requests == 0  # refused before anything was read
+
+
 def test_smove_adds_before_it_removes(sets: AppendSets, store: CountingStore) -> None:
     sets.sadd("src", "a")
     sets.sadd("dst", "x")
@@ -647,16 +658,11 @@ def test_loaders_must_return_members(sets: AppendSets) -> None:
 # -- timeouts ------------------------------------------------------------------------
 
 
-class TtlStore(CountingStore):
-    """A MemoryStore that also answers ``ttl(key)`` (memcached's ``mg <key> t``)."""
+class NoTtlStore(CountingStore):
+    """A store that cannot tell an item's TTL (``ttl`` answers None, as for a missing item)."""
 
     def ttl(self, key: Any) -> int | None:
-        item = self.inner._items.get(key_bytes(key))
-        if item is None:
-            return None
-        if item.deadline is None:
-            return -1
-        return item.deadline - math.floor(self.inner._clock())
+        return None
 
 
 def dirty_and_compact(sets: AppendSets, key: str) -> None:
@@ -677,25 +683,33 @@ def test_a_set_keeps_its_creation_timeout_through_compaction() -> None:
     assert sets.smembers("k") == set()
 
 
-def test_touch_extends_a_set_and_a_ttl_aware_store_keeps_it_through_rewrites() -> None:
-    clock = FakeClock()
-    memory = MemoryStore(max_item_size=ITEM, clock=clock)
-    sets = AppendSets(TtlStore(memory), SMALL, clock=clock)  # type: ignore[arg-type]
-    sets.sadd("k", "a", expire=10)
-    memory.touch("k", 100)
-    clock.now += 20
-    dirty_and_compact(sets, "k")
-    clock.now += 70
-    assert sets.smembers("k") == {"a"}
-    clock.now += 11
-    assert sets.smembers("k") == set()
-
-
-def test_without_a_ttl_primitive_a_rewrite_reapplies_the_recorded_expiry() -> None:
-    # Documented fallback: memcached cannot rewrite an item keeping its TTL.
+def test_a_touched_set_keeps_its_new_timeout_through_rewrites() -> None:
+    # A rewrite is a cas, which sets a new TTL: the store's ttl() gives the item's own.
     clock = FakeClock()
     memory = MemoryStore(max_item_size=ITEM, clock=clock)
     sets = AppendSets(memory, SMALL, clock=clock)
+    sets.sadd("k", *"abc", expire=10)
+    memory.touch("k", 100)
+    clock.now += 20
+    dirty_and_compact(sets, "k")
+    assert sets.spop("k") in set("abc")  # a rewrite too
+    clock.now += 70
+    assert len(sets.smembers("k")) == 2
+    assert memory.ttl("k") == 10
+    clock.now += 10
+    assert sets.smembers("k") == set()
+    # A set made to live for ever keeps doing so.
+    sets.sadd("j", "a", expire=10)
+    memory.touch("j", 0)
+    clock.now += 20
+    dirty_and_compact(sets, "j")
+    assert memory.ttl("j") == -1
+
+
+def test_a_store_that_cannot_tell_the_ttl_gets_the_recorded_expiry() -> None:
+    clock = FakeClock()
+    memory = MemoryStore(max_item_size=ITEM, clock=clock)
+    sets = AppendSets(NoTtlStore(memory), SMALL, clock=clock)  # type: ignore[arg-type]
     sets.sadd("k", "a", expire=10)
     memory.touch("k", 100)
     clock.now += 5
@@ -711,6 +725,18 @@ def test_without_a_ttl_primitive_a_rewrite_reapplies_the_recorded_expiry() -> No
     assert sets.smembers("j") == {"a"}
     clock.now += 2
     assert sets.smembers("j") == set()
+
+
+def test_absolute_expiry_over_thirty_days_survives_a_rewrite() -> None:
+    clock = FakeClock()
+    memory = MemoryStore(max_item_size=ITEM, clock=clock)
+    sets = AppendSets(memory, SMALL, clock=clock)
+    sixty_days = 60 * 24 * 3600
+    sets.sadd("k", "a", expire=int(clock.now) + sixty_days)  # memcached: a Unix time
+    clock.now += 10
+    dirty_and_compact(sets, "k")
+    assert memory.ttl("k") == sixty_days - 10
+    assert sets.smembers("k") == {"a"}
 
 
 def test_timeouts_apply_at_creation_only() -> None:

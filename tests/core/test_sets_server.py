@@ -1,7 +1,8 @@
 """Sets and lists on real memcached servers: what memcached itself decides.
 
 * Round trips are read from memcached's ``stats`` counters (``cmd_get`` counts
-  keys, ``cmd_set`` every storage command: set/add/append/prepend/cas), and
+  keys, and a meta get ``mg`` as one; ``cmd_set`` every storage command:
+  set/add/append/prepend/cas), and
   cross-checked with :class:`~tests.fakes.CountingStore` (one call is one
   request, a multi-get over several servers included).
 * The item limit is memcached's own 1 MiB: ``append`` past it answers NOT_STORED
@@ -24,12 +25,20 @@ import pytest
 
 from django_mcpatterns.core.cluster import Cluster
 from django_mcpatterns.core.codec import SET, read_header
+from django_mcpatterns.core.exceptions import NodeUnavailableError
 from django_mcpatterns.core.memory import MemoryStore
+from django_mcpatterns.core.options import ClusterOptions
 from django_mcpatterns.core.sets import AppendLists, AppendSets, SetOptions, shard_key
 from tests.conftest import flush
 from tests.core.test_sets import churn
 from tests.fakes import CountingStore
-from tests.harness import MemcachedServer, cluster_on, server_counters, servers_holding
+from tests.harness import (
+    MemcachedServer,
+    cluster_on,
+    free_port,
+    server_counters,
+    servers_holding,
+)
 
 COUNTERS = ("cmd_get", "cmd_set", "cmd_touch", "cas_hits", "cas_misses", "cas_badval")
 MIB = 1024 * 1024
@@ -76,8 +85,8 @@ def test_round_trips_on_a_real_server(one: tuple[CountingStore, Wire]) -> None:
     assert wire.delta() == {"cmd_set": 1}
     sets.srem("k", *range(500))
     assert wire.delta() == {"cmd_set": 1}
-    assert sets.smembers("k") == {"a", *range(500, 1000)}  # its log is dirty: gets + cas
-    assert wire.delta() == {"cmd_get": 1, "cmd_set": 1, "cas_hits": 1}
+    assert sets.smembers("k") == {"a", *range(500, 1000)}  # its log is dirty: gets, mg, cas
+    assert wire.delta() == {"cmd_get": 2, "cmd_set": 1, "cas_hits": 1}
     assert sets.smembers("k") == {"a", *range(500, 1000)}  # steady state
     assert wire.delta() == {"cmd_get": 1}
     assert sets.sismember("k", 999)
@@ -87,10 +96,10 @@ def test_round_trips_on_a_real_server(one: tuple[CountingStore, Wire]) -> None:
 
     churn(sets, "k", 300)
     wire.delta()
-    sets.smembers("k")  # a dirty set: gets + cas
-    assert wire.delta() == {"cmd_get": 1, "cmd_set": 1, "cas_hits": 1}
-    assert sets.spop("k") is not None  # gets + cas
-    assert wire.delta() == {"cmd_get": 1, "cmd_set": 1, "cas_hits": 1}
+    sets.smembers("k")  # a dirty set: gets, mg (its TTL), cas
+    assert wire.delta() == {"cmd_get": 2, "cmd_set": 1, "cas_hits": 1}
+    assert sets.spop("k") is not None  # gets, mg, cas
+    assert wire.delta() == {"cmd_get": 2, "cmd_set": 1, "cas_hits": 1}
     assert sets.smove("k", "other", 999)  # read + two appends (+ add: "other" is new)
     assert wire.delta() == {"cmd_get": 1, "cmd_set": 3}
 
@@ -112,6 +121,40 @@ def test_a_lost_creation_race_costs_one_more_append(one: tuple[CountingStore, Wi
     assert [name for name, _ in store.log] == ["append", "add", "append"]
     assert wire.delta() == {"cmd_set": 5}
     assert other.smembers("k") == {"mine", "theirs"}
+
+
+# -- an unreachable server ----------------------------------------------------------
+
+
+def unreachable() -> tuple[AppendSets, AppendLists]:
+    cluster = Cluster([f"127.0.0.1:{free_port()}"], ClusterOptions(retry_attempts=1))
+    return AppendSets(cluster), AppendLists(cluster)
+
+
+WRITES: dict[str, Callable[[AppendSets, AppendLists], object]] = {
+    "sadd": lambda sets, lists: sets.sadd("s", "a"),
+    "srem": lambda sets, lists: sets.srem("s", "a"),
+    "rpush": lambda sets, lists: lists.rpush("l", "a"),
+    "lrem": lambda sets, lists: lists.lrem("l", 0, "a"),
+}
+
+
+@pytest.mark.parametrize("write", list(WRITES))
+def test_writes_to_an_unreachable_server_raise_at_once(write: str) -> None:
+    # An unreachable server answers like a missing item: writers use the strict
+    # view, so a lost write says why instead of retrying as if it were contended.
+    sets, lists = unreachable()
+    with pytest.raises(NodeUnavailableError):
+        WRITES[write](sets, lists)
+
+
+def test_reads_of_an_unreachable_server_degrade() -> None:
+    sets, lists = unreachable()
+    assert sets.smembers("s") == set()
+    assert sets.smembers("s", loader=lambda: {"from", "loader"}) == {"from", "loader"}
+    assert sets.spop("s") is None
+    assert sets.smove("s", "t", "a") is False  # it reads the source first
+    assert lists.lrange("l", 0, -1) == []
 
 
 # -- the item limit -------------------------------------------------------------------

@@ -44,6 +44,7 @@ from tests.harness import (
 ITEM_SIZE_MAX = 1024 * 1024  # memcached's default -I
 ITEM_HEADER = 59  # sizeof(item) + key NUL + "\r\n" + CAS, in memcached 1.6
 KIB = 1024
+COUNTERS = ("get_hits", "get_misses")
 
 # Which session fixture provides each store's servers (None: in-process).
 SERVER_FIXTURES: dict[str, str | None] = {
@@ -139,6 +140,7 @@ KEYED_CALLS: dict[str, Callable[[Store, Any], object]] = {
     "delete": lambda s, k: s.delete(k),
     "delete_many": lambda s, k: s.delete_many(["fine", k]),
     "touch": lambda s, k: s.touch(k, 10),
+    "ttl": lambda s, k: s.ttl(k),
 }
 
 
@@ -482,6 +484,45 @@ class TestStoreContract:
         assert store.touch("k", 10) is True
         assert store.get("k") == 1
 
+    def test_ttl_is_the_seconds_left(self, store: Store) -> None:
+        # memcached's mg <key> t: -1 for never, None for a missing item.
+        assert store.ttl("missing") is None
+        store.set("forever", 1)
+        assert store.ttl("forever") == -1
+        store.set("minute", b"1", expire=60)
+        assert store.ttl("minute") in (59, 60)
+        store.append("minute", b"0")  # keeps the TTL
+        store.incr("minute")
+        assert store.ttl("minute") in (59, 60)
+        store.touch("minute", 1000)
+        assert store.ttl("minute") in (999, 1000)
+        store.cas("minute", 2, store.gets("minute")[1], expire=0)
+        assert store.ttl("minute") == -1
+        # An absolute exptime; a server's clock may be a second off the wall clock.
+        store.set("absolute", 1, expire=int(time.time()) + 3600)
+        assert 3598 <= store.ttl("absolute") <= 3601  # type: ignore[operator]
+        store.delete("absolute")
+        assert store.ttl("absolute") is None
+
+    def test_reads_count_hits_and_misses_per_key(
+        self, store: Store, servers: list[MemcachedServer]
+    ) -> None:
+        def counts() -> tuple[int, int]:
+            # A cluster's servers' counters, or the in-process store's own.
+            found = server_counters(servers, COUNTERS) if servers else store.stats()  # type: ignore[attr-defined]
+            return found["get_hits"], found["get_misses"]
+
+        store.set_many({"a": 1, "b": 2})
+        hits, misses = counts()
+        store.get("a")
+        store.gets("missing")
+        store.get_many(["a", "b", "missing", "other"])
+        store.gets_many(["b"])
+        store.ttl("a")  # a meta get
+        store.add("a", 3)  # writes count elsewhere
+        store.touch("missing", 1)
+        assert counts() == (hits + 5, misses + 3)
+
     def test_delete(self, store: Store) -> None:
         store.set("k", 1)
         assert store.delete("k") is True
@@ -612,6 +653,7 @@ class TestStoreContract:
 
         time.sleep(2.1)
         assert sorted(store.get_many([*expiring, *lasting])) == sorted(lasting)
+        assert store.ttl("set") is None
         assert store.incr("incremented") is None
         assert store.append("appended", b"c") is False
         assert store.touch("set", 100) is False

@@ -1,4 +1,4 @@
-"""What the Django backend tests share: deployments under test and server probes.
+"""What the Django backend tests share: deployments under test, server probes, signals.
 
 A :class:`Deployment` is one backend configuration (a memcached cluster of the
 session fixtures, or the embedded store).  Tests build their caches through
@@ -11,11 +11,13 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
 from django.core.cache import caches
+from django.dispatch import Signal
 from django.test import override_settings
 
 from tests.harness import (
@@ -126,3 +128,18 @@ def reset_shared_stores() -> Iterator[None]:
 
     reset_shared_clusters()
     reset_shared_memory_stores()
+
+
+@contextmanager
+def received(signal: Signal) -> Iterator[list[dict[str, Any]]]:
+    """Collect the keyword arguments (with ``sender``) of every ``signal`` sent in the block."""
+    calls: list[dict[str, Any]] = []
+
+    def receiver(sender: Any, **kwargs: Any) -> None:
+        calls.append({"sender": sender, **kwargs})
+
+    signal.connect(receiver, weak=False)
+    try:
+        yield calls
+    finally:
+        signal.disconnect(receiver)

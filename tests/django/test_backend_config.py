@@ -118,6 +118,19 @@ class TestLocation:
     def test_invalid(self, location: Any, named: str) -> None:
         assert named in configuration_error(CLUSTER_BACKEND, location)
 
+    @pytest.mark.parametrize(
+        ("location", "ketama", "named"),
+        [
+            (["127.0.0.1:1:1 alpha"], "libmemcached", "server names only apply"),
+            (["127.0.0.1:1:1 one", "127.0.0.1:2:1 one"], "twemproxy", "same ketama server"),
+        ],
+    )
+    def test_ring_errors_show_when_the_cache_is_built(
+        self, location: list[str], ketama: str, named: str
+    ) -> None:
+        # The cluster (no connection yet) is built with the backend, not on first use.
+        assert named in configuration_error(CLUSTER_BACKEND, location, ketama=ketama)
+
 
 # -- unix sockets ------------------------------------------------------------------
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import io
 import json
-from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
@@ -192,7 +191,11 @@ def test_health_shows_a_dead_server(memcached_4_fresh: list[MemcachedServer]):
 
 def test_health_on_the_embedded_store():
     with override_settings(CACHES={"default": {"BACKEND": EMBEDDED_BACKEND, "LOCATION": "hc"}}):
-        caches["default"].set_many({"a": 1, "b": 2})
+        cache = caches["default"]
+        cache.set_many({"a": 1, "b": 2})
+        before = run_json("mcpatterns_health")["servers"][0]["stats"]
+        cache.get_many(["a", "b", "c"])
+        cache.get("d")
         report = run_json("mcpatterns_health")
         text = run("mcpatterns_health")
     (server,) = report["servers"]
@@ -200,7 +203,12 @@ def test_health_on_the_embedded_store():
     assert server["state"] == "embedded"
     assert server["stats"]["items"] == 2
     assert server["stats"]["bytes"] > 0
-    assert server["stats"]["hits"] is None  # the in-process store does not count reads
+    # The in-process store counts reads per key, as memcached does.
+    assert server["stats"]["hits"] - before["hits"] == 2
+    assert server["stats"]["misses"] - before["misses"] == 2
+    assert server["hit_ratio"] is not None
     assert report["variant"] is None
     assert report["ring"] == []
-    assert Counter(text.splitlines()[2].split())["-"] >= 2
+    row = text.splitlines()[2].split()
+    assert row[:2] == ["in-process", "embedded"]
+    assert row[5].endswith("%")  # the hit ratio

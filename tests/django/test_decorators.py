@@ -15,14 +15,12 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from decimal import Decimal
 from typing import Any
 
 import pytest
 from django.core.cache import caches
 from django.core.exceptions import ImproperlyConfigured
-from django.dispatch import Signal
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.template import engines
 from django.template.response import TemplateResponse
@@ -43,27 +41,12 @@ from django_mcpatterns.core.stampede import StampedePolicy, lock_key
 from django_mcpatterns.decorators import cached, stampede_guard
 from django_mcpatterns.patterns.callkeys import MAX_READABLE, call_key, encode
 from django_mcpatterns.patterns.pages import PASS, CachedPage
-from tests.django.conftest import Deployment, DeploymentSuite
+from tests.django.conftest import Deployment, DeploymentSuite, received
 from tests.harness import server_requests
 
 SLOW = 0.3  # seconds a "slow" view takes: long enough for every thread to arrive
 THREADS = 8
 TEMPLATES = [{"BACKEND": "django.template.backends.django.DjangoTemplates", "APP_DIRS": True}]
-
-
-@contextmanager
-def received(signal: Signal) -> Iterator[list[dict[str, Any]]]:
-    """Collect the keyword arguments (with ``sender``) of every ``signal`` sent in the block."""
-    calls: list[dict[str, Any]] = []
-
-    def receiver(sender: Any, **kwargs: Any) -> None:
-        calls.append({"sender": sender, **kwargs})
-
-    signal.connect(receiver, weak=False)
-    try:
-        yield calls
-    finally:
-        signal.disconnect(receiver)
 
 
 def run_together(count: int, job: Callable[[], Any]) -> list[Any]:

@@ -11,39 +11,21 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import pytest
 from django.core.cache import caches
-from django.dispatch import Signal
 
 from django_mcpatterns import signals
 from django_mcpatterns.core.exceptions import LockNotOwnedError
 from django_mcpatterns.core.locks import Lock
 from django_mcpatterns.core.stampede import StampedePolicy, lock_key
 from django_mcpatterns.patterns.events import SIGNAL_NAMES
-from tests.django.conftest import Deployment, DeploymentSuite
+from tests.django.conftest import Deployment, DeploymentSuite, received
 
 
 class Boom(Exception):
     pass
-
-
-@contextmanager
-def received(signal: Signal) -> Iterator[list[dict[str, Any]]]:
-    """Collect the keyword arguments (with ``sender``) of every ``signal`` sent in the block."""
-    calls: list[dict[str, Any]] = []
-
-    def receiver(sender: Any, **kwargs: Any) -> None:
-        calls.append({"sender": sender, **kwargs})
-
-    signal.connect(receiver, weak=False)
-    try:
-        yield calls
-    finally:
-        signal.disconnect(receiver)
 
 
 @pytest.mark.parametrize(("event_type", "name"), SIGNAL_NAMES.items())

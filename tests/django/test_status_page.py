@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from types import SimpleNamespace
 
 import pytest
+from django.core.cache import caches
 from django.test import Client, override_settings
 from django.urls import include, path
 
@@ -84,12 +85,17 @@ def test_embedded_section_and_broken_caches():
         "sessions": {"BACKEND": CLUSTER_BACKEND, "LOCATION": "127.0.0.1:1:1 x"},  # names: E004
     }
     with override_settings(CACHES=caches_setting):
+        caches["default"].get("missing")
         html = page("/open/")
         only_sessions = page("/only-sessions/")
     assert 'id="cache-default"' in html
     assert "no servers, no ring" in html
     assert '<span class="state state-embedded">embedded</span>' in html
-    assert "could not be inspected: ConfigurationError: server names only apply" in html
+    assert '<td class="misses">1</td>' in html  # the in-process store counts reads too
+    assert (
+        "could not be inspected: ImproperlyConfigured: django-mcpatterns cache configuration: "
+        "server names only apply" in html
+    )
     assert 'id="cache-default"' not in only_sessions
 
 
@@ -111,8 +117,6 @@ def test_counters_count_signals_and_show_on_the_page():
 
 def test_stampede_events_are_counted():
     with override_settings(CACHES={"default": {"BACKEND": EMBEDDED_BACKEND, "LOCATION": "cnt"}}):
-        from django.core.cache import caches
-
         cache = caches["default"]
         if not hasattr(cache, "get_or_compute"):
             pytest.skip("get_or_compute is not on the backend yet")

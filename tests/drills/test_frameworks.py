@@ -28,10 +28,11 @@ from django_mcpatterns.checks import check_caches
 from django_mcpatterns.core.cluster import reset_shared_clusters
 from django_mcpatterns.core.exceptions import ConfigurationError, EncodingError
 from django_mcpatterns.core.memory import reset_shared_memory_stores
+from django_mcpatterns.core.serializers import FLAG_JSON
 from django_mcpatterns.counters import counters
 from django_mcpatterns.flask import signals as flask_signals
 from tests.drills.tls import Certificate, make_certificate, tls_memcached
-from tests.harness import MemcachedServer, raw_client
+from tests.harness import MemcachedServer, free_port, raw_client
 
 CLUSTER = "django_mcpatterns.backend.KetamaMemcacheCache"
 JSON = "django_mcpatterns.core.serializers.JSONSerializer"
@@ -140,7 +141,7 @@ def test_django_explicit_keys_and_bad_options(server: MemcachedServer) -> None:
     cache = KetamaMemcacheCache(server.spec, {"OPTIONS": options})
     cache.set("k", {"a": (1, 2)})
     assert cache.get("k") == {"a": [1, 2]}  # JSON: tuples come back as lists
-    assert key not in repr(cache._cluster_options)
+    assert key not in repr(cache.store.options)
     with pytest.raises(ImproperlyConfigured, match="serializer"):
         KetamaMemcacheCache(server.spec, {"OPTIONS": {"serializer": "json"}})
     with pytest.raises(ImproperlyConfigured, match="at least 32 bytes"):
@@ -157,7 +158,7 @@ def test_django_embedded_takes_the_same_options() -> None:
     signed.set("k", {"v": 1})
     assert signed.get("k") == {"v": 1}
     assert signed.store.serde.inner.signer is not None
-    with pytest.raises(ImproperlyConfigured, match="unknown LocMemPatternsCache option"):
+    with pytest.raises(ImproperlyConfigured, match="unknown option 'ketama'; valid options"):
         LocMemPatternsCache("bad", {"OPTIONS": {"ketama": "libmemcached"}})
 
 
@@ -234,6 +235,45 @@ def test_flask_signed_needs_a_secret(server: MemcachedServer) -> None:
     ).cache
     embedded.set("k", (1, 2))
     assert embedded.get("k") == [1, 2]
+
+
+# -- Django and Flask sharing one cluster ------------------------------------------------
+
+
+def test_django_signals_fire_on_a_cluster_flask_built_first(server: MemcachedServer) -> None:
+    dead = f"127.0.0.1:{free_port()}"
+    django: list[tuple[str, object]] = []
+    flask: list[object] = []
+
+    def on_dead(sender: type, **kwargs: Any) -> None:
+        django.append(("node_dead", kwargs["node"]))
+
+    def on_refused(sender: type, **kwargs: Any) -> None:
+        django.append(("value_refused", kwargs["key"]))
+
+    def on_flask_refused(sender: Any = None, **kwargs: Any) -> None:
+        flask.append(kwargs["key"])
+
+    signals.node_dead.connect(on_dead)
+    signals.value_refused.connect(on_refused)
+    flask_signals.value_refused.connect(on_flask_refused)
+    try:
+        servers = [server.spec, dead]
+        store = flask_cache(
+            server, CACHE_MEMCACHED_SERVERS=servers, CACHE_OPTIONS={"retry_attempts": 1}
+        ).store  # Flask builds the process's cluster for these servers first
+        django_cache = KetamaMemcacheCache(servers, {"OPTIONS": {"retry_attempts": 1}})
+        assert django_cache.store is store
+        keys = {store.ring.get_node(key): key for key in map(str, range(100))}
+        raw_client(server).set(keys[server.spec], b"{}", flags=FLAG_JSON)  # not pickle's
+        assert store.get(keys[server.spec]) is None
+        assert store.get(keys[dead]) is None
+    finally:
+        signals.node_dead.disconnect(on_dead)
+        signals.value_refused.disconnect(on_refused)
+        flask_signals.value_refused.disconnect(on_flask_refused)
+    assert django == [("value_refused", keys[server.spec].encode()), ("node_dead", dead)]
+    assert flask == [keys[server.spec].encode()]
 
 
 # -- TLS through the frameworks ---------------------------------------------------------

@@ -115,6 +115,10 @@ def test_apps_with_the_same_servers_share_one_cluster(memcached_1: Any) -> None:
         ({"CACHE_OPTIONS": {"serde": object()}}, r"CACHE_OPTIONS: option 'serde' is managed"),
         ({"CACHE_MEMCACHED_SERVERS": ["host:port"]}, r"CACHE_MEMCACHED_SERVERS: invalid port"),
         ({"CACHE_MEMCACHED_SERVERS": []}, r"CACHE_MEMCACHED_SERVERS: no memcached servers"),
+        (
+            {"CACHE_MEMCACHED_SERVERS": ["127.0.0.1:11211:1 alpha"]},
+            r"CACHE_MEMCACHED_SERVERS: server names only apply to the twemproxy variants",
+        ),
         ({"CACHE_KEY_PREFIX": "my app "}, r"CACHE_KEY_PREFIX: .*whitespace"),
         ({"CACHE_KEY_PREFIX": b"bytes"}, r"CACHE_KEY_PREFIX must be a string"),
         ({"CACHE_ARGS": ["127.0.0.1:11211"]}, r"CACHE_ARGS is not used"),
