@@ -38,6 +38,7 @@ from django.utils.http import parse_http_date_safe
 from .core.exceptions import ConfigurationError, EncodingError
 from .core.stampede import Fetched, Stampede, StampedePolicy
 from .patterns.callkeys import call_key
+from .patterns.namespaces import NamespaceArg, namespace_parts
 from .patterns.pages import PASS, CachedPage
 from .patterns.stampede import soft_timeout
 
@@ -399,8 +400,6 @@ def _replay(page: CachedPage) -> HttpResponse:
 
 # -- functions: cached ------------------------------------------------------------------
 
-Parts = tuple[str | int, ...]
-
 
 @dataclasses.dataclass(frozen=True)
 class _CallOptions:
@@ -408,7 +407,7 @@ class _CallOptions:
     alias: str
     key: Callable[..., Any] | None
     policy: StampedePolicy | None
-    namespace: Parts | Callable[..., Any] | None
+    namespace: NamespaceArg | None
 
 
 def cached(
@@ -417,7 +416,7 @@ def cached(
     cache: str = DEFAULT_CACHE_ALIAS,
     key: Callable[..., Any] | None = None,
     policy: StampedePolicy | None = None,
-    namespace: Any = None,
+    namespace: NamespaceArg | None = None,
 ) -> Callable[[F], CachedFunction]:
     """Cache a function's (or method's) results with stampede protection.
 
@@ -517,9 +516,7 @@ class CachedFunction:
         namespace = self._options.namespace
         if namespace is None:
             return self.key(*args, **kwargs), cache
-        parts = namespace(*args, **kwargs) if callable(namespace) else namespace
-        if not isinstance(parts, tuple | list):
-            parts = (parts,)
+        parts = namespace_parts(namespace, *args, **kwargs)
         return self.key(*args, **kwargs), cache.namespace(*parts)
 
 

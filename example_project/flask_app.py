@@ -1,5 +1,9 @@
 """A small Flask app using every pattern of django-mcpatterns through Flask-Caching.
 
+Stampede-guarded and namespaced pages (``/report``, ``/items/<item>``, whose
+edit form invalidates every cached variant at once), a memoized function, a
+cached template fragment, a counter, a set, a list and a lock.
+
 Run it (http://127.0.0.1:5000/)::
 
     .venv/bin/flask --app example_project/flask_app.py run
@@ -16,7 +20,7 @@ import os
 import time
 from typing import Any
 
-from flask import Flask, redirect, render_template_string, url_for
+from flask import Flask, redirect, render_template_string, request, url_for
 from flask_caching import Cache
 from markupsafe import escape
 from werkzeug.wrappers import Response
@@ -36,7 +40,8 @@ PAGE = """<!doctype html>
   <nav>Pages (this menu is a cached template fragment, rendered at {{ now() }}):
     <a href="/">home</a> · <a href="/report">stampede-guarded report</a> ·
     <a href="/price/widget">memoized price</a> · <a href="/tags/widget">tags (a set)</a> ·
-    <a href="/log">log (a list)</a> · <a href="/nightly-job">a lock</a>
+    <a href="/log">log (a list)</a> · <a href="/nightly-job">a lock</a> ·
+    <a href="/items/widget">an item (a namespace)</a>
   </nav>
   {% endcache %}
 </body></html>"""
@@ -81,7 +86,21 @@ def price(item: str) -> float:
     return round(len(item) * 1.25, 2)
 
 
+ITEM_FORM = """<p>Note: <b id='note'>{note}</b> (prices in <b id='currency'>{currency}</b>,
+rendered at {rendered})</p>
+<p><a href='?currency=eur'>in EUR</a> · <a href='?currency=usd'>in USD</a></p>
+<form method='post' action='{edit}'><input name='note' value='{note}'>
+<button>Save (invalidates every cached variant of this item's pages)</button></form>"""
+
+
+def item_namespace(item: str) -> tuple[str, str]:
+    """The namespace of an item's pages: invalidating it drops all of them, in every process."""
+    return ("item", item)
+
+
 def register_views(app: Flask) -> None:
+    notes: dict[str, str] = {}  # stands in for the database of item notes
+
     @app.route("/")
     def home() -> str:
         views = cache.cache.inc("home:views")  # Flask-Caching's counter: atomic, starts at 0
@@ -129,6 +148,24 @@ def register_views(app: Flask) -> None:
         except LockTimeoutError:
             outcome = "another process is running it"
         return page("A lock", f"<p id='job'>{outcome}</p>")
+
+    @app.route("/items/<item>")
+    @stampede_guard(cache, timeout=300, query_string=True, namespace=item_namespace)
+    def item_page(item: str) -> str:
+        # Cached per path and query (?currency=...) in the item's namespace.
+        body = ITEM_FORM.format(
+            note=escape(notes.get(item, "none")),
+            currency=escape(request.args.get("currency", "usd")),
+            rendered=time.strftime("%H:%M:%S"),
+            edit=url_for("edit_item", item=item),
+        )
+        return page(f"Item {escape(item)}", body)
+
+    @app.route("/items/<item>/edit", methods=["POST"])
+    def edit_item(item: str) -> Response:
+        notes[item] = request.form.get("note", "")
+        item_page.invalidate_namespace(item=item)  # one incr: every variant is re-rendered
+        return redirect(url_for("item_page", item=item))
 
 
 app = create_app()

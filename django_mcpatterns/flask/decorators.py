@@ -1,4 +1,4 @@
-"""Flask view decorators: page caching with stampede protection.
+"""Flask view decorators: page caching with stampede protection, optionally namespaced.
 
 ``@cache.cached`` (Flask-Caching) lets every worker recompute an expired page
 at once.  :func:`stampede_guard` caches the page with ``get_or_compute``
@@ -9,6 +9,13 @@ request's page rather than all running the view.
 The page is cached as a :class:`CachedPage` (status, headers, body), not a
 pickled ``Response``, and only when ``should_cache(response)`` says so (by
 default: a 200 that sets no cookie).  Only ``GET`` and ``HEAD`` are cached.
+
+With ``namespace=`` the pages live in ``cache.cache.namespace(*parts)``
+(:mod:`django_mcpatterns.patterns.namespaces`): one ``incr`` drops every page
+of the namespace (every path and query variant) in every process, and a fresh
+read stays one request.  ``namespace=`` takes what Django's ``cached`` takes
+(:func:`~django_mcpatterns.patterns.namespaces.namespace_parts`), called with
+the view's arguments.
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ from werkzeug.datastructures import MultiDict
 from ..core.exceptions import ConfigurationError, InvalidKeyError
 from ..core.stampede import StampedePolicy
 from ..patterns import pages
+from ..patterns.namespaces import CacheNamespace, NamespaceArg, namespace_parts
 
 __all__ = ["CachedPage", "cacheable", "stampede_guard"]
 
@@ -65,6 +73,7 @@ def stampede_guard(
     *,
     key: str = "view/%s",
     query_string: bool = False,
+    namespace: NamespaceArg | None = None,
     policy: StampedePolicy | None = None,
     should_cache: Callable[[Response], bool] = cacheable,
 ) -> Callable[[F], F]:
@@ -77,11 +86,19 @@ def stampede_guard(
     digest).  ``policy`` tunes the grace period, waits and early
     recomputation (:class:`~django_mcpatterns.core.stampede.StampedePolicy`).
 
+    ``namespace``: the parts of a ``cache.cache.namespace(*parts)`` (a tuple,
+    or one ``str``/``int``), or a callable taking the view's arguments (the URL
+    variables, as keywords) and returning them; the pages then live in that
+    namespace and are dropped with it.
+
     The decorated view carries ``.key(path, query=None)``,
-    ``.invalidate(path, query=None)`` (delete the page),
-    ``.mark_stale(path, query=None)`` (the next request recomputes it while
-    the others are still served it) and ``.original``; the first three need
-    an application context.
+    ``.invalidate(path, query=None, **view_kwargs)`` (delete the page; the
+    keywords name its namespace), ``.original`` and, without a namespace,
+    ``.mark_stale(path, query=None)`` (the next request recomputes the page
+    while the others are still served it), with one,
+    ``.invalidate_namespace(**view_kwargs)`` (drop every page of the
+    namespace those view arguments name; return its new version).  All but
+    ``.key`` need an application context.
     """
 
     if policy is not None and policy.runner is not None:
@@ -99,15 +116,22 @@ def stampede_guard(
             made = f"{made}?{digest}"
         return made
 
+    def pages_of(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """Where a call's pages live: the backend, or the namespace ``namespace`` names."""
+        backend = cache.cache
+        if namespace is None:
+            return backend
+        return backend.namespace(*namespace_parts(namespace, *args, **kwargs))
+
     def decorator(view: F) -> F:
         @functools.wraps(view)
         def guarded(*args: Any, **kwargs: Any) -> Any:
             if request.method not in _CACHED_METHODS:
                 return view(*args, **kwargs)
-            backend = cache.cache
+            where = pages_of(args, kwargs)
             made = cache_key(request.path, request.args)
             try:
-                backend._pattern_key(made)
+                _final_key(where, made)
             except InvalidKeyError as exc:
                 logger.warning("page not cached: %s", exc)
                 return view(*args, **kwargs)
@@ -118,30 +142,39 @@ def stampede_guard(
                 produced.append(response)
                 return CachedPage.of(response)
 
-            page = backend.get_or_compute(
+            page = where.get_or_compute(
                 made,
                 render,
                 timeout,
-                policy=policy or dataclasses.replace(backend.stampede_policy, runner=None),
+                policy=policy or dataclasses.replace(cache.cache.stampede_policy, runner=None),
                 should_cache=lambda _page: should_cache(produced[-1]),
             )
             # The request that ran the view returns its own response object.
             return produced[-1] if produced else page.response()
 
-        def invalidate(path: str, query: Query = None) -> bool:
-            return cache.cache.delete(cache_key(path, query))
+        def invalidate(path: str, query: Query = None, /, **view_kwargs: Any) -> bool:
+            return bool(pages_of((), view_kwargs).delete(cache_key(path, query)))
 
         def mark_stale(path: str, query: Query = None) -> bool:
             return cache.cache.mark_stale(cache_key(path, query))
 
-        helpers = {
-            "key": cache_key,
-            "invalidate": invalidate,
-            "mark_stale": mark_stale,
-            "original": view,
-        }
+        def invalidate_namespace(**view_kwargs: Any) -> int:
+            return pages_of((), view_kwargs).invalidate()
+
+        helpers: dict[str, Any] = {"key": cache_key, "invalidate": invalidate, "original": view}
+        if namespace is None:
+            helpers["mark_stale"] = mark_stale
+        else:
+            # A namespaced page has no mark_stale: the namespace's keys are
+            # written through the namespace only (core/namespaces.py, _Slot).
+            helpers["invalidate_namespace"] = invalidate_namespace
         for name, helper in helpers.items():
             setattr(guarded, name, helper)
         return guarded  # type: ignore[return-value]
 
     return decorator
+
+
+def _final_key(where: Any, key: str) -> str:
+    """The memcached key of ``key`` in ``where``; InvalidKeyError when memcached would refuse it."""
+    return where.key(key) if isinstance(where, CacheNamespace) else where._pattern_key(key)

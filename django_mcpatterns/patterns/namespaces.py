@@ -30,7 +30,23 @@ from .stampede import soft_timeout
 
 T = TypeVar("T")
 
-__all__ = ["CacheNamespace", "NamespacesMixin"]
+__all__ = ["CacheNamespace", "NamespaceArg", "NamespacesMixin", "namespace_parts"]
+
+NamespaceArg = tuple[Part, ...] | list[Part] | Part | Callable[..., Any]
+"""A decorator's ``namespace=``: parts, one part, or a callable of the call's arguments."""
+
+
+def namespace_parts(namespace: NamespaceArg, /, *args: Any, **kwargs: Any) -> tuple[Part, ...]:
+    """The parts of ``cache.namespace(*parts)`` that a decorator's ``namespace=`` names for a call.
+
+    ``namespace`` is a tuple (or list) of parts, one ``str``/``int``, or a
+    callable taking the call's arguments and returning either.  One rule for
+    every decorator (Django's ``cached``, Flask's ``stampede_guard``), so the
+    same argument names the same namespace in both; the parts themselves are
+    checked by ``cache.namespace``.
+    """
+    parts = namespace(*args, **kwargs) if callable(namespace) else namespace
+    return tuple(parts) if isinstance(parts, tuple | list) else (parts,)
 
 
 class CacheNamespace:

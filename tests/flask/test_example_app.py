@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import urllib.parse
+import urllib.request
 from typing import Any
 
 import pytest
@@ -32,8 +34,24 @@ def test_every_pattern_page_answers(client: Any) -> None:
     assert "ran the job" in client.get("/nightly-job").text
 
 
+def test_editing_an_item_invalidates_every_cached_variant(client: Any) -> None:
+    usd, eur = client.get("/items/widget").text, client.get("/items/widget?currency=eur").text
+    assert "<b id='note'>none</b>" in usd
+    assert "<b id='currency'>eur</b>" in eur
+    assert client.get("/items/widget").text == usd  # cached in the item's namespace
+    gadget = client.get("/items/gadget").text
+    edited = client.post("/items/widget/edit", data={"note": "on sale"})
+    assert (edited.status_code, edited.location) == (302, "/items/widget")
+    for url in ("/items/widget", "/items/widget?currency=eur"):
+        assert "<b id='note'>on sale</b>" in client.get(url).text
+    assert client.get("/items/gadget").text == gadget  # another namespace: still cached
+
+
 def test_user_input_is_escaped(client: Any) -> None:
     assert "<script>" not in client.get("/price/<script>").text
+    client.post("/items/widget/edit", data={"note": "<script>"})
+    assert "<script>" not in client.get("/items/<script>").text
+    assert "<script>" not in client.get("/items/widget").text
 
 
 def test_the_documented_command_serves_the_example() -> None:
@@ -52,3 +70,13 @@ def test_memcached_servers_switches_it_to_the_cluster(memcached_3: Any) -> None:
         assert status == 200
         assert "KetamaMemcachedCache" in body
         assert http_get(url + "report") == (status, body)  # the second one comes from the cluster
+        assert "<b id='note'>none</b>" in http_get(url + "items/widget")[1]
+        assert http_post(url + "items/widget/edit", note="from another client") == 200
+        assert "<b id='note'>from another client</b>" in http_get(url + "items/widget")[1]
+
+
+def http_post(url: str, **form: str) -> int:
+    """POST a form (a redirect is followed with a GET, as a browser does); return the status."""
+    data = urllib.parse.urlencode(form).encode()
+    with urllib.request.urlopen(urllib.request.Request(url, data=data), timeout=5) as response:
+        return response.status
