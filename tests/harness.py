@@ -161,19 +161,38 @@ def start_memcached(
 ) -> list[MemcachedServer]:
     """Start ``count`` memcached servers on free (or the given) loopback ports."""
     require_binary("memcached")
-    chosen = list(ports) if ports else []
-    while len(chosen) < count:
-        port = free_port()
-        if port not in chosen:
-            chosen.append(port)
+    fixed = list(ports or [])
     servers: list[MemcachedServer] = []
     try:
-        for port in chosen:
+        for port in fixed:
             servers.append(MemcachedServer(port, extra_args=extra_args).start())
+        while len(servers) < count:
+            servers.append(_start_on_a_free_port(servers, extra_args))
     except BaseException:
         stop_all(servers)
         raise
     return servers
+
+
+def _start_on_a_free_port(
+    started: Sequence[MemcachedServer], extra_args: Sequence[str], attempts: int = 3
+) -> MemcachedServer:
+    """Start one server on a free port, trying another if someone took it meanwhile.
+
+    ``free_port`` releases the port before memcached binds it, so a process
+    elsewhere on the machine can win it in between (seen under parallel runs).
+    """
+    taken = {server.port for server in started}
+    for attempt in range(attempts):
+        port = free_port()
+        if port in taken:
+            continue
+        try:
+            return MemcachedServer(port, extra_args=extra_args).start()
+        except Exception:
+            if attempt == attempts - 1 or port_is_free(port):
+                raise  # not a lost race for the port: a real failure
+    raise RuntimeError("no free loopback port for memcached")
 
 
 def stop_all(servers: Sequence[MemcachedServer]) -> None:
