@@ -14,6 +14,10 @@ command -v nutcracker >/dev/null || [ -x /usr/sbin/nutcracker ] || missing+=(nut
 for pkg in libmemcached-dev zlib1g-dev gcc chromium openssl; do
     dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
 done
+# Building pylibmc also needs Python's headers (Debian's python3-dev for its python3).
+if ! "${PYTHON:-python3}" -c 'import os, sysconfig, sys; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))'; then
+    missing+=(python3-dev)
+fi
 if [ ${#missing[@]} -gt 0 ]; then
     if [ "$(id -u)" = 0 ]; then
         apt-get update -qq
