@@ -29,6 +29,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import logging
+import random
 import socket
 import threading
 import time
@@ -160,7 +161,8 @@ class Cluster:
     (:mod:`.envelope`).  ``on_node_event`` receives a
     :class:`~.health.NodeEvent` for each failure and for dead/revived
     transitions; :meth:`listen` adds more listeners.  ``clock`` drives the
-    retry and dead timers.
+    retry timers and ``rng`` the jitter of a dead server's back-off
+    (:mod:`.health`).
 
     Thread-safe; one instance per process is meant to be shared by every
     thread (see :func:`shared_cluster`).
@@ -174,6 +176,7 @@ class Cluster:
         serde: Serde = None,
         on_node_event: Callable[[NodeEvent], object] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        rng: Callable[[], float] = random.random,
     ) -> None:
         self.servers = _as_servers(servers)
         self.options = options = options or ClusterOptions()
@@ -206,6 +209,7 @@ class Cluster:
                 dead_timeout=options.dead_timeout,
                 clock=clock,
                 report=self._report,
+                rng=rng,
             )
             self._nodes[server.node] = _Node(
                 server,
@@ -401,22 +405,24 @@ class Cluster:
     def _single(self, kb: bytes, fn: Callable[..., R], failed: R, *args: Any) -> R:
         """Run ``fn(client, *args)`` on the server owning ``kb``; lock-free while it is healthy."""
         node = self._nodes[self._locate(kb)]
-        if node.health.failures:
-            admitted: dict[_Node, Admission] = {}
-            target = self._pick(kb, node, admitted)
-            if target is None:
+        admission = node.health.open
+        if admission is None:
+            picked = self._pick(kb, node, {})
+            if picked is None:
                 return self._refused(node, failed)
-            return self._run(target, fn, failed, args, admitted[target] is Admission.PROBE)
-        return self._run(node, fn, failed, args)
+            node, admission = picked
+        return self._run(node, fn, failed, args, admission)
 
     def _on_node(self, node: _Node, fn: Callable[..., R], failed: R, *args: Any) -> R:
         """Run ``fn(client, *args)`` on one given server (whole-cluster commands)."""
         admission = node.health.admit()
-        if not admission:
+        if admission is None:
             return self._refused(node, failed)
-        return self._run(node, fn, failed, args, admission is Admission.PROBE)
+        return self._run(node, fn, failed, args, admission)
 
-    def _pick(self, kb: bytes, primary: _Node, admitted: dict[_Node, Admission]) -> _Node | None:
+    def _pick(
+        self, kb: bytes, primary: _Node, admitted: dict[_Node, Admission | None]
+    ) -> tuple[_Node, Admission] | None:
         """Choose the server for a key whose own server is failing, or None.
 
         ``"miss"``: its own server once the wait is over (this operation probes
@@ -429,11 +435,11 @@ class Cluster:
         )
         for name in names:
             node = self._nodes[name]
-            admission = admitted.get(node)
-            if admission is None:
-                admission = admitted[node] = node.health.admit()
-            if admission:
-                return node
+            if node not in admitted:
+                admitted[node] = node.health.admit()
+            admission = admitted[node]
+            if admission is not None:
+                return node, admission
         return None
 
     def _run(
@@ -442,28 +448,28 @@ class Cluster:
         fn: Callable[..., R],
         failed: R,
         args: tuple[Any, ...],
-        probe: bool = False,
+        admission: Admission,
     ) -> R:
         client = None
         try:
             client = node.pool.get()
             result = fn(client, *args)
         except BaseException as exc:
-            error = self._judge(node, client, exc, probe)
+            error = self._judge(node, client, exc, admission)
             if error is None:
                 return failed
             raise error from error.__cause__  # _translate/_unavailable chained it to exc
-        self._done(node, client)
+        self._done(node, client, admission)
         return result
 
-    def _done(self, node: _Node, client: Client) -> None:
+    def _done(self, node: _Node, client: Client, admission: Admission) -> None:
         """Return a client after a complete exchange and record the server's answer."""
         node.pool.release(client)
-        if node.health.failures:
+        if admission.probe:
             node.health.succeeded()
 
     def _judge(
-        self, node: _Node, client: Client | None, exc: BaseException, probe: bool
+        self, node: _Node, client: Client | None, exc: BaseException, admission: Admission
     ) -> BaseException | None:
         """Settle an operation that raised: record what it says about the server.
 
@@ -473,10 +479,10 @@ class Cluster:
         if client is not None:
             node.pool.destroy(client)  # its connection may be mid-reply: never reuse it
         if isinstance(exc, _NODE_ERRORS):
-            node.health.failed(exc, probe=probe)
+            node.health.failed(exc, admission)
             node.drop_idle()  # pooled siblings share the dead server's fate
             return self._unavailable(node, exc)
-        if probe:
+        if admission.probe:
             node.health.released()
         if client is None and isinstance(exc, RuntimeError):
             return self._unavailable(node, exc)  # ObjectPool refused: max_pool_size reached
@@ -520,16 +526,19 @@ class Cluster:
         """
         groups: dict[_Node, list[bytes]] = defaultdict(list)
         skipped: dict[_Node, list[bytes]] = defaultdict(list)
-        admitted: dict[_Node, Admission] = {}
+        granted: dict[_Node, Admission] = {}  # one admission per server contacted
+        admitted: dict[_Node, Admission | None] = {}  # what failing servers said (_pick)
         nodes, locate = self._nodes, self._locate
         for kb in given:
             node = nodes[locate(kb)]
-            if node.health.failures:
-                target = self._pick(kb, node, admitted)
-                if target is None:
+            admission = granted.get(node) or node.health.open
+            if admission is None:
+                picked = self._pick(kb, node, admitted)
+                if picked is None:
                     skipped[node].append(kb)
                     continue
-                node = target
+                node, admission = picked
+            granted.setdefault(node, admission)
             groups[node].append(kb)
 
         results: list[R] = []
@@ -538,7 +547,7 @@ class Cluster:
         def settle(
             node: _Node, client: Client | None, exc: BaseException, kbs: list[bytes]
         ) -> None:
-            error = self._judge(node, client, exc, admitted.get(node) is Admission.PROBE)
+            error = self._judge(node, client, exc, granted[node])
             if error is None:
                 results.append(exchange.failed(kbs))
             else:
@@ -560,7 +569,7 @@ class Cluster:
             except BaseException as exc:
                 settle(node, client, exc, kbs)
             else:
-                self._done(node, client)
+                self._done(node, client, granted[node])
                 results.append(part)
         for node, kbs in skipped.items():
             error = self._unavailable(node, None)

@@ -1,20 +1,36 @@
 """Per-server health: when to stop contacting a failing memcached, and when to try again.
 
-A server that fails once is left alone for ``retry_timeout`` seconds, so its
-operations fail at once instead of each waiting out a socket timeout; after
-``retry_attempts`` consecutive failures it is *dead* for ``dead_timeout``
-seconds.  When the wait is over, exactly one operation (the *prober*) is let
-through; every other one keeps failing fast until the probe succeeds (the
-server is back) or fails (the wait starts again).  Any success resets the count.
+Epochs
+    Every operation is admitted under the server's current *epoch*, the
+    number of failures recorded so far.  When a server stalls, every request
+    in flight times out at about the same moment; the first of them records
+    the failure and opens a new epoch, and the others, admitted before it,
+    belong to that same failure and count nothing.  One stall is one failure,
+    however many threads were waiting on it.
+Waits and probes
+    After a failure the server is not contacted for ``retry_timeout`` seconds
+    (its operations fail at once instead of each waiting for a timeout).  When
+    the wait is over exactly one operation, the *probe*, is let through; the
+    others keep failing fast until it answers (the server is up again) or
+    fails (the next wait starts).  Only a probe's answer ends a wait.
+Dead
+    ``retry_attempts`` consecutive failures (the one that took the server out,
+    then each failed probe) make it *dead*.  A dead server is probed with a
+    back-off: the first wait is about ``retry_timeout``, each failed probe
+    doubles it, up to ``dead_timeout``; each wait is shortened by up to a
+    quarter through the injected ``rng``, so processes that saw the same
+    outage do not probe in step.  A restarted server is found again within
+    about one wait.
 
 One :class:`NodeHealth` per server is shared by every thread of the process
-(Django builds a backend per thread) and survives ``Cluster.close()``.  Time
-comes from an injected ``clock`` so the timing rules are tested with a fake one.
+(Django builds a backend per thread) and survives ``Cluster.close()``.  Time and
+randomness come from an injected ``clock`` and ``rng`` so the rules are tested
+deterministically.
 """
 
 from __future__ import annotations
 
-import enum
+import random
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -23,22 +39,33 @@ from typing import Literal
 EventKind = Literal["failure", "dead", "revived"]
 State = Literal["up", "failing", "dead"]
 
+JITTER = 0.25  # a dead server's waits are shortened by up to this fraction
+_MAX_DOUBLINGS = 60  # any timeout times 2.0**60 is past any dead_timeout, and still a float
 
-class Admission(enum.IntEnum):
-    """Whether an operation may contact a server (falsy when it may not)."""
 
-    REFUSED = 0
-    ADMITTED = 1
-    PROBE = 2  # the one operation trying a failing server again
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """Leave to contact a server, from :meth:`NodeHealth.admit`; pass it back with the outcome.
+
+    ``epoch`` is the server's epoch when the operation was admitted: a failure
+    seen by an operation admitted before the latest recorded failure is part
+    of that failure.  ``probe`` marks the one operation trying a failing
+    server again.
+    """
+
+    epoch: int
+    probe: bool = False
 
 
 @dataclass(frozen=True)
 class NodeEvent:
     """A change in a server's health, reported to ``on_node_event``.
 
-    ``kind`` is ``"failure"`` for every failed operation, ``"dead"`` when the
-    server reaches ``retry_attempts`` consecutive failures and ``"revived"`` when
-    a dead server answers again.  ``error`` is the exception behind a failure.
+    ``kind`` is ``"failure"`` for every failure counted (one per stall or
+    outage, then one per failed probe; see the module docstring), ``"dead"``
+    when the server reaches ``retry_attempts`` consecutive failures and
+    ``"revived"`` when a dead server answers again.  ``error`` is the exception
+    behind a failure.
     """
 
     node: str
@@ -52,30 +79,33 @@ class HealthSnapshot:
 
     node: str
     state: State
-    failures: int
-    retry_in: float  # seconds until the server may be contacted again (0: now)
+    failures: int  # consecutive failures counted: the first one, then failed probes
+    retry_in: float  # seconds until the next probe may be made (0: now)
     last_error: str | None
 
 
 class NodeHealth:
-    """The failure count and retry timer of one server, shared by all threads.
+    """The failure count, epoch and retry timer of one server, shared by all threads.
 
-    ``failures`` is read without the lock on the hot path: while it is 0 the
-    server is healthy and nothing else needs checking.
+    ``open`` is read without the lock on the hot path: while the server is up
+    it is the admission every operation gets, and None otherwise.
     """
 
     __slots__ = (
         "_attempts",
         "_clock",
         "_dead_timeout",
+        "_epoch",
         "_last_error",
         "_lock",
         "_probing",
         "_report",
         "_retry_at",
         "_retry_timeout",
+        "_rng",
         "failures",
         "node",
+        "open",
     )
 
     def __init__(
@@ -87,9 +117,12 @@ class NodeHealth:
         dead_timeout: float,
         clock: Callable[[], float],
         report: Callable[[NodeEvent], object],
+        rng: Callable[[], float] = random.random,
     ) -> None:
         self.node = node
         self.failures = 0
+        self._epoch = 0
+        self.open: Admission | None = Admission(0)
         self._retry_at = 0.0
         self._probing = False
         self._last_error: str | None = None
@@ -97,6 +130,7 @@ class NodeHealth:
         self._retry_timeout = retry_timeout
         self._dead_timeout = dead_timeout
         self._clock = clock
+        self._rng = rng
         self._report = report
         self._lock = threading.Lock()
 
@@ -104,49 +138,60 @@ class NodeHealth:
     def dead(self) -> bool:
         return self.failures >= self._attempts
 
-    def admit(self) -> Admission:
-        """Return whether an operation may contact the server now.
+    def admit(self) -> Admission | None:
+        """Return leave to contact the server now, or None.
 
-        A healthy server always may.  A failing or dead one may only once its
-        wait is over, and then only for one operation at a time: that caller
-        gets ``PROBE`` and must end with :meth:`succeeded`,
-        ``failed(..., probe=True)`` or :meth:`released`.
+        A healthy server always gives it.  A failing or dead one only once its
+        wait is over, and then to one operation at a time: that caller's
+        admission is a probe, which must end with :meth:`succeeded`,
+        :meth:`failed` or :meth:`released`.
         """
-        if not self.failures:
-            return Admission.ADMITTED
+        admission = self.open
+        if admission is not None:
+            return admission
         with self._lock:
-            if not self.failures:
-                return Admission.ADMITTED
+            if self.open is not None:
+                return self.open
             if self._probing or self._clock() < self._retry_at:
-                return Admission.REFUSED
+                return None
             self._probing = True
-            return Admission.PROBE
+            return Admission(self._epoch, probe=True)
 
     def succeeded(self) -> None:
-        """Record an answer from the server: it is healthy again."""
+        """Record the probe's answer: the server is up again.
+
+        Answers to operations admitted while the server was up need no
+        record, and one that arrives after a failure was recorded is older
+        news than the failure: only a probe ends a wait.
+        """
         with self._lock:
             was_dead = self.dead
             self.failures = 0
             self._retry_at = 0.0
             self._probing = False
+            self.open = Admission(self._epoch)
         if was_dead:
             self._report(NodeEvent(self.node, "revived"))
 
-    def failed(self, error: BaseException, *, probe: bool = False) -> None:
-        """Record a connection failure or timeout and start the wait before the next try.
+    def failed(self, error: BaseException, admission: Admission) -> None:
+        """Record a connection failure or timeout of an operation admitted with ``admission``.
 
-        ``probe`` says the failed operation was the prober; an operation that
-        began while the server looked healthy leaves a running probe alone.
+        A failure from an earlier epoch is part of the failure that ended it
+        and changes nothing (a running probe included).  Otherwise the count
+        goes up and the wait before the next probe starts.
         """
         with self._lock:
+            if admission.epoch != self._epoch:
+                return
             was_dead = self.dead
             self.failures += 1
-            now_dead = self.dead
-            wait = self._dead_timeout if now_dead else self._retry_timeout
-            self._retry_at = self._clock() + wait
-            if probe:
-                self._probing = False
+            self._epoch += 1
+            self.open = None
+            # Of a failing server, only the probe is admitted in the current epoch.
+            self._probing = False
+            self._retry_at = self._clock() + self._wait()
             self._last_error = f"{type(error).__name__}: {error}"
+            now_dead = self.dead
         self._report(NodeEvent(self.node, "failure", error))
         if now_dead and not was_dead:
             self._report(NodeEvent(self.node, "dead", error))
@@ -162,3 +207,12 @@ class NodeHealth:
             retry_in = max(0.0, self._retry_at - self._clock()) if failures else 0.0
             state: State = "up" if not failures else "dead" if self.dead else "failing"
             return HealthSnapshot(self.node, state, failures, retry_in, self._last_error)
+
+    def _wait(self) -> float:
+        """Seconds before the next probe, after ``failures`` consecutive failures."""
+        failed_probes_while_dead = self.failures - self._attempts
+        if failed_probes_while_dead < 0:
+            return self._retry_timeout
+        doublings = min(failed_probes_while_dead, _MAX_DOUBLINGS)
+        step = min(self._retry_timeout * 2.0**doublings, self._dead_timeout)
+        return step * (1.0 - JITTER * self._rng())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import logging
 import random
 import statistics
@@ -16,14 +17,19 @@ from pymemcache.serde import pickle_serde
 
 from django_mcpatterns.core.cluster import Cluster
 from django_mcpatterns.core.exceptions import NodeUnavailableError
-from django_mcpatterns.core.health import Admission, NodeEvent, NodeHealth
+from django_mcpatterns.core.health import Admission, HealthSnapshot, NodeEvent, NodeHealth
 from django_mcpatterns.core.options import ClusterOptions
 from tests.core.test_cluster import SocketSpy, _closed_port
 from tests.fakes import FakeClock
 from tests.harness import MemcachedServer, start_memcached, stop_all
 
 
-def make_health(clock: FakeClock, events: list[NodeEvent], attempts: int = 2) -> NodeHealth:
+def make_health(
+    clock: FakeClock,
+    events: list[NodeEvent],
+    attempts: int = 2,
+    rng: Callable[[], float] = lambda: 0.0,  # 0: no jitter, every wait is its full step
+) -> NodeHealth:
     return NodeHealth(
         "n1",
         retry_attempts=attempts,
@@ -31,7 +37,19 @@ def make_health(clock: FakeClock, events: list[NodeEvent], attempts: int = 2) ->
         dead_timeout=10.0,
         clock=clock,
         report=events.append,
+        rng=rng,
     )
+
+
+def probe_after(clock: FakeClock, health: NodeHealth, wait: float) -> Admission:
+    """Check that ``health`` refuses until ``wait`` seconds have passed, then return the probe."""
+    clock.advance(wait - 0.01)
+    assert health.admit() is None
+    clock.advance(0.02)
+    admission = health.admit()
+    assert admission is not None
+    assert admission.probe
+    return admission
 
 
 # -- NodeHealth: the timing rules, with a fake clock -------------------------------
@@ -40,69 +58,120 @@ def make_health(clock: FakeClock, events: list[NodeEvent], attempts: int = 2) ->
 def test_a_failure_pauses_the_node_for_retry_timeout_then_one_probe() -> None:
     clock, events = FakeClock(), []
     health = make_health(clock, events)
-    assert health.admit() is Admission.ADMITTED
-    health.failed(OSError("refused"))
-    assert health.admit() is Admission.REFUSED
-    clock.advance(0.99)
-    assert health.admit() is Admission.REFUSED
-    clock.advance(0.02)
-    assert health.admit() is Admission.PROBE
-    assert health.admit() is Admission.REFUSED  # only one prober at a time
+    admission = health.admit()
+    assert admission == Admission(0, probe=False)
+    health.failed(OSError("refused"), admission)
+    assert health.admit() is None
+    probe_after(clock, health, 1.0)
+    assert health.admit() is None  # only one prober at a time
     health.succeeded()
-    assert health.admit() is Admission.ADMITTED
+    assert health.admit() == Admission(1, probe=False)
     assert [e.kind for e in events] == ["failure"]  # it never died, so no "revived"
 
 
-def test_retry_attempts_failures_mark_the_node_dead_for_dead_timeout() -> None:
+def test_requests_in_flight_when_a_server_stalls_count_one_failure() -> None:
+    """Eight requests wait on a server that stops answering: one stall, one failure."""
+    clock, events = FakeClock(), []
+    health = make_health(clock, events)
+    in_flight = [health.admit() for _ in range(8)]
+    for admission in in_flight:
+        assert admission is not None
+        clock.advance(0.001)  # their timeouts expire one after the other
+        health.failed(TimeoutError("timed out"), admission)
+    snapshot = health.snapshot()
+    assert snapshot.state == "failing"  # not dead: retry_attempts is 2
+    assert snapshot.failures == 1
+    assert snapshot.retry_in == pytest.approx(1.0 - 0.007)  # the wait began at the first one
+    assert [e.kind for e in events] == ["failure"]
+    probe_after(clock, health, 1.0 - 0.007)
+
+
+def test_retry_attempts_counts_consecutive_failed_probes() -> None:
     clock, events = FakeClock(), []
     health = make_health(clock, events, attempts=3)
-    for _ in range(3):
-        clock.advance(1.0)
-        assert health.admit()
-        health.failed(OSError("refused"), probe=True)
+    first = health.admit()
+    assert first is not None
+    health.failed(OSError("refused"), first)
+    stale = Admission(0)  # a request admitted before that failure, failing late
+    probe = probe_after(clock, health, 1.0)
+    health.failed(OSError("refused"), stale)  # part of the first failure: no count, probe stays
+    assert health.snapshot().failures == 1
+    assert health.admit() is None
+    health.failed(OSError("still refused"), probe)
+    assert health.snapshot().failures == 2
+    assert health.snapshot().state == "failing"
+    probe = probe_after(clock, health, 1.0)
+    health.failed(OSError("still refused"), probe)
     assert health.snapshot().state == "dead"
     assert [e.kind for e in events] == ["failure", "failure", "failure", "dead"]
-    clock.advance(9.9)
-    assert health.admit() is Admission.REFUSED
-    clock.advance(0.2)
-    assert health.admit() is Admission.PROBE
-    health.failed(OSError("still refused"), probe=True)  # probe fails: dead for another 10 s
-    assert events[-1].kind == "failure"  # no second "dead" event
-    clock.advance(9.9)
-    assert health.admit() is Admission.REFUSED
-    clock.advance(0.2)
-    assert health.admit() is Admission.PROBE
+
+
+def test_a_dead_server_is_probed_with_a_back_off_growing_to_dead_timeout() -> None:
+    clock, events = FakeClock(), []
+    health = make_health(clock, events)  # retry_timeout 1, dead_timeout 10, no jitter
+    admission = health.admit()
+    assert admission is not None
+    health.failed(OSError("refused"), admission)
+    waits = [1.0, 1.0, 2.0, 4.0, 8.0, 10.0, 10.0]  # failing, then dead: doubling, capped
+    for wait, following in itertools.pairwise(waits):
+        probe = probe_after(clock, health, wait)
+        health.failed(OSError("still refused"), probe)
+        assert health.snapshot().retry_in == pytest.approx(following)
+    assert [e.kind for e in events].count("dead") == 1
+    probe = probe_after(clock, health, 10.0)
     health.succeeded()
     assert events[-1] == NodeEvent("n1", "revived")
-    assert health.snapshot().state == "up"
-    assert health.snapshot().failures == 0
+    assert health.snapshot() == HealthSnapshot("n1", "up", 0, 0.0, "OSError: still refused")
+    # The next outage starts over from retry_timeout.
+    admission = health.admit()
+    assert admission is not None
+    health.failed(OSError("refused"), admission)
+    probe = probe_after(clock, health, 1.0)
+    health.failed(OSError("refused"), probe)
+    assert health.snapshot().retry_in == pytest.approx(1.0)
 
 
-def test_a_failure_from_before_the_probe_leaves_the_probe_running() -> None:
+def test_a_dead_servers_waits_are_jittered_by_the_injected_rng() -> None:
+    clock, events = FakeClock(), []
+    draws = iter([0.5, 1.0])
+    health = make_health(clock, events, attempts=1, rng=lambda: next(draws))
+    admission = health.admit()
+    assert admission is not None
+    health.failed(OSError("refused"), admission)  # dead at once: a wait of 1 s, shortened
+    assert health.snapshot().retry_in == pytest.approx(1.0 * (1 - 0.25 * 0.5))
+    probe = probe_after(clock, health, 0.875)
+    health.failed(OSError("refused"), probe)
+    assert health.snapshot().retry_in == pytest.approx(2.0 * (1 - 0.25 * 1.0))
+
+
+def test_a_probe_ended_without_a_verdict_lets_the_next_one_through() -> None:
     clock, events = FakeClock(), []
     health = make_health(clock, events, attempts=5)
-    health.failed(OSError("a"))
+    admission = health.admit()
+    assert admission is not None
+    health.failed(OSError("a"), admission)
+    probe_after(clock, health, 1.0)
     clock.advance(1.5)
-    assert health.admit() is Admission.PROBE
-    health.failed(OSError("an operation that started while the node looked healthy"))
-    clock.advance(1.5)
-    assert health.admit() is Admission.REFUSED  # the probe is still out
+    assert health.admit() is None  # the probe is still out
     health.released()  # the probe ended without a verdict
-    assert health.admit() is Admission.PROBE
+    assert health.admit() == Admission(1, probe=True)
 
 
 def test_snapshot_reports_state_and_wait() -> None:
     clock, events = FakeClock(), []
     health = make_health(clock, events)
     assert health.snapshot().state == "up"
-    health.failed(TimeoutError("timed out"))
+    admission = health.admit()
+    assert admission is not None
+    health.failed(TimeoutError("timed out"), admission)
     snapshot = health.snapshot()
     assert snapshot.state == "failing"
     assert snapshot.retry_in == pytest.approx(1.0)
     assert snapshot.last_error == "TimeoutError: timed out"
-    health.failed(TimeoutError("timed out"))
+    probe = probe_after(clock, health, 1.0)
+    health.failed(TimeoutError("timed out"), probe)
     assert health.snapshot().state == "dead"
-    assert health.snapshot().retry_in == pytest.approx(10.0)
+    assert health.snapshot().retry_in == pytest.approx(1.0)  # the back-off starts at retry_timeout
 
 
 # -- Cluster failover logic, fake clock, a port that refuses connections -----------
@@ -116,7 +185,11 @@ def make_cluster(
         retry_timeout=1.0, dead_timeout=10.0, client_options={"socket_module": spy}, **options
     )
     cluster = Cluster(
-        [live.spec, f"127.0.0.1:{dead_port}"], opts, clock=clock, on_node_event=events.append
+        [live.spec, f"127.0.0.1:{dead_port}"],
+        opts,
+        clock=clock,
+        rng=lambda: 0.0,  # no jitter: a dead server's waits are 1, 2, 4, 8, 10, 10... s
+        on_node_event=events.append,
     )
     return cluster, events
 
@@ -155,15 +228,27 @@ def test_default_policy_misses_then_fails_fast_then_revives(
     assert cluster.health()[dead].state == "dead"
     assert f"{dead} is dead" in caplog.text
 
-    clock.advance(9.0)  # dead: nobody contacts it for dead_timeout
-    for key in dead_keys:
-        cluster.set(key, 1)
-    cluster.get_many(dead_keys)
-    assert spy.count("connect", port) == 2
+    for wait, connects in [(1.0, 3), (2.0, 4), (4.0, 5)]:  # dead: probed with a back-off
+        clock.advance(wait - 0.01)
+        for key in dead_keys:
+            cluster.set(key, 1)
+        cluster.get_many(dead_keys)
+        assert spy.count("connect", port) == connects - 1
+        clock.advance(0.02)
+        assert cluster.get_many(dead_keys) == {}  # the probe, refused
+        assert spy.count("connect", port) == connects
+    assert [e.kind for e in events] == [
+        "failure",
+        "failure",
+        "dead",
+        "failure",
+        "failure",
+        "failure",
+    ]
 
     revived = start_memcached(1, ports=[port])
     try:
-        clock.advance(1.01)
+        clock.advance(8.01)
         assert cluster.set(dead_keys[0], "back") is True  # the probe succeeds
         assert events[-1] == NodeEvent(dead, "revived")
         assert f"{dead} is back" in caplog.text
