@@ -53,12 +53,16 @@ class ClusterOptions:
         ``"miss"``: a dead server's keys read as misses and writes to them fail.
         ``"remap"``: its keys go to the next live server on the ring.
     retry_attempts
-        Consecutive failures after which a server is marked dead.
+        Consecutive failures after which a server is marked dead: the one that
+        took it out, then each failed probe (the requests in flight when it
+        failed count once; see :mod:`.health`).
     retry_timeout
         Seconds after a failure during which the server is not contacted again
-        (its operations fail at once instead of piling up timeouts).
+        (its operations fail at once instead of piling up timeouts), and the
+        first step of a dead server's back-off.
     dead_timeout
-        Seconds a dead server is left alone before it is probed again.
+        The longest wait between probes of a dead server (the back-off doubles
+        from ``retry_timeout`` up to it).
     connect_timeout, timeout
         Socket connect and I/O timeouts in seconds (``None``: block).
     max_pool_size

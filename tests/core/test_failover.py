@@ -56,7 +56,7 @@ def probe_after(clock: FakeClock, health: NodeHealth, wait: float) -> Admission:
 
 
 def test_a_failure_pauses_the_node_for_retry_timeout_then_one_probe() -> None:
-    clock, events = FakeClock(), []
+    clock, events = FakeClock(), list[NodeEvent]()
     health = make_health(clock, events)
     admission = health.admit()
     assert admission == Admission(0, probe=False)
@@ -71,7 +71,7 @@ def test_a_failure_pauses_the_node_for_retry_timeout_then_one_probe() -> None:
 
 def test_requests_in_flight_when_a_server_stalls_count_one_failure() -> None:
     """Eight requests wait on a server that stops answering: one stall, one failure."""
-    clock, events = FakeClock(), []
+    clock, events = FakeClock(), list[NodeEvent]()
     health = make_health(clock, events)
     in_flight = [health.admit() for _ in range(8)]
     for admission in in_flight:
@@ -87,7 +87,7 @@ def test_requests_in_flight_when_a_server_stalls_count_one_failure() -> None:
 
 
 def test_retry_attempts_counts_consecutive_failed_probes() -> None:
-    clock, events = FakeClock(), []
+    clock, events = FakeClock(), list[NodeEvent]()
     health = make_health(clock, events, attempts=3)
     first = health.admit()
     assert first is not None
@@ -107,7 +107,7 @@ def test_retry_attempts_counts_consecutive_failed_probes() -> None:
 
 
 def test_a_dead_server_is_probed_with_a_back_off_growing_to_dead_timeout() -> None:
-    clock, events = FakeClock(), []
+    clock, events = FakeClock(), list[NodeEvent]()
     health = make_health(clock, events)  # retry_timeout 1, dead_timeout 10, no jitter
     admission = health.admit()
     assert admission is not None
@@ -132,7 +132,7 @@ def test_a_dead_server_is_probed_with_a_back_off_growing_to_dead_timeout() -> No
 
 
 def test_a_dead_servers_waits_are_jittered_by_the_injected_rng() -> None:
-    clock, events = FakeClock(), []
+    clock, events = FakeClock(), list[NodeEvent]()
     draws = iter([0.5, 1.0])
     health = make_health(clock, events, attempts=1, rng=lambda: next(draws))
     admission = health.admit()
@@ -145,7 +145,7 @@ def test_a_dead_servers_waits_are_jittered_by_the_injected_rng() -> None:
 
 
 def test_a_probe_ended_without_a_verdict_lets_the_next_one_through() -> None:
-    clock, events = FakeClock(), []
+    clock, events = FakeClock(), list[NodeEvent]()
     health = make_health(clock, events, attempts=5)
     admission = health.admit()
     assert admission is not None
@@ -158,7 +158,7 @@ def test_a_probe_ended_without_a_verdict_lets_the_next_one_through() -> None:
 
 
 def test_snapshot_reports_state_and_wait() -> None:
-    clock, events = FakeClock(), []
+    clock, events = FakeClock(), list[NodeEvent]()
     health = make_health(clock, events)
     assert health.snapshot().state == "up"
     admission = health.admit()
