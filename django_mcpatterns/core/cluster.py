@@ -459,13 +459,13 @@ class Cluster:
             if error is None:
                 return failed
             raise error from error.__cause__  # _translate/_unavailable chained it to exc
-        self._done(node, client, admission)
+        self._done(node, client)
         return result
 
-    def _done(self, node: _Node, client: Client, admission: Admission) -> None:
+    def _done(self, node: _Node, client: Client) -> None:
         """Return a client after a complete exchange and record the server's answer."""
         node.pool.release(client)
-        if admission.probe:
+        if node.health.failures:
             node.health.succeeded()
 
     def _judge(
@@ -569,7 +569,7 @@ class Cluster:
             except BaseException as exc:
                 settle(node, client, exc, kbs)
             else:
-                self._done(node, client, granted[node])
+                self._done(node, client)
                 results.append(part)
         for node, kbs in skipped.items():
             error = self._unavailable(node, None)

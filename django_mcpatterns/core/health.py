@@ -12,7 +12,8 @@ Waits and probes
     (its operations fail at once instead of each waiting for a timeout).  When
     the wait is over exactly one operation, the *probe*, is let through; the
     others keep failing fast until it answers (the server is up again) or
-    fails (the next wait starts).  Only a probe's answer ends a wait.
+    fails (the next wait starts).  Any answer ends the wait: also a late reply
+    to a request sent before the failure, which proves the server answers.
 Dead
     ``retry_attempts`` consecutive failures (the one that took the server out,
     then each failed probe) make it *dead*.  A dead server is probed with a
@@ -158,11 +159,10 @@ class NodeHealth:
             return Admission(self._epoch, probe=True)
 
     def succeeded(self) -> None:
-        """Record the probe's answer: the server is up again.
+        """Record an answer from a failing or dead server: it is up again.
 
-        Answers to operations admitted while the server was up need no
-        record, and one that arrives after a failure was recorded is older
-        news than the failure: only a probe ends a wait.
+        The epoch stays: a request admitted before the failure that fails
+        later still belongs to that failure.
         """
         with self._lock:
             was_dead = self.dead

@@ -86,6 +86,22 @@ def test_requests_in_flight_when_a_server_stalls_count_one_failure() -> None:
     probe_after(clock, health, 1.0 - 0.007)
 
 
+def test_a_late_answer_ends_the_wait_and_late_failures_still_count_nothing() -> None:
+    clock, events = FakeClock(), list[NodeEvent]()
+    health = make_health(clock, events)
+    early, late = health.admit(), health.admit()
+    assert early is not None
+    assert late is not None
+    health.failed(TimeoutError("timed out"), early)
+    assert health.admit() is None
+    clock.advance(0.5)
+    health.succeeded()  # a reply to a request sent before the failure: the server answers
+    assert health.admit() == Admission(1)
+    health.failed(TimeoutError("timed out"), late)  # from before the failure: already counted
+    assert health.snapshot().state == "up"
+    assert [e.kind for e in events] == ["failure"]
+
+
 def test_retry_attempts_counts_consecutive_failed_probes() -> None:
     clock, events = FakeClock(), list[NodeEvent]()
     health = make_health(clock, events, attempts=3)
