@@ -41,7 +41,9 @@ from django_mcpatterns.core.exceptions import (
 from django_mcpatterns.core.keys import key_bytes
 from django_mcpatterns.core.memory import MemoryStore
 from django_mcpatterns.core.sets import AppendLists, AppendSets, SetOptions, shard_key
-from tests.fakes import CountingStore, FakeClock
+from django_mcpatterns.core.shards import SHARD_TTL_MARGIN, shard_expire
+from django_mcpatterns.core.store import MAX_RELATIVE_EXPIRE
+from tests.fakes import START, CountingStore, FakeClock
 
 ITEM = 4096
 SMALL = SetOptions(item_size_max=ITEM, headroom=64, compact_min_bytes=256, max_shards=64)
@@ -681,6 +683,35 @@ def test_a_set_keeps_its_creation_timeout_through_compaction() -> None:
     assert sets.smembers("k") == {"a"}
     clock.now += 1
     assert sets.smembers("k") == set()
+
+
+@pytest.mark.parametrize(
+    ("root", "shards"),
+    [
+        (0, 0),  # a root that never expires
+        (-1, -1),  # one that expires at once
+        (300, 300 + SHARD_TTL_MARGIN),
+        # Past memcached's 30-day relative limit the exptime must become a Unix time.
+        (MAX_RELATIVE_EXPIRE, int(START) + MAX_RELATIVE_EXPIRE + SHARD_TTL_MARGIN),
+        (int(START) + 10**8, int(START) + 10**8 + SHARD_TTL_MARGIN),  # absolute already
+    ],
+)
+def test_shards_expire_a_margin_after_their_root(root: int, shards: int) -> None:
+    assert shard_expire(root, START) == shards
+
+
+def test_shards_of_an_expiring_set_expire_with_it() -> None:
+    clock = FakeClock()
+    memory = MemoryStore(max_item_size=ITEM, clock=clock)
+    sets = AppendSets(memory, SMALL, clock=clock)
+    sets.sadd("k", *range(2000), expire=100)
+    header = read_header(memory.get("k"), SET)
+    assert header.shards
+    keys = [shard_key(b"k", header.generation, i) for i in range(header.shards)]
+    assert {memory.ttl(key) for key in keys} == {100 + SHARD_TTL_MARGIN}
+    memory.delete("k")
+    clock.now += 100 + SHARD_TTL_MARGIN + 1
+    assert memory.get_many(keys) == {}
 
 
 def test_a_touched_set_keeps_its_new_timeout_through_rewrites() -> None:
