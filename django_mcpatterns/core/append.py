@@ -265,8 +265,8 @@ class AppendCollections:
         if old is None:
             try:
                 return self._writer.add(key, new, expire)
-            except OutcomeUnknownError as doubt:
-                current, _ = self._reread(key, doubt)
+            except OutcomeUnknownError as unknown:
+                current, _ = self._reread(key, unknown)
                 if current is None:
                     raise  # the add may still land
                 return current.startswith(new)
