@@ -25,6 +25,7 @@ from django_mcpatterns.core.exceptions import (
     NodeUnavailableError,
     OutcomeUnknownError,
 )
+from django_mcpatterns.core.locks import Lock
 from django_mcpatterns.core.options import ClusterOptions
 from django_mcpatterns.core.sets import AppendSets
 from django_mcpatterns.core.shards import shard_key
@@ -192,3 +193,18 @@ def test_a_pop_that_cannot_be_settled_says_so(
         sets.spop(key)  # not None: the set is not empty, and a member may be gone
     clock.advance(60)
     assert len(sets.smembers(key)) == len(members) - 1  # the cas was applied, once
+
+
+# -- locks: a release whose reply was lost is not "released" nor "not owned" ----------------
+
+
+def test_a_lock_release_whose_reply_is_lost_is_unknown(
+    proxied: Proxy, memcached_3: list[MemcachedServer]
+) -> None:
+    cluster = cluster_through(proxied, memcached_3, FakeClock())
+    lock = Lock(cluster, key_on(cluster, proxied.spec, "lock"), timeout=30)
+    assert lock.acquire(blocking=False)
+    proxied.withhold(b"cas ")  # release is gets + cas(exptime -1)
+    with pytest.raises(OutcomeUnknownError):
+        lock.release()  # freed on the server, but the caller cannot know
+    assert proxied.withheld == 1
