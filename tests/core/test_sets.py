@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -37,6 +38,7 @@ from django_mcpatterns.core.exceptions import (
     EncodingError,
     IncompleteSetError,
     InvalidKeyError,
+    OutcomeUnknownError,
 )
 from django_mcpatterns.core.keys import key_bytes
 from django_mcpatterns.core.memory import MemoryStore
@@ -385,6 +387,65 @@ def test_old_shards_are_deleted_after_a_rewrite(sets: AppendSets, memory: Memory
     new = read_header(memory.get("big"), SET)
     assert new.generation != old.generation
     assert all(memory.get(shard_key(b"big", old.generation, i)) is None for i in range(old.shards))
+
+
+@dataclass
+class Loss:
+    """How many ``cas`` replies to lose, and whether those ``cas`` are applied."""
+
+    count: int = 0
+    applied: bool = True
+
+
+class LostReplies:
+    """A MemoryStore whose ``cas`` replies get lost, reported as a Cluster reports them.
+
+    The strict view raises :class:`OutcomeUnknownError`, the default view
+    answers ``False``.  Settling an unknown outcome is our logic, not
+    memcached's; the real-server drill is ``tests/drills/test_outcomes.py``.
+    """
+
+    def __init__(self, memory: MemoryStore, loss: Loss, *, strict: bool = False) -> None:
+        self.memory, self.loss, self.is_strict = memory, loss, strict
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.memory, name)
+
+    def strict(self) -> LostReplies:
+        return LostReplies(self.memory, self.loss, strict=True)
+
+    def cas(self, key: Any, value: Any, cas: Any, expire: int = 0) -> bool | None:
+        if not self.loss.count:
+            return self.memory.cas(key, value, cas, expire)
+        self.loss.count -= 1
+        if self.loss.applied:
+            self.memory.cas(key, value, cas, expire)
+        if self.is_strict:
+            raise OutcomeUnknownError("reply lost", node="memory")
+        return False
+
+
+def test_a_rewrite_settles_a_lost_cas_reply_by_reading_again(memory: MemoryStore) -> None:
+    loss = Loss()
+    sets = AppendSets(LostReplies(memory, loss), SMALL, rng=random.Random(7))  # type: ignore[arg-type]
+    expected = big_members(3000)
+    sets.sadd("big", *expected)
+
+    def generation() -> list[bytes]:
+        header = read_header(memory.get("big"), SET)
+        assert header.shards
+        return [shard_key(b"big", header.generation, i) for i in range(header.shards)]
+
+    for applied in (True, False):  # the cas was applied (only its reply lost), or not
+        old = generation()
+        sets.sadd("big", f"late-{applied}")
+        expected.add(f"late-{applied}")
+        loss.count, loss.applied = 1, applied
+        assert sets.compact("big")  # applied: it says so; not applied: retried
+        assert loss.count == 0
+        assert sets.smembers("big") == expected
+        assert memory.get_many(old) == {}  # certain: the old generation is deleted
+        assert len(memory.get_many(generation())) > 0
 
 
 def test_a_reader_with_a_stale_layout_still_reads_the_set(
