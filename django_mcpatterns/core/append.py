@@ -23,6 +23,15 @@ Concurrent appends during a rewrite
     rewrite is retried with those appended bytes carried over after the new
     content: a lost race loses nothing and compaction converges under load.  A
     rewrite that finds anything else (another compaction) gives up to it.
+Unknown outcomes
+    A rewrite's ``cas`` (or ``add``) goes through the strict view, which tells
+    "not stored" from "unknown" (:mod:`.store`).  When the reply never came,
+    the item is read again: starting with what was sent, it was applied;
+    starting with what was read, it was not (a carried retry follows);
+    otherwise, or when it cannot be read, the rewrite raises
+    :class:`~.exceptions.OutcomeUnknownError` and whatever the item might name
+    (a set's old or new shards) is left in place, to expire.  A rewrite that a
+    read decided on (compaction) never fails the read.
 Expiry
     A rewrite is a ``cas``, which sets a new TTL: it first asks the store the
     item's own (``ttl``, memcached's ``mg <key> t``), so a touched collection
@@ -34,6 +43,7 @@ Expiry
 
 from __future__ import annotations
 
+import logging
 import random
 import time
 from collections.abc import Callable
@@ -41,13 +51,21 @@ from dataclasses import dataclass
 from typing import Any
 
 from .codec import Header
-from .exceptions import ConfigurationError, ContentionError, ValueTooLargeError
+from .exceptions import (
+    ConfigurationError,
+    ContentionError,
+    NodeUnavailableError,
+    OutcomeUnknownError,
+    ValueTooLargeError,
+)
 from .keys import MAX_KEY_LENGTH
 from .locks import authoritative
 from .memory import FLAGS_SUFFIX, ITEM_OVERHEAD, MemoryStore
 from .store import MAX_RELATIVE_EXPIRE, CasToken, Store
 
 __all__ = ["AppendCollections", "Carry", "SetOptions"]
+
+logger = logging.getLogger("django_mcpatterns.sets")
 
 # ``carry(old, current, new)``: ``new`` with what was written since ``old`` was
 # read (``current`` is the item now), or None when someone else rewrote it.
@@ -238,25 +256,71 @@ class AppendCollections:
         """Replace ``old`` (read with ``token``) by ``new``; ``add`` when ``old`` is None.
 
         A ``cas`` lost to appends is retried with them carried over; False when
-        someone else rewrote or created the item first.
+        someone else rewrote or created the item first, or the server refused
+        it: then it certainly was not applied.  A write whose reply never came
+        is settled by reading the item again (see "Unknown outcomes");
+        :class:`OutcomeUnknownError` when that cannot tell, and
+        :class:`NodeUnavailableError` when the server cannot be reached.
         """
         if old is None:
-            return self.store.add(key, new, expire)
+            try:
+                return self._writer.add(key, new, expire)
+            except OutcomeUnknownError as unknown:
+                current, _ = self._reread(key, unknown)
+                if current is None:
+                    raise  # the add may still land
+                return current.startswith(new)
         payload = new
+        doubt: OutcomeUnknownError | None = None  # an earlier cas may have been applied
+        sent: list[bytes] = []  # the payloads of those
         for _ in range(self.options.attempts):
             try:
-                if self.store.cas(key, payload, token, expire):  # type: ignore[arg-type]
+                if self._writer.cas(key, payload, token, expire):  # type: ignore[arg-type]
                     return True
             except ValueTooLargeError:
+                if doubt is not None:
+                    raise doubt from doubt.__cause__
                 return False  # the carried appends filled it: read again
-            current, token = self.store.gets(key)
-            if not isinstance(current, bytes):
-                return False
+            except OutcomeUnknownError as exc:
+                doubt = exc
+                sent.append(payload)
+            current, token = self._reread(key, doubt)
+            if current is None:
+                return False  # gone: no cas of ours can land on it now
+            if any(map(current.startswith, sent)):
+                return True  # applied; only its reply was lost
             carried = carry(old, current, new)
             if carried is None:
+                if doubt is not None:
+                    raise doubt  # rewritten since: after our cas, or instead of it
                 return False
             payload = carried
+        if doubt is not None:
+            raise doubt
         return False
+
+    def _reread(
+        self, key: bytes, doubt: OutcomeUnknownError | None
+    ) -> tuple[bytes | None, CasToken | None]:
+        """The item as it is now, to settle a write; unreadable, a doubt stays unknown."""
+        try:
+            current, token = self._writer.gets(key)
+        except NodeUnavailableError:
+            if doubt is not None:
+                raise doubt from doubt.__cause__
+            raise
+        return (current, token) if isinstance(current, bytes) else (None, None)
+
+    def _on_read(self, rewrite: Callable[[], object]) -> None:
+        """Run a rewrite a read decided on: the read's answer stands whatever happens to it.
+
+        An unreachable server or an unknown outcome left everything in place;
+        a later read compacts again.
+        """
+        try:
+            rewrite()
+        except NodeUnavailableError as exc:
+            logger.info("compaction skipped: %s", exc)
 
     def _contention(self, key: bytes, what: str) -> ContentionError:
         return ContentionError(

@@ -17,6 +17,13 @@ Failover
     the server's :class:`~.health.NodeHealth` and apply the policy.  Socket
     errors, timeouts and closed connections are server failures; memcached's
     error replies are the caller's errors (``ValueTooLargeError``, ...).
+Outcomes
+    A failure before anything was sent (no connection) certainly changed
+    nothing; once the connection is up, a failure may follow a command that
+    memcached applied.  The strict view raises :class:`OutcomeUnknownError`
+    for those (a :class:`NodeUnavailableError`), so rewriters can tell "not
+    stored" from "unknown" (:mod:`.store`); the default view answers both
+    ``False``, as Django's backends do.
 Multi-key commands
     Keys are grouped per server and every server's request is written before
     any reply is read (pipelined fan-out), so four servers cost about one round
@@ -55,6 +62,7 @@ from .exceptions import (
     ConfigurationError,
     NodeUnavailableError,
     NonNumericValueError,
+    OutcomeUnknownError,
     ServerError,
     ValueTooLargeError,
 )
@@ -451,11 +459,14 @@ class Cluster:
         admission: Admission,
     ) -> R:
         client = None
+        sent = False  # from here on the command may have reached memcached
         try:
             client = node.pool.get()
+            _connected(client)
+            sent = True
             result = fn(client, *args)
         except BaseException as exc:
-            error = self._judge(node, client, exc, admission)
+            error = self._judge(node, client, exc, admission, sent)
             if error is None:
                 return failed
             raise error from error.__cause__  # _translate/_unavailable chained it to exc
@@ -469,26 +480,34 @@ class Cluster:
             node.health.succeeded()
 
     def _judge(
-        self, node: _Node, client: Client | None, exc: BaseException, admission: Admission
+        self,
+        node: _Node,
+        client: Client | None,
+        exc: BaseException,
+        admission: Admission,
+        sent: bool = False,
     ) -> BaseException | None:
         """Settle an operation that raised: record what it says about the server.
 
         Return the exception for the caller, or None when the failover policy
-        turns the operation into a miss or a failed write.
+        turns the operation into a miss or a failed write.  ``sent``: the
+        command may have left, so its outcome is unknown.
         """
         if client is not None:
             node.pool.destroy(client)  # its connection may be mid-reply: never reuse it
         if isinstance(exc, _NODE_ERRORS):
             node.health.failed(exc, admission)
             node.drop_idle()  # pooled siblings share the dead server's fate
-            return self._unavailable(node, exc)
+            return self._unavailable(node, exc, unknown=sent)
         if admission.probe:
             node.health.released()
         if client is None and isinstance(exc, RuntimeError):
             return self._unavailable(node, exc)  # ObjectPool refused: max_pool_size reached
         return _translate(exc)
 
-    def _unavailable(self, node: _Node, exc: BaseException | None) -> NodeUnavailableError | None:
+    def _unavailable(
+        self, node: _Node, exc: BaseException | None, *, unknown: bool = False
+    ) -> NodeUnavailableError | None:
         if not self.options.raise_errors:
             return None
         if exc is None:
@@ -496,8 +515,11 @@ class Cluster:
             detail = f"{snapshot.state}, next try in {snapshot.retry_in:.1f}s"
         else:
             detail = f"{type(exc).__name__}: {exc}"
-        error = NodeUnavailableError(
-            f"memcached server {node.name} is unavailable ({detail})", node=node.name
+        kind, outcome = NodeUnavailableError, ""
+        if unknown:
+            kind, outcome = OutcomeUnknownError, "; the command was sent: it may have been applied"
+        error = kind(
+            f"memcached server {node.name} is unavailable ({detail}){outcome}", node=node.name
         )
         error.__cause__ = exc
         return error
@@ -545,9 +567,9 @@ class Cluster:
         errors: list[BaseException] = []
 
         def settle(
-            node: _Node, client: Client | None, exc: BaseException, kbs: list[bytes]
+            node: _Node, client: Client | None, exc: BaseException, kbs: list[bytes], sent: bool
         ) -> None:
-            error = self._judge(node, client, exc, granted[node])
+            error = self._judge(node, client, exc, granted[node], sent)
             if error is None:
                 results.append(exchange.failed(kbs))
             else:
@@ -556,18 +578,21 @@ class Cluster:
         pending: list[tuple[_Node, Client, list[bytes]]] = []
         for node, kbs in groups.items():  # 1. write every server's request...
             client = None
+            sent = False
             try:
                 client = node.pool.get()
-                _connected(client).sendall(exchange.request(kbs))
+                sock = _connected(client)
+                sent = True
+                sock.sendall(exchange.request(kbs))
             except BaseException as exc:
-                settle(node, client, exc, kbs)
+                settle(node, client, exc, kbs, sent)
             else:
                 pending.append((node, client, kbs))
         for node, client, kbs in pending:  # 2. ...then read every reply
             try:
                 part = exchange.read(client.sock, kbs)  # type: ignore[arg-type]
             except BaseException as exc:
-                settle(node, client, exc, kbs)
+                settle(node, client, exc, kbs, True)
             else:
                 self._done(node, client)
                 results.append(part)

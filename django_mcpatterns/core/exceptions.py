@@ -16,6 +16,7 @@
     │   └── LockTimeoutError        not acquired in time (blocking_timeout, a stampede wait)
     └── ClusterError            a memcached server did not answer as it should
         ├── NodeUnavailableError    the server is unreachable, timed out or marked dead
+        │   └── OutcomeUnknownError     a command left and no reply came: applied or not, unknown
         └── ServerError             the server answered with an error we did not expect
 
 The Django layer turns :class:`ConfigurationError` into ``ImproperlyConfigured``.
@@ -104,6 +105,17 @@ class NodeUnavailableError(ClusterError, ConnectionError):
     def __init__(self, message: str, *, node: str | None = None):
         super().__init__(message)
         self.node = node
+
+
+class OutcomeUnknownError(NodeUnavailableError):
+    """A command was sent and its reply never came (a timeout, a connection lost
+    mid-exchange): memcached may or may not have applied it.
+
+    A :class:`NodeUnavailableError`, so handlers of unreachable servers still
+    catch it; raised by the strict view only (the default view answers such a
+    write ``False``, like one memcached refused).  Code that cleans up must not
+    act on it: read the item again, or leave what it might name to expire.
+    """
 
 
 class ServerError(ClusterError):

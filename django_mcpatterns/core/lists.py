@@ -166,7 +166,7 @@ class AppendLists(AppendCollections):
             live = sum(len(push_records(stamp, [value])) for stamp, value in items)
             waste = len(view.data) - Header.SIZE - live
             if self.options.wants_compaction(waste, live, len(kb)):
-                self._rewrite(kb, view, items)
+                self._on_read(lambda: self._rewrite(kb, view, items))
         return [value for _, value in items]
 
     def _rewrite(self, kb: bytes, view: _ListView, items: list[tuple[int, Member]]) -> bool:

@@ -401,7 +401,8 @@ class Lock:
         try:
             return fn(*args)
         except NodeUnavailableError as exc:
-            raise NodeUnavailableError(
+            # Same class: a release or extend whose reply was lost stays an OutcomeUnknownError.
+            raise type(exc)(
                 f"cannot {action} lock {self.key!r}, its server is unreachable: {exc}",
                 node=exc.node,
             ) from exc

@@ -61,10 +61,10 @@ from .codec import (
     read_header,
     set_records,
 )
-from .exceptions import CollectionTooLargeError, IncompleteSetError
+from .exceptions import CollectionTooLargeError, EncodingError, IncompleteSetError
 from .keys import Key, key_bytes
 from .lists import AppendLists
-from .shards import LayoutCache, shard_items, shard_key, shard_keys
+from .shards import LayoutCache, shard_expire, shard_items, shard_key, shard_keys
 from .store import CasToken
 
 __all__ = ["AppendLists", "AppendSets", "Loader", "SetOptions", "shard_key"]
@@ -295,7 +295,7 @@ class AppendSets(AppendCollections):
             except _LostShard:
                 return  # readers deal with it
             if view is not None and view.complete and self._dirty(kb, view):
-                self._rewrite(kb, view)
+                self._on_read(lambda: self._rewrite(kb, view))
 
     def _pop(self, kb: bytes, view: _SetView, chosen: list[Member]) -> bool:
         """Append removal records with a ``cas``: fails if any chosen member was touched."""
@@ -333,7 +333,7 @@ class AppendSets(AppendCollections):
         view = self._read(kb, loader, only)
         if view is not None and view.complete:
             if not view.partial and self._dirty(kb, view):
-                self._rewrite(kb, view)
+                self._on_read(lambda: self._rewrite(kb, view))
             return view.members
         return self._build(kb, view, loader, expire)
 
@@ -376,7 +376,7 @@ class AppendSets(AppendCollections):
             current = self._read(kb, loader)  # full (or gone): fold it in
             if current is not None and not current.complete and current.header.nonce == nonce:
                 _replay(current, record, 0)
-                self._rewrite(kb, current)
+                self._on_read(lambda: self._rewrite(kb, current))
         return set(members)
 
     def _read(
@@ -499,11 +499,17 @@ class AppendSets(AppendCollections):
         return self.options.wants_compaction(view.log_bytes, view.snapshot_bytes, len(kb))
 
     def _rewrite(self, kb: bytes, view: _SetView) -> bool:
-        """Write ``view`` compacted (sharded if large); False if another rewrite won."""
+        """Write ``view`` compacted (sharded if large); False if another rewrite won.
+
+        Shards are deleted on certainty only: the old generation once the root
+        names the new one, the new one once the root certainly does not.  An
+        unknown outcome raises :class:`~.exceptions.OutcomeUnknownError` and
+        leaves both generations to expire (:func:`~.shards.shard_expire`).
+        """
         expire, header = self._rewrite_expiry(kb, view.header)
         root, shards = self._layout(kb, view, header)
-        if shards and self.store.set_many(shards, 0):
-            self.store.delete_many(list(shards))  # a server refused: keep the old layout
+        if shards and self.store.set_many(shards, shard_expire(expire, self._clock())):
+            self.store.delete_many(list(shards))  # not stored: nothing names them yet
             return False
         committed = self._commit(kb, view.data, view.token, root, expire, _carry_appends)
         if committed:
@@ -550,14 +556,33 @@ class AppendSets(AppendCollections):
         return root, shards
 
     def _store_result(self, destination: Key, members: set[Member], expire: int) -> int:
-        """Replace ``destination`` by ``members`` (the ``*store`` commands); empty: delete it."""
+        """Replace ``destination`` by ``members`` (the ``*store`` commands); empty: delete it.
+
+        The shards the destination had are deleted once its root certainly no
+        longer names them; an unknown outcome raises and leaves them to expire.
+        """
         kb = key_bytes(destination)
         self._layouts.forget(kb)
+        replaced = self._named_shards(kb)
         if not members:
-            self.store.delete(kb)
-            return 0
-        header = self._new_header(SET, expire)
-        root, shards = self._layout(kb, _SetView(None, None, header, members), header)
-        if (shards and self.store.set_many(shards, 0)) or not self.store.set(kb, root, expire):
-            raise self._contention(kb, "storing the set")
+            self._writer.delete(kb)
+        else:
+            header = self._new_header(SET, expire)
+            root, shards = self._layout(kb, _SetView(None, None, header, members), header)
+            stored = not (
+                shards and self.store.set_many(shards, shard_expire(expire, self._clock()))
+            )
+            if not (stored and self._writer.set(kb, root, expire)):
+                self.store.delete_many(list(shards))  # not stored: nothing names them
+                raise self._contention(kb, "storing the set")
+        if replaced:
+            self.store.delete_many(replaced)
         return len(members)
+
+    def _named_shards(self, kb: bytes) -> list[bytes]:
+        """The keys of the shards the item at ``kb`` names, if it is a sharded set."""
+        try:
+            header = read_header(self.store.get(kb), SET)
+        except EncodingError:  # missing, or not a set
+            return []
+        return shard_keys(kb, header.generation, header.shards)

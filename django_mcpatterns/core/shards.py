@@ -5,6 +5,12 @@ by the root key and a random *generation* (so memcached's hashing spreads them
 over the servers); a member lives in shard ``member_hash(member) % count``.
 Shards are written once and never appended to: a rewrite writes a new
 generation and switches the root to it with ``cas`` (:mod:`.sets`).
+
+Every shard expires at most :data:`SHARD_TTL_MARGIN` seconds after the root it
+was written for (:func:`shard_expire`): a deleted or expired set, an old
+generation a rewrite could not delete with certainty, or one replaced by a
+``*store`` leaves nothing behind for longer than that.  The margin covers the
+time between writing the shards and switching the root to them.
 """
 
 from __future__ import annotations
@@ -17,8 +23,20 @@ from .append import SetOptions
 from .codec import SHARD, Header, Member, encode_snapshot, member_hash
 from .exceptions import CollectionTooLargeError
 from .keys import MAX_KEY_LENGTH
+from .store import MAX_RELATIVE_EXPIRE
 
-__all__ = ["LayoutCache", "shard_items", "shard_key", "shard_keys"]
+__all__ = [
+    "SHARD_TTL_MARGIN",
+    "LayoutCache",
+    "shard_expire",
+    "shard_items",
+    "shard_key",
+    "shard_keys",
+]
+
+# Seconds a shard may outlive its root: more than a rewrite takes from writing
+# the shards to its last cas, plus memcached's whole-second clock.
+SHARD_TTL_MARGIN = 60
 
 Layout = tuple[bytes, int]  # (generation, shard count)
 
@@ -43,6 +61,21 @@ def shard_keys(
         return []
     indexes = sorted({member_hash(m) % count for m in only}) if only else range(count)
     return [shard_key(root, generation, index) for index in indexes]
+
+
+def shard_expire(root_expire: int, now: float) -> int:
+    """The exptime of shards written for a root stored with exptime ``root_expire``.
+
+    ``now`` is the Unix time, for exptimes that pass memcached's 30-day
+    relative limit (absolute ones).  A root that never expires (0) has shards
+    that never do either.
+    """
+    if root_expire <= 0:
+        return root_expire
+    if root_expire > MAX_RELATIVE_EXPIRE:
+        return root_expire + SHARD_TTL_MARGIN  # already an absolute Unix time
+    relative = root_expire + SHARD_TTL_MARGIN
+    return relative if relative <= MAX_RELATIVE_EXPIRE else int(now) + relative
 
 
 def shard_items(

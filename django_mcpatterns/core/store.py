@@ -28,6 +28,21 @@ the same semantics, proven by one shared contract test suite:
 * A store never returns partial garbage: on an unreachable server a Cluster
   answers misses and failed writes (or raises
   :class:`~.exceptions.NodeUnavailableError` when configured to).
+* A write has three outcomes: stored (``True``), not stored (``False``, or
+  ``None`` for a ``cas`` of a missing key), and *unknown*: the command left
+  and no reply came (a timeout, a connection lost mid-exchange), so memcached
+  may have applied it.  The default view of a Cluster answers an unknown write
+  ``False``, as Django's backends do, so ``False`` there means "not stored, or
+  unknown".  The strict view (``Cluster.strict()``, what
+  :func:`~.locks.authoritative` returns) raises
+  :class:`~.exceptions.OutcomeUnknownError` for it, and
+  :class:`~.exceptions.NodeUnavailableError` when nothing was sent (certainly
+  not stored).  An exception rather than a third return value: every
+  existing handler of unreachable servers still catches it, and code that
+  ignores it cannot mistake it for either answer.  Code that cleans up
+  (deleting a set's shard generation, releasing a lock) acts on certainty
+  only: it reads the item again, or leaves what it may name to expire.  The
+  in-process MemoryStore always answers, so its outcomes are never unknown.
 """
 
 from __future__ import annotations

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -37,11 +38,14 @@ from django_mcpatterns.core.exceptions import (
     EncodingError,
     IncompleteSetError,
     InvalidKeyError,
+    OutcomeUnknownError,
 )
 from django_mcpatterns.core.keys import key_bytes
 from django_mcpatterns.core.memory import MemoryStore
 from django_mcpatterns.core.sets import AppendLists, AppendSets, SetOptions, shard_key
-from tests.fakes import CountingStore, FakeClock
+from django_mcpatterns.core.shards import SHARD_TTL_MARGIN, shard_expire
+from django_mcpatterns.core.store import MAX_RELATIVE_EXPIRE
+from tests.fakes import START, CountingStore, FakeClock
 
 ITEM = 4096
 SMALL = SetOptions(item_size_max=ITEM, headroom=64, compact_min_bytes=256, max_shards=64)
@@ -385,6 +389,65 @@ def test_old_shards_are_deleted_after_a_rewrite(sets: AppendSets, memory: Memory
     assert all(memory.get(shard_key(b"big", old.generation, i)) is None for i in range(old.shards))
 
 
+@dataclass
+class Loss:
+    """How many ``cas`` replies to lose, and whether those ``cas`` are applied."""
+
+    count: int = 0
+    applied: bool = True
+
+
+class LostReplies:
+    """A MemoryStore whose ``cas`` replies get lost, reported as a Cluster reports them.
+
+    The strict view raises :class:`OutcomeUnknownError`, the default view
+    answers ``False``.  Settling an unknown outcome is our logic, not
+    memcached's; the real-server drill is ``tests/drills/test_outcomes.py``.
+    """
+
+    def __init__(self, memory: MemoryStore, loss: Loss, *, strict: bool = False) -> None:
+        self.memory, self.loss, self.is_strict = memory, loss, strict
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.memory, name)
+
+    def strict(self) -> LostReplies:
+        return LostReplies(self.memory, self.loss, strict=True)
+
+    def cas(self, key: Any, value: Any, cas: Any, expire: int = 0) -> bool | None:
+        if not self.loss.count:
+            return self.memory.cas(key, value, cas, expire)
+        self.loss.count -= 1
+        if self.loss.applied:
+            self.memory.cas(key, value, cas, expire)
+        if self.is_strict:
+            raise OutcomeUnknownError("reply lost", node="memory")
+        return False
+
+
+def test_a_rewrite_settles_a_lost_cas_reply_by_reading_again(memory: MemoryStore) -> None:
+    loss = Loss()
+    sets = AppendSets(LostReplies(memory, loss), SMALL, rng=random.Random(7))  # type: ignore[arg-type]
+    expected = big_members(3000)
+    sets.sadd("big", *expected)
+
+    def generation() -> list[bytes]:
+        header = read_header(memory.get("big"), SET)
+        assert header.shards
+        return [shard_key(b"big", header.generation, i) for i in range(header.shards)]
+
+    for applied in (True, False):  # the cas was applied (only its reply lost), or not
+        old = generation()
+        sets.sadd("big", f"late-{applied}")
+        expected.add(f"late-{applied}")
+        loss.count, loss.applied = 1, applied
+        assert sets.compact("big")  # applied: it says so; not applied: retried
+        assert loss.count == 0
+        assert sets.smembers("big") == expected
+        assert memory.get_many(old) == {}  # certain: the old generation is deleted
+        assert len(memory.get_many(generation())) > 0
+
+
 def test_a_reader_with_a_stale_layout_still_reads_the_set(
     sets: AppendSets, other: AppendSets, store: CountingStore
 ) -> None:
@@ -681,6 +744,35 @@ def test_a_set_keeps_its_creation_timeout_through_compaction() -> None:
     assert sets.smembers("k") == {"a"}
     clock.now += 1
     assert sets.smembers("k") == set()
+
+
+@pytest.mark.parametrize(
+    ("root", "shards"),
+    [
+        (0, 0),  # a root that never expires
+        (-1, -1),  # one that expires at once
+        (300, 300 + SHARD_TTL_MARGIN),
+        # Past memcached's 30-day relative limit the exptime must become a Unix time.
+        (MAX_RELATIVE_EXPIRE, int(START) + MAX_RELATIVE_EXPIRE + SHARD_TTL_MARGIN),
+        (int(START) + 10**8, int(START) + 10**8 + SHARD_TTL_MARGIN),  # absolute already
+    ],
+)
+def test_shards_expire_a_margin_after_their_root(root: int, shards: int) -> None:
+    assert shard_expire(root, START) == shards
+
+
+def test_shards_of_an_expiring_set_expire_with_it() -> None:
+    clock = FakeClock()
+    memory = MemoryStore(max_item_size=ITEM, clock=clock)
+    sets = AppendSets(memory, SMALL, clock=clock)
+    sets.sadd("k", *range(2000), expire=100)
+    header = read_header(memory.get("k"), SET)
+    assert header.shards
+    keys = [shard_key(b"k", header.generation, i) for i in range(header.shards)]
+    assert {memory.ttl(key) for key in keys} == {100 + SHARD_TTL_MARGIN}
+    memory.delete("k")
+    clock.now += 100 + SHARD_TTL_MARGIN + 1
+    assert memory.get_many(keys) == {}
 
 
 def test_a_touched_set_keeps_its_new_timeout_through_rewrites() -> None:

@@ -29,6 +29,7 @@ from django_mcpatterns.core.exceptions import NodeUnavailableError
 from django_mcpatterns.core.memory import MemoryStore
 from django_mcpatterns.core.options import ClusterOptions
 from django_mcpatterns.core.sets import AppendLists, AppendSets, SetOptions, shard_key
+from django_mcpatterns.core.shards import SHARD_TTL_MARGIN
 from tests.conftest import flush
 from tests.core.test_sets import churn
 from tests.fakes import CountingStore
@@ -196,6 +197,43 @@ def test_a_set_past_one_item_shards_over_the_cluster(
     assert sets.scard("big") == 120_000
     assert store.calls == {"gets_many": 1}  # one parallel multi-get
     assert wire.delta() == {"cmd_get": 1 + header.shards}
+
+
+def test_every_shard_expires_with_its_root(three: Cluster) -> None:
+    """No item of a set outlives its root by more than the margin, whatever happens to it.
+
+    The TTLs are memcached's own (``mg <key> t`` through ``Store.ttl``).
+    """
+    sets = AppendSets(three)
+
+    def generation(key: str) -> list[str]:
+        header = read_header(three.get(key), SET)
+        assert header.shards >= 3
+        return [
+            shard_key(key.encode(), header.generation, i).decode() for i in range(header.shards)
+        ]
+
+    def expiring(keys: list[str], root_ttl: int) -> None:
+        ttls = [three.ttl(key) for key in keys]
+        assert all(ttl is not None and 0 < ttl <= root_ttl + SHARD_TTL_MARGIN for ttl in ttls), ttls
+
+    members = {f"member-{i:013d}" for i in range(120_000)}
+    sets.sadd("big", *members, expire=300)  # created sharded
+    first = generation("big")
+    expiring(first, 300)
+    sets.sunionstore("copy", "big", expire=200)  # *store writing shards
+    copied = generation("copy")
+    expiring(copied, 200)
+    sets.sadd("big", "late")
+    assert sets.compact("big")  # a rewrite: a new generation, the old one deleted
+    second = generation("big")
+    expiring(second, 300)
+    assert three.get_many(first) == {}
+    sets.sadd("small", "a", expire=200)
+    sets.sunionstore("copy", "small", expire=200)  # *store over a sharded destination
+    assert three.get_many(copied) == {}
+    three.delete("big")  # what a deleted set leaves behind expires too
+    expiring(second, 300)
 
 
 @pytest.mark.slow

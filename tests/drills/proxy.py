@@ -4,7 +4,10 @@ Clients connect to :attr:`Proxy.spec` instead of the server.  Every connection's
 bytes are kept in both directions (:attr:`Proxy.connections`), so a test can
 assert on exactly what reached memcached (:mod:`tests.drills.wire` parses them).
 With :attr:`Proxy.cut_after` set, a connection is closed after that many bytes
-of replies: a server or network dying in the middle of a response.
+of replies: a server or network dying in the middle of a response.  With
+:meth:`Proxy.withhold`, the reply to the next command that starts with the given
+bytes is never delivered (memcached still runs the command): a reply lost after
+the request arrived, which the client can only see as a timeout.
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ class Connection:
     sent: bytearray = field(default_factory=bytearray)
     received: bytearray = field(default_factory=bytearray)
     cut: bool = False
+    holding: bool = False  # from the withheld command on, replies are dropped
+    held: int = 0  # reply bytes dropped (counted, not kept: bounded)
 
 
 class Proxy:
@@ -34,6 +39,7 @@ class Proxy:
         self.upstream = (LOOPBACK, upstream_port)
         self.cut_after: int | None = None
         self.connections: list[Connection] = []
+        self._withhold: bytes | None = None
         self._listener = socket.create_server((LOOPBACK, 0))
         self.port: int = self._listener.getsockname()[1]
         self._sockets: list[socket.socket] = []
@@ -90,6 +96,21 @@ class Proxy:
         with self._lock:
             return [bytes(c.received) for c in self.connections]
 
+    def withhold(self, command: bytes) -> None:
+        """Drop the replies on the connection of the next command starting with ``command``.
+
+        Once: the command after it is forwarded normally.  The connection's
+        replies stay dropped until the client gives up and closes it.
+        """
+        with self._lock:
+            self._withhold = command
+
+    @property
+    def withheld(self) -> int:
+        """How many connections had a reply withheld."""
+        with self._lock:
+            return sum(c.holding for c in self.connections)
+
     @property
     def cuts(self) -> int:
         with self._lock:
@@ -119,6 +140,15 @@ class Proxy:
                     daemon=True,
                 ).start()
 
+    def _mark_withheld(self, record: Connection, data: bytes) -> None:
+        # Marked before the command is forwarded, so its reply cannot overtake the mark.
+        # Clients send one request and read its reply before the next, so a
+        # command starts a chunk.
+        with self._lock:
+            if self._withhold is not None and data.startswith(self._withhold):
+                self._withhold = None
+                record.holding = True
+
     def _pump(
         self, source: socket.socket, target: socket.socket, record: Connection, upstream: bool
     ) -> None:
@@ -128,6 +158,11 @@ class Proxy:
                 data = source.recv(65536)
                 if not data:
                     break
+                if upstream:
+                    self._mark_withheld(record, data)
+                elif record.holding:
+                    record.held += len(data)
+                    continue
                 limit = None if upstream else self.cut_after
                 if limit is not None and len(buffer) + len(data) >= limit:
                     data = data[: max(limit - len(buffer), 0)]
