@@ -210,6 +210,11 @@ class KetamaMemcacheCache(_StoreCache):
     def _cache(self) -> Cluster:
         return self._cluster
 
+    @property
+    def store(self) -> Cluster:
+        """The Cluster behind this cache."""
+        return self._cluster
+
 
 class LocMemPatternsCache(_StoreCache):
     """The embedded default: an in-process store with memcached's semantics.

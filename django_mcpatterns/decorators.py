@@ -17,7 +17,7 @@ import inspect
 import math
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from asgiref.sync import iscoroutinefunction
 from django.conf import settings
@@ -42,6 +42,9 @@ from .patterns.namespaces import NamespaceArg, namespace_parts
 from .patterns.pages import PASS, CachedPage
 from .patterns.stampede import soft_timeout
 
+if TYPE_CHECKING:
+    from .backend import _StoreCache
+
 __all__ = ["CachedFunction", "cached", "stampede_guard"]
 
 V = TypeVar("V", bound=Callable[..., HttpResponseBase])
@@ -55,7 +58,7 @@ PAGE_KEY_PREFIX = "mcpatterns"
 # -- shared ---------------------------------------------------------------------------
 
 
-def patterns_cache(alias: str) -> Any:
+def patterns_cache(alias: str) -> _StoreCache:
     """``caches[alias]``, which must be a django-mcpatterns backend (it has ``get_or_compute``)."""
     cache = caches[alias]
     if not hasattr(cache, "get_or_compute_result"):
@@ -64,7 +67,7 @@ def patterns_cache(alias: str) -> Any:
             "stampede protection: use django_mcpatterns.backend.KetamaMemcacheCache or "
             "LocMemPatternsCache"
         )
-    return cache
+    return cast("_StoreCache", cache)
 
 
 def refuse_runner(policy: StampedePolicy | None, user: str) -> None:
