@@ -187,7 +187,7 @@ class _PageGuard:
         """Delete the GET and HEAD pages ``request`` gets; return whether one was there."""
         cache = self.cache()
         header_lists = _HeaderLists(cache)
-        keys = [get_cache_key(request, self.prefix, m, cache=header_lists) for m in _CACHED_METHODS]
+        keys = [get_cache_key(request, self.prefix, m, cache=header_lists) for m in _CACHED_METHODS]  # type: ignore[arg-type]
         deleted = [cache.delete(k) for k in keys if k is not None]
         return any(deleted)
 
@@ -205,7 +205,8 @@ class _HeaderLists:
     page varies on.  Through this object, reads go to the cache once per
     request, and writes are only recorded: the page must be stored *before*
     its header list, or a request that waited for the header list could find
-    no page and render it a second time.
+    no page and render it a second time.  The helpers call only ``get`` and
+    ``set``, so it is no ``BaseCache`` (hence the ``arg-type`` ignores).
     """
 
     def __init__(self, cache: Any) -> None:
@@ -276,12 +277,14 @@ class _PageRequest:
             page = self.cache.get(get_key) if get_key is not None else None
             if isinstance(page, CachedPage):
                 return _replay(page)
-        key = self._page_key(self.request.method)
+        method = self.request.method
+        assert method in _CACHED_METHODS  # the guard sends other methods to the view
+        key = self._page_key(method)
         if key is None:
             self._learn_url()
             if self.produced is not None:
                 return self.produced
-            key = self._page_key(self.request.method)
+            key = self._page_key(method)
         if key is None:  # the header list vanished again (evicted)
             return self._render_uncached()
         fetched: Fetched[Any] = self.cache.get_or_compute_result(
@@ -339,12 +342,16 @@ class _PageRequest:
     # -- steps --
 
     def _page_key(self, method: str) -> str | None:
-        return get_cache_key(self.request, self.guard.prefix, method, cache=self.header_lists)
+        return get_cache_key(self.request, self.guard.prefix, method, cache=self.header_lists)  # type: ignore[arg-type]
 
     def _learn(self, response: HttpResponseBase) -> str:
         """The key of ``response``'s page; its header list is recorded, not stored."""
         return learn_cache_key(
-            self.request, response, self.lifetime, self.guard.prefix, cache=self.header_lists
+            self.request,
+            response,
+            self.lifetime,
+            self.guard.prefix,
+            cache=self.header_lists,  # type: ignore[arg-type]
         )
 
     def _render(self) -> HttpResponseBase:
@@ -453,7 +460,7 @@ def cached(
     if callable(timeout):
         raise TypeError("use @cached() with parentheses (its arguments are keywords)")
     options = _CallOptions(timeout, cache, key, policy, namespace)
-    return functools.partial(CachedFunction, options=options)  # type: ignore[return-value]
+    return functools.partial(CachedFunction, options=options)
 
 
 class CachedFunction:
