@@ -14,7 +14,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.core.cache.backends.base import (
@@ -28,7 +28,7 @@ from django.utils.functional import cached_property
 
 from .core.cluster import Cluster, NodeEvent, shared_cluster
 from .core.exceptions import ConfigurationError, InvalidKeyError, ValueTooLargeError
-from .core.keys import key_bytes
+from .core.keys import Key, key_bytes
 from .core.memory import MemoryStore, memory_options, shared_memory_store
 from .core.options import ClusterOptions
 from .core.serializers import SerdeOptions, ValueRefused, with_derived_keys
@@ -66,6 +66,10 @@ class _StoreCache(SetsMixin, LocksMixin, StampedeMixin, NamespacesMixin, BaseMem
         """The Store behind this cache (a Cluster or a MemoryStore)."""
         return self._cache
 
+    if TYPE_CHECKING:
+        # django-stubs gives BaseCache's signature (float | None); memcached's returns an int.
+        def get_backend_timeout(self, timeout: Any = DEFAULT_TIMEOUT) -> int: ...
+
     def _pattern_key(self, key: Any, version: int | None = None) -> str:
         return self.make_and_validate_key(key, version=version)
 
@@ -98,7 +102,7 @@ class _StoreCache(SetsMixin, LocksMixin, StampedeMixin, NamespacesMixin, BaseMem
             logger.warning("value for cache key %r is over the item size limit", key)
             return False
 
-    def set(
+    def set(  # type: ignore[override]  # says whether it stored; Django's returns None
         self, key: Any, value: Any, timeout: Any = DEFAULT_TIMEOUT, version: Any = None
     ) -> bool:
         """Store ``value``; return False (never raise) when it was not stored.
@@ -118,7 +122,9 @@ class _StoreCache(SetsMixin, LocksMixin, StampedeMixin, NamespacesMixin, BaseMem
         return stored
 
     def get_many(self, keys: Iterable[Any], version: Any = None) -> dict[Any, Any]:
-        key_map = {self.make_and_validate_key(key, version=version): key for key in keys}
+        key_map: dict[Key, Any] = {
+            self.make_and_validate_key(key, version=version): key for key in keys
+        }
         found = self._cache.get_many(list(key_map))
         return {key_map[k]: v for k, v in found.items()}
 
@@ -201,7 +207,12 @@ class KetamaMemcacheCache(_StoreCache):
         return [server.node for server in self._servers]
 
     @property
-    def _cache(self) -> Cluster:  # type: ignore[override]
+    def _cache(self) -> Cluster:
+        return self._cluster
+
+    @property
+    def store(self) -> Cluster:
+        """The Cluster behind this cache."""
         return self._cluster
 
 

@@ -17,7 +17,7 @@ import inspect
 import math
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from asgiref.sync import iscoroutinefunction
 from django.conf import settings
@@ -42,6 +42,9 @@ from .patterns.namespaces import NamespaceArg, namespace_parts
 from .patterns.pages import PASS, CachedPage
 from .patterns.stampede import soft_timeout
 
+if TYPE_CHECKING:
+    from .backend import _StoreCache
+
 __all__ = ["CachedFunction", "cached", "stampede_guard"]
 
 V = TypeVar("V", bound=Callable[..., HttpResponseBase])
@@ -55,7 +58,7 @@ PAGE_KEY_PREFIX = "mcpatterns"
 # -- shared ---------------------------------------------------------------------------
 
 
-def patterns_cache(alias: str) -> Any:
+def patterns_cache(alias: str) -> _StoreCache:
     """``caches[alias]``, which must be a django-mcpatterns backend (it has ``get_or_compute``)."""
     cache = caches[alias]
     if not hasattr(cache, "get_or_compute_result"):
@@ -64,7 +67,7 @@ def patterns_cache(alias: str) -> Any:
             "stampede protection: use django_mcpatterns.backend.KetamaMemcacheCache or "
             "LocMemPatternsCache"
         )
-    return cache
+    return cast("_StoreCache", cache)
 
 
 def refuse_runner(policy: StampedePolicy | None, user: str) -> None:
@@ -184,7 +187,7 @@ class _PageGuard:
         """Delete the GET and HEAD pages ``request`` gets; return whether one was there."""
         cache = self.cache()
         header_lists = _HeaderLists(cache)
-        keys = [get_cache_key(request, self.prefix, m, cache=header_lists) for m in _CACHED_METHODS]
+        keys = [get_cache_key(request, self.prefix, m, cache=header_lists) for m in _CACHED_METHODS]  # type: ignore[arg-type]
         deleted = [cache.delete(k) for k in keys if k is not None]
         return any(deleted)
 
@@ -202,7 +205,8 @@ class _HeaderLists:
     page varies on.  Through this object, reads go to the cache once per
     request, and writes are only recorded: the page must be stored *before*
     its header list, or a request that waited for the header list could find
-    no page and render it a second time.
+    no page and render it a second time.  The helpers call only ``get`` and
+    ``set``, so it is no ``BaseCache`` (hence the ``arg-type`` ignores).
     """
 
     def __init__(self, cache: Any) -> None:
@@ -273,12 +277,14 @@ class _PageRequest:
             page = self.cache.get(get_key) if get_key is not None else None
             if isinstance(page, CachedPage):
                 return _replay(page)
-        key = self._page_key(self.request.method)
+        method = self.request.method
+        assert method in _CACHED_METHODS  # the guard sends other methods to the view
+        key = self._page_key(method)
         if key is None:
             self._learn_url()
             if self.produced is not None:
                 return self.produced
-            key = self._page_key(self.request.method)
+            key = self._page_key(method)
         if key is None:  # the header list vanished again (evicted)
             return self._render_uncached()
         fetched: Fetched[Any] = self.cache.get_or_compute_result(
@@ -336,12 +342,16 @@ class _PageRequest:
     # -- steps --
 
     def _page_key(self, method: str) -> str | None:
-        return get_cache_key(self.request, self.guard.prefix, method, cache=self.header_lists)
+        return get_cache_key(self.request, self.guard.prefix, method, cache=self.header_lists)  # type: ignore[arg-type]
 
     def _learn(self, response: HttpResponseBase) -> str:
         """The key of ``response``'s page; its header list is recorded, not stored."""
         return learn_cache_key(
-            self.request, response, self.lifetime, self.guard.prefix, cache=self.header_lists
+            self.request,
+            response,
+            self.lifetime,
+            self.guard.prefix,
+            cache=self.header_lists,  # type: ignore[arg-type]
         )
 
     def _render(self) -> HttpResponseBase:
@@ -450,7 +460,7 @@ def cached(
     if callable(timeout):
         raise TypeError("use @cached() with parentheses (its arguments are keywords)")
     options = _CallOptions(timeout, cache, key, policy, namespace)
-    return functools.partial(CachedFunction, options=options)  # type: ignore[return-value]
+    return functools.partial(CachedFunction, options=options)
 
 
 class CachedFunction:

@@ -18,11 +18,11 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from django.conf import settings
-from django.core.cache import caches
 from django.utils.module_loading import import_string
 
 from .core.cluster import Cluster
 from .core.ketama import RING_SIZE, Continuum
+from .core.memory import MemoryStore
 from .core.servers import Server
 
 # What the reports show, under memcached's own ``stats`` names.
@@ -173,7 +173,7 @@ class ServerStatus:
         hits, misses = stats.get("hits"), stats.get("misses")
         if hits is None or misses is None or not hits + misses:
             return None
-        return hits / (hits + misses)
+        return float(hits / (hits + misses))  # stats values are untyped
 
 
 @dataclass(frozen=True)
@@ -217,7 +217,9 @@ def cache_status(alias: str) -> CacheStatus:
     Contacts every server once (``stats``); a server that does not answer is
     reported with ``stats=None`` and its health as failover sees it.
     """
-    cache = caches[alias]
+    from .decorators import patterns_cache
+
+    cache = patterns_cache(alias)
     store = cache.store
     backend = type(cache).__name__
     if isinstance(store, Cluster):
@@ -236,6 +238,7 @@ def cache_status(alias: str) -> CacheStatus:
         ]
         return CacheStatus(alias, backend, store.options.ketama, ring_rows(store.ring), servers)
     # The embedded MemoryStore: one flat stats mapping, no ring, no health.
+    assert isinstance(store, MemoryStore)  # the only other Store our backends build
     stats = normalise_stats(store.stats())
     return CacheStatus(
         alias, backend, None, [], [ServerStatus(EMBEDDED_NODE, "embedded", stats=stats)]

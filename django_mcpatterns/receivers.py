@@ -20,9 +20,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
-from django.core.cache import DEFAULT_CACHE_ALIAS, caches
+from django.core.cache import DEFAULT_CACHE_ALIAS
 from django.db import models, transaction
 from django.db.models.signals import post_delete, post_save
+
+from .decorators import patterns_cache
 
 __all__ = ["NamespaceReceiver", "invalidate_on_change"]
 
@@ -59,7 +61,7 @@ class NamespaceReceiver:
             transaction.on_commit(lambda: self.invalidate(targets), using=using, robust=self.robust)
 
     def invalidate(self, targets: list[Target]) -> None:
-        cache = caches[self.cache]
+        cache = patterns_cache(self.cache)
         for target in targets:
             if isinstance(target, tuple):
                 cache.invalidate_namespace(*target)
@@ -104,4 +106,4 @@ def _targets(found: Target | Iterable[Target]) -> list[Target]:
         return []
     if isinstance(found, tuple | str | int) or hasattr(found, "invalidate"):
         return [found]  # type: ignore[list-item]
-    return [target for target in found if target is not None]  # type: ignore[union-attr]
+    return [target for target in found if target is not None]

@@ -25,7 +25,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.conf import settings
-from django.core.cache import caches
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
@@ -34,7 +33,9 @@ from django.views import View
 from django.views.decorators.cache import never_cache
 
 from . import checks  # noqa: F401  (registers the system checks, W006 included)
+from .core.cluster import Cluster
 from .counters import counters
+from .decorators import patterns_cache
 from .inspection import CacheStatus, arcs, cache_status, pattern_aliases
 
 # Colours of the servers in the charts, in server order (then repeated).
@@ -105,7 +106,8 @@ def build_section(alias: str) -> Section:
     except Exception as exc:  # the page reports a broken cache, not a 500
         return Section(alias, error=f"{type(exc).__name__}: {exc}")
     section = Section(alias, status)
-    if not status.ring:
+    store = patterns_cache(alias).store
+    if not status.ring or not isinstance(store, Cluster):  # only a cluster has a ring
         return section
     colours = {row.node: PALETTE[i % len(PALETTE)] for i, row in enumerate(status.ring)}
     section.legend = [
@@ -129,7 +131,7 @@ def build_section(alias: str) -> Section:
             "dash": f"{arc.fraction * circumference:.3f} {circumference:.3f}",
             "offset": f"{-arc.start / 2**32 * circumference:.3f}",
         }
-        for arc in arcs(caches[alias].store.ring)
+        for arc in arcs(store.ring)
     ]
     return section
 

@@ -29,4 +29,5 @@ fi
 
 source scripts/bootstrap.sh "django,flask,test,interop,dev" --no-binary pylibmc
 .venv/bin/ruff check .
+.venv/bin/mypy django_mcpatterns  # [tool.mypy] in pyproject.toml
 exec .venv/bin/python -m pytest "$@"

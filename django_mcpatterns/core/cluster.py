@@ -68,7 +68,7 @@ from .exceptions import (
 )
 from .health import Admission, HealthSnapshot, NodeEvent, NodeHealth
 from .ketama import Continuum
-from .keys import Key, key_bytes
+from .keys import Key, KeyT, key_bytes
 from .options import ClusterOptions
 from .registry import Registry
 from .serializers import ValueRefused, is_refused
@@ -116,7 +116,7 @@ class _Node:
             make_client,
             after_remove=Client.close,
             max_size=pool_size,
-            idle_timeout=idle_timeout,  # type: ignore[arg-type]
+            idle_timeout=idle_timeout,
             lock_generator=lambda: lock,
         )
 
@@ -229,7 +229,7 @@ class Cluster:
         # With one server every key maps to it: skip the hash on the hot path.
         only = self.servers[0].node
         ring_node = self.ring.get_node
-        self._locate = (
+        self._locate: Callable[[bytes], str] = (
             (lambda kb: ring_node(_ring_key(kb))) if len(self.servers) > 1 else lambda kb: only
         )
         self._remap = options.failover == "remap"
@@ -280,11 +280,13 @@ class Cluster:
 
     def incr(self, key: Key, delta: int = 1) -> int | None:
         kb = key_bytes(key)
-        return self._single(kb, Client.incr, None, kb, _delta(delta))
+        value: int | None = self._single(kb, Client.incr, None, kb, _delta(delta))
+        return value
 
     def decr(self, key: Key, delta: int = 1) -> int | None:
         kb = key_bytes(key)
-        return self._single(kb, Client.decr, None, kb, _delta(delta))
+        value: int | None = self._single(kb, Client.decr, None, kb, _delta(delta))
+        return value
 
     def delete(self, key: Key) -> bool:
         kb = key_bytes(key)
@@ -310,7 +312,7 @@ class Cluster:
         given = {key_bytes(key): key for key in keys}
         return self._hits(self._fan_out(self._fetch_cas, given), given, lambda pair: pair[0])
 
-    def set_many(self, values: Mapping[Key, Any], expire: int = 0) -> list[Key]:
+    def set_many(self, values: Mapping[KeyT, Any], expire: int = 0) -> list[KeyT]:
         """Store every value; return the keys that were *not* stored.
 
         A key fails alone: a value over the item size limit, or a server that
@@ -590,7 +592,7 @@ class Cluster:
                 pending.append((node, client, kbs))
         for node, client, kbs in pending:  # 2. ...then read every reply
             try:
-                part = exchange.read(client.sock, kbs)  # type: ignore[arg-type]
+                part = exchange.read(client.sock, kbs)
             except BaseException as exc:
                 settle(node, client, exc, kbs, True)
             else:
@@ -715,8 +717,9 @@ class _Exchange(Protocol[R_co]):
 def _connected(client: Client) -> socket.socket:
     if client.sock is None:
         client._connect()  # pymemcache connects lazily
-    assert client.sock is not None
-    return client.sock
+    sock: socket.socket | None = client.sock  # pymemcache is untyped
+    assert sock is not None
+    return sock
 
 
 def _reply_error(line: bytes) -> MemcacheError:

@@ -78,16 +78,16 @@ def _unescape(payload: bytes) -> bytes:
 
 def _payload(member: Member) -> tuple[bytes, bytes]:
     """Return ``(type, raw payload)``; the one place member types are decided."""
-    kind = type(member)
-    if kind is str:
-        return STR, member.encode("utf-8", "surrogatepass")  # type: ignore[union-attr]
-    if kind is bytes:
-        return BYTES, member  # type: ignore[return-value]
-    if kind is int:
+    # Exact types (``type(member) is``, which type checkers narrow): no bool, no subclasses.
+    if type(member) is str:
+        return STR, member.encode("utf-8", "surrogatepass")
+    if type(member) is bytes:
+        return BYTES, member
+    if type(member) is int:
         return INT, b"%d" % member
     raise TypeError(
         f"set and list members are str, bytes or int (not bool or subclasses), "
-        f"not {kind.__name__}: {member!r}"
+        f"not {type(member).__name__}: {member!r}"
     )
 
 

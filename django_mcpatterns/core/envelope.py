@@ -72,7 +72,8 @@ _VISIBLE: ContextVar[bool] = ContextVar("django_mcpatterns_envelopes_visible", d
 class Serde(Protocol):
     """pymemcache's serialisation protocol (``pymemcache.serde``)."""
 
-    def serialize(self, key: Any, value: Any) -> tuple[bytes, int]: ...
+    # pymemcache's own serdes return an int's digits as str; Client sends either.
+    def serialize(self, key: Any, value: Any) -> tuple[bytes | str, int]: ...
 
     def deserialize(self, key: Any, value: bytes, flags: int) -> Any: ...
 
@@ -116,7 +117,7 @@ class EnvelopeSerde:
     def __init__(self, inner: Serde = pickle_serde) -> None:
         self.inner = inner
 
-    def serialize(self, key: Any, value: Any) -> tuple[bytes, int]:
+    def serialize(self, key: Any, value: Any) -> tuple[bytes | str, int]:
         if type(value) is not Envelope:
             return self.inner.serialize(key, value)
         data, flags = self.inner.serialize(key, value.value)

@@ -71,10 +71,10 @@ _MASK = 0xFFFFFFFF
 try:
     # CPython's built-in MD5 is twice as fast as OpenSSL's for short keys (no
     # EVP context to set up per call), and the key hash is most of a lookup.
-    from _md5 import md5 as _md5
+    from _md5 import md5 as _md5  # type: ignore[import-not-found]  # CPython-private, no stub
 except ImportError:  # pragma: no cover - other interpreters
     _md5 = hashlib.md5
-_le32 = struct.Struct("<I").unpack_from
+_le32: Callable[[bytes], tuple[int]] = struct.Struct("<I").unpack_from
 _le32x4 = struct.Struct("<4I").unpack
 _F32 = struct.Struct("<f")
 
@@ -125,7 +125,8 @@ def _twemproxy_key_hash(hash_fn: Callable[[bytes], int]) -> Callable[[bytes], in
 
 def _f32(value: float) -> float:
     """Round to float32.  One f32 operation done in double and rounded is exact."""
-    return _F32.unpack(_F32.pack(value))[0]
+    rounded: float = _F32.unpack(_F32.pack(value))[0]
+    return rounded
 
 
 def _float_digests(weight: int, total: int, count: int) -> int:
@@ -417,13 +418,13 @@ class Continuum:
         points, owners = self._ring
         # Exact-type checks keep str and bytes keys off the general (slower) path.
         if key.__class__ is str:
-            key = key.encode()  # type: ignore[union-attr]
+            key = key.encode()
         elif key.__class__ is not bytes:
             key = _key_bytes(key)
         try:
             # owners has one extra entry, owners[0] again: a hash above the last
             # point wraps to the first without a branch.
-            return owners[bisect_left(points, self._hash(key))]  # type: ignore[arg-type]
+            return owners[bisect_left(points, self._hash(key))]
         except IndexError:
             raise ConfigurationError("the ketama ring has no nodes") from None
 

@@ -8,10 +8,13 @@ key with whitespace or control bytes could inject commands; keys are limited to
 from __future__ import annotations
 
 import re
+from typing import TypeVar
 
 from .exceptions import InvalidKeyError
 
 Key = str | bytes
+# A key of the caller's own type (str, bytes, a RoutedKey): answers name keys as given.
+KeyT = TypeVar("KeyT", bound=Key)
 
 MAX_KEY_LENGTH = 250
 _FORBIDDEN = re.compile(rb"[\x00-\x20\x7f]")

@@ -46,7 +46,7 @@ from typing import Any, Protocol
 
 from .envelope import with_envelopes
 from .exceptions import ConfigurationError, NonNumericValueError, ValueTooLargeError
-from .keys import Key, key_bytes
+from .keys import Key, KeyT, key_bytes
 from .registry import Registry
 from .serializers import SerdeOptions, ValueSerde, is_refused
 from .store import MAX_RELATIVE_EXPIRE, CasToken
@@ -70,7 +70,7 @@ _COUNTER_END = frozenset(b" \t\n\v\f\r\x00")
 class Serde(Protocol):
     """pymemcache's serialisation protocol (``pymemcache.serde``)."""
 
-    def serialize(self, key: Any, value: Any) -> tuple[bytes, int]: ...
+    def serialize(self, key: Any, value: Any) -> tuple[bytes | str, int]: ...
 
     def deserialize(self, key: Any, value: bytes, flags: int) -> Any: ...
 
@@ -204,7 +204,7 @@ class MemoryStore:
             raise self._too_large(repr(key))
         return True
 
-    def set_many(self, values: Mapping[Key, Any], expire: int = 0) -> list[Key]:
+    def set_many(self, values: Mapping[KeyT, Any], expire: int = 0) -> list[KeyT]:
         """Store every value; return the keys that were not stored.
 
         Every key is validated and every value serialised before anything is
@@ -215,7 +215,7 @@ class MemoryStore:
         prepared = [
             (key, key_bytes(key), *self._serialize(key, value)) for key, value in values.items()
         ]
-        too_large: list[Key] = []
+        too_large: list[KeyT] = []
         with self._lock:
             now = self._now()
             deadline = _deadline(expire, now)

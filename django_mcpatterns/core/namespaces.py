@@ -359,7 +359,7 @@ class Namespace:
         """The final memcached key of ``key`` in this namespace."""
         made = self._ctx.make_key(f"ns:{self._id}|{key}", version)
         # Validated where it is used: every Store runs key_bytes() before any I/O.
-        return RoutedKey(made.encode() if type(made) is str else made, self._route)
+        return RoutedKey(made.encode() if isinstance(made, str) else made, self._route)
 
     def versions(self) -> tuple[int | None, ...]:
         """The current version of each level, outermost first (None: not created yet)."""

@@ -163,7 +163,7 @@ class ClusterOptions:
         return cls(**kwargs, client_options=client)
 
 
-class _FrozenMapping(dict):
+class _FrozenMapping(dict[str, Any]):
     """A dict that hashes by content and refuses changes."""
 
     def __hash__(self) -> int:  # type: ignore[override]

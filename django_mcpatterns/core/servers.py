@@ -72,8 +72,8 @@ def parse_server(spec: str) -> Server:
             f"invalid server {spec!r}: expected 'host:port'", option="LOCATION"
         )
     text = spec.strip()
-    head, _, name = text.partition(" ")
-    name = name.strip() or None
+    head, _, rest = text.partition(" ")
+    name = rest.strip() or None
     if name is not None and " " in name:
         raise ConfigurationError(f"invalid server {spec!r}: a name is one word", option="LOCATION")
     if head.startswith(("unix:", "/")):

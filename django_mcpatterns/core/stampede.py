@@ -96,10 +96,13 @@ LOCK_SUFFIX = b":stampede-lock"
 _MARK_STALE_ATTEMPTS = 5
 
 
-class _NoValue:
-    """The type of :data:`NO_VALUE`: a miss, distinct from a cached ``None``."""
+class _NoValue(enum.Enum):
+    """The type of :data:`NO_VALUE`: a miss, distinct from a cached ``None``.
 
-    __slots__ = ()
+    An enum because type checkers narrow ``x is NO_VALUE`` for enum members only.
+    """
+
+    NO_VALUE = "NO_VALUE"
 
     def __repr__(self) -> str:
         return "NO_VALUE"
@@ -108,7 +111,7 @@ class _NoValue:
         return False
 
 
-NO_VALUE: Final = _NoValue()
+NO_VALUE: Final = _NoValue.NO_VALUE
 
 
 # -- events ------------------------------------------------------------------------
@@ -536,7 +539,7 @@ class Stampede:
             return NO_VALUE
         return _as_envelope(found)
 
-    def _poll(self, key: Key, lock: bytes) -> tuple[Envelope | _NoValue, bool]:
+    def _poll(self, key: Key, lock: Key) -> tuple[Envelope | _NoValue, bool]:
         """Read the value and its lock in one pipelined request: (value, lock still held)."""
         try:
             with envelopes_visible():
@@ -549,7 +552,7 @@ class Stampede:
 
 def _as_envelope(found: Any) -> Envelope | _NoValue:
     if found is NO_VALUE or type(found) is Envelope:
-        return found  # type: ignore[no-any-return]
+        return found
     return Envelope(found)  # stored with a plain set: the user's value and TTL
 
 
@@ -563,13 +566,11 @@ def _soft_timeout(timeout: float | None) -> float | None:
 def _check_number(
     option: str, value: object, *, zero: bool = False, negative: bool = False
 ) -> None:
-    number = isinstance(value, int | float) and not isinstance(value, bool)
     if (
-        not number
+        not isinstance(value, int | float)
+        or isinstance(value, bool)
         or math.isnan(value)
-        or (  # type: ignore[arg-type]
-            not negative and (value < 0 if zero else value <= 0)  # type: ignore[operator]
-        )
+        or (not negative and (value < 0 if zero else value <= 0))
     ):
         bound = "" if negative else " >= 0" if zero else " > 0"
         raise ConfigurationError(

@@ -50,7 +50,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any, Protocol, runtime_checkable
 
-from .keys import Key
+from .keys import Key, KeyT
 
 # memcached treats exptimes above 30 days as absolute Unix timestamps.
 MAX_RELATIVE_EXPIRE = 60 * 60 * 24 * 30
@@ -76,7 +76,7 @@ class Store(Protocol):
 
     def set(self, key: Key, value: Any, expire: int = 0) -> bool: ...
 
-    def set_many(self, values: Mapping[Key, Any], expire: int = 0) -> list[Key]:
+    def set_many(self, values: Mapping[KeyT, Any], expire: int = 0) -> list[KeyT]:
         """Store every value; return the keys that were *not* stored.
 
         Each item is stored independently: an oversized value (its old item

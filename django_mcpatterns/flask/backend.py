@@ -99,7 +99,9 @@ class _PatternsCache(SetsMixin, LocksMixin, StampedeMixin, NamespacesMixin, Base
         rng: Callable[[], float] = random.random,
     ) -> None:
         super().__init__(
-            default_timeout=default_timeout, ignore_delete_many_errors=ignore_delete_many_errors
+            # Flask-Caching annotates int; cachelib, which gets it, converts a timedelta.
+            default_timeout=default_timeout,  # type: ignore[arg-type]
+            ignore_delete_many_errors=ignore_delete_many_errors,
         )
         self.key_prefix = _checked_prefix(key_prefix)
         self._clock = clock
@@ -220,7 +222,9 @@ class _PatternsCache(SetsMixin, LocksMixin, StampedeMixin, NamespacesMixin, Base
 
     def _expire(self, timeout: Timeout) -> int:
         # cachelib's _normalize_timeout: None → default_timeout, timedelta → seconds.
-        return memcached_exptime(self._normalize_timeout(timeout), self._clock())
+        # cachelib's annotation leaves out the float timeouts it still rounds up (deprecated).
+        seconds = self._normalize_timeout(timeout)  # type: ignore[arg-type]
+        return memcached_exptime(seconds, self._clock())
 
     def _write(self, command: str, key: str, value: Any, timeout: Timeout) -> bool:
         made = self._made(key, write=True)
@@ -265,7 +269,7 @@ class _PatternsCache(SetsMixin, LocksMixin, StampedeMixin, NamespacesMixin, Base
                     f"cannot increment or decrement the non-numeric value of {made!r}"
                 )
             elif store.cas(made, value + delta, token, expire):
-                return value + delta
+                return value + delta  # type: ignore[return-value]  # a float counter stays float
             self._sleep(CAS_BACKOFF.delay(attempt, self._rng))  # someone else wrote first
         return None
 
@@ -337,7 +341,7 @@ class KetamaMemcachedCache(_PatternsCache):
         return [server.node for server in self._servers]
 
     @property
-    def store(self) -> Cluster:  # type: ignore[override]
+    def store(self) -> Cluster:
         return self._cluster
 
 

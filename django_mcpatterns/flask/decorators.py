@@ -26,7 +26,7 @@ import functools
 import hashlib
 import logging
 from collections.abc import Callable, Mapping
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 from urllib.parse import urlencode
 
 from flask import Response, make_response, request
@@ -37,6 +37,9 @@ from ..core.exceptions import ConfigurationError, InvalidKeyError
 from ..core.stampede import StampedePolicy
 from ..patterns import pages
 from ..patterns.namespaces import CacheNamespace, NamespaceArg, namespace_parts
+
+if TYPE_CHECKING:
+    from .backend import _PatternsCache
 
 __all__ = ["CachedPage", "cacheable", "stampede_guard"]
 
@@ -116,9 +119,9 @@ def stampede_guard(
             made = f"{made}?{digest}"
         return made
 
-    def pages_of(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    def pages_of(args: tuple[Any, ...], kwargs: dict[str, Any]) -> _PatternsCache | CacheNamespace:
         """Where a call's pages live: the backend, or the namespace ``namespace`` names."""
-        backend = cache.cache
+        backend = _backend(cache)
         if namespace is None:
             return backend
         return backend.namespace(*namespace_parts(namespace, *args, **kwargs))
@@ -146,7 +149,7 @@ def stampede_guard(
                 made,
                 render,
                 timeout,
-                policy=policy or dataclasses.replace(cache.cache.stampede_policy, runner=None),
+                policy=policy or dataclasses.replace(_backend(cache).stampede_policy, runner=None),
                 should_cache=lambda _page: should_cache(produced[-1]),
             )
             # The request that ran the view returns its own response object.
@@ -156,10 +159,12 @@ def stampede_guard(
             return bool(pages_of((), view_kwargs).delete(cache_key(path, query)))
 
         def mark_stale(path: str, query: Query = None) -> bool:
-            return cache.cache.mark_stale(cache_key(path, query))
+            return _backend(cache).mark_stale(cache_key(path, query))
 
         def invalidate_namespace(**view_kwargs: Any) -> int:
-            return pages_of((), view_kwargs).invalidate()
+            where = pages_of((), view_kwargs)
+            assert isinstance(where, CacheNamespace)  # the helper of namespaced views only
+            return where.invalidate()
 
         helpers: dict[str, Any] = {"key": cache_key, "invalidate": invalidate, "original": view}
         if namespace is None:
@@ -175,6 +180,11 @@ def stampede_guard(
     return decorator
 
 
-def _final_key(where: Any, key: str) -> str:
+def _backend(cache: Cache) -> _PatternsCache:
+    """``cache.cache``: one of our backends, where Flask-Caching's annotation says SimpleCache."""
+    return cast("_PatternsCache", cache.cache)
+
+
+def _final_key(where: _PatternsCache | CacheNamespace, key: str) -> str:
     """The memcached key of ``key`` in ``where``; InvalidKeyError when memcached would refuse it."""
     return where.key(key) if isinstance(where, CacheNamespace) else where._pattern_key(key)

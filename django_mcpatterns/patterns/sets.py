@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from functools import cached_property
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from django_mcpatterns.core.append import SetOptions
 from django_mcpatterns.core.codec import Member
@@ -44,8 +44,16 @@ class SetsMixin:
         host: Any = self
         return AppendLists(host.store, host._set_options())
 
+    def _set_key(self, key: Any, version: int | None) -> str:
+        """The host's full key for ``key`` (its ``_pattern_key`` hook)."""
+        return cast(PatternsHost, self)._pattern_key(key, version)
+
+    def _set_expire(self, timeout: Any) -> int:
+        """The host's exptime for ``timeout`` (its ``_pattern_expire`` hook)."""
+        return cast(PatternsHost, self)._pattern_expire(timeout)
+
     def _with_expire(
-        self: Any,
+        self,
         call: Callable[..., T],
         key: Any,
         version: int | None,
@@ -54,11 +62,11 @@ class SetsMixin:
         **kwargs: Any,
     ) -> T:
         """``call(made key, *args, expire=..., **kwargs)``: the cache's key and timeout rules."""
-        made = self._pattern_key(key, version)
-        return call(made, *args, expire=self._pattern_expire(timeout), **kwargs)
+        made = self._set_key(key, version)
+        return call(made, *args, expire=self._set_expire(timeout), **kwargs)
 
     def _store_command(
-        self: Any,
+        self,
         call: Callable[..., int],
         destination: Any,
         keys: Iterable[Any],
@@ -67,14 +75,14 @@ class SetsMixin:
         timeout: Any,
     ) -> int:
         """A ``*store`` command: ``call(destination, *keys, expire=...)`` on made keys."""
-        made = self._pattern_key(destination, destination_version)
-        sources = [self._pattern_key(k, keys_version) for k in keys]
-        return call(made, *sources, expire=self._pattern_expire(timeout))
+        made = self._set_key(destination, destination_version)
+        sources = [self._set_key(k, keys_version) for k in keys]
+        return call(made, *sources, expire=self._set_expire(timeout))
 
     # -- sets: writes --------------------------------------------------------
 
     def sadd(
-        self: Any,
+        self,
         key: Any,
         *values: Member,
         version: int | None = None,
@@ -87,18 +95,18 @@ class SetsMixin:
         )
 
     def srem(
-        self: Any,
+        self,
         key: Any,
         *members: Member,
         version: int | None = None,
         loader: Loader | None = None,
     ) -> int:
         """Remove members; return how many distinct members were written."""
-        made = self._pattern_key(key, version)
+        made = self._set_key(key, version)
         return self._append_sets.srem(made, *members, loader=loader)
 
     def spop(
-        self: Any,
+        self,
         key: Any,
         count: int | None = None,
         version: int | None = None,
@@ -111,7 +119,7 @@ class SetsMixin:
         )
 
     def smove(
-        self: Any,
+        self,
         source: Any,
         destination: Any,
         member: Member,
@@ -121,16 +129,16 @@ class SetsMixin:
     ) -> bool:
         """Move a member: not atomic (a crash in between leaves it in both sets)."""
         return self._append_sets.smove(
-            self._pattern_key(source, version),
-            self._pattern_key(destination, version),
+            self._set_key(source, version),
+            self._set_key(destination, version),
             member,
-            expire=self._pattern_expire(timeout),
+            expire=self._set_expire(timeout),
         )
 
     # -- sets: reads ---------------------------------------------------------
 
     def smembers(
-        self: Any,
+        self,
         key: Any,
         version: int | None = None,
         *,
@@ -140,7 +148,7 @@ class SetsMixin:
         return self._with_expire(self._append_sets.smembers, key, version, timeout, loader=loader)
 
     def sismember(
-        self: Any,
+        self,
         key: Any,
         member: Member,
         version: int | None = None,
@@ -153,7 +161,7 @@ class SetsMixin:
         )
 
     def smismember(
-        self: Any,
+        self,
         key: Any,
         *members: Member,
         version: int | None = None,
@@ -165,7 +173,7 @@ class SetsMixin:
         )
 
     def scard(
-        self: Any,
+        self,
         key: Any,
         version: int | None = None,
         *,
@@ -175,7 +183,7 @@ class SetsMixin:
         return self._with_expire(self._append_sets.scard, key, version, timeout, loader=loader)
 
     def srandmember(
-        self: Any,
+        self,
         key: Any,
         count: int | None = None,
         version: int | None = None,
@@ -189,31 +197,31 @@ class SetsMixin:
 
     # -- sets: algebra -------------------------------------------------------
 
-    def sunion(self: Any, *keys: Any, version: int | None = None) -> set[Member]:
-        return self._append_sets.sunion(*[self._pattern_key(k, version) for k in keys])
+    def sunion(self, *keys: Any, version: int | None = None) -> set[Member]:
+        return self._append_sets.sunion(*[self._set_key(k, version) for k in keys])
 
-    def sinter(self: Any, *keys: Any, version: int | None = None) -> set[Member]:
-        return self._append_sets.sinter(*[self._pattern_key(k, version) for k in keys])
+    def sinter(self, *keys: Any, version: int | None = None) -> set[Member]:
+        return self._append_sets.sinter(*[self._set_key(k, version) for k in keys])
 
-    def sdiff(self: Any, *keys: Any, version: int | None = None) -> set[Member]:
-        return self._append_sets.sdiff(*[self._pattern_key(k, version) for k in keys])
+    def sdiff(self, *keys: Any, version: int | None = None) -> set[Member]:
+        return self._append_sets.sdiff(*[self._set_key(k, version) for k in keys])
 
     def sunionstore(
-        self: Any, destination: Any, *keys: Any, version: int | None = None, timeout: Any = DEFAULT
+        self, destination: Any, *keys: Any, version: int | None = None, timeout: Any = DEFAULT
     ) -> int:
         return self._store_command(
             self._append_sets.sunionstore, destination, keys, version, version, timeout
         )
 
     def sinterstore(
-        self: Any, dest: Any, *keys: Any, version: int | None = None, timeout: Any = DEFAULT
+        self, dest: Any, *keys: Any, version: int | None = None, timeout: Any = DEFAULT
     ) -> int:
         return self._store_command(
             self._append_sets.sinterstore, dest, keys, version, version, timeout
         )
 
     def sdiffstore(
-        self: Any,
+        self,
         dest: Any,
         *keys: Any,
         version_dest: int | None = None,
@@ -227,17 +235,17 @@ class SetsMixin:
     # -- lists ---------------------------------------------------------------
 
     def rpush(
-        self: Any, key: Any, *values: Member, version: int | None = None, timeout: Any = DEFAULT
+        self, key: Any, *values: Member, version: int | None = None, timeout: Any = DEFAULT
     ) -> int:
         """Append values; return how many were pushed (Redis: the new length)."""
         return self._with_expire(self._append_lists.rpush, key, version, timeout, *values)
 
-    def lrange(self: Any, key: Any, start: int, end: int, version: int | None = None) -> list[Any]:
-        return self._append_lists.lrange(self._pattern_key(key, version), start, end)
+    def lrange(self, key: Any, start: int, end: int, version: int | None = None) -> list[Any]:
+        return self._append_lists.lrange(self._set_key(key, version), start, end)
 
-    def llen(self: Any, key: Any, version: int | None = None) -> int:
-        return self._append_lists.llen(self._pattern_key(key, version))
+    def llen(self, key: Any, version: int | None = None) -> int:
+        return self._append_lists.llen(self._set_key(key, version))
 
-    def lrem(self: Any, key: Any, count: int, value: Member, version: int | None = None) -> int:
+    def lrem(self, key: Any, count: int, value: Member, version: int | None = None) -> int:
         """Remove like ``LREM``; return 1 once recorded, 0 for a missing list (Redis: how many)."""
-        return self._append_lists.lrem(self._pattern_key(key, version), count, value)
+        return self._append_lists.lrem(self._set_key(key, version), count, value)

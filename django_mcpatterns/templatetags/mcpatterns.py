@@ -17,7 +17,7 @@ replacing the other.
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.core.cache import InvalidCacheBackendError, caches
 from django.core.cache.utils import make_template_fragment_key
@@ -33,6 +33,10 @@ from django.template import (
 from django.template.base import FilterExpression, Parser, Token
 
 from ..decorators import inline_policy, patterns_cache
+
+if TYPE_CHECKING:
+    from ..backend import _StoreCache
+    from ..patterns.namespaces import CacheNamespace
 
 register = Library()
 
@@ -88,7 +92,7 @@ class FragmentNode(Node):
                 f"{TAG!r} tag got a non-integer timeout value: {timeout!r}"
             ) from exc
 
-    def _cache(self, context: Context) -> Any:
+    def _cache(self, context: Context) -> _StoreCache:
         using = self.options.get("using")
         if using is not None:
             alias = self._resolve(using, context)
@@ -109,7 +113,7 @@ class FragmentNode(Node):
         except ImproperlyConfigured as exc:
             raise TemplateSyntaxError(f"{TAG!r} tag: {exc}") from exc
 
-    def _namespace(self, cache: Any, context: Context) -> Any:
+    def _namespace(self, cache: _StoreCache, context: Context) -> _StoreCache | CacheNamespace:
         expression = self.options.get("namespace")
         if expression is None:
             return cache

@@ -15,11 +15,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.cache import caches
 from django.core.management.base import CommandError, CommandParser
 
 from ...core.exceptions import NodeUnavailableError
 from ...core.memory import MemoryStore
+from ...decorators import patterns_cache
 from ..base import CacheCommand
 
 
@@ -40,7 +40,7 @@ class Command(CacheCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         alias = self.cache_alias(options["cache"])
-        cache = caches[alias]
+        cache = patterns_cache(alias)
         if isinstance(cache.store, MemoryStore):
             self.stderr.write(
                 f"cache {alias!r} is the embedded in-process store: only this process's "

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.cache import caches
 from django.core.management.base import CommandError, CommandParser
 
 from ...core.cluster import Cluster
 from ...core.exceptions import ConfigurationError
 from ...core.servers import Server, parse_server
+from ...decorators import patterns_cache
 from ...inspection import RingRow, changed_cluster, movement, ring_rows
 from ..base import CacheCommand, percent
 
@@ -44,7 +44,7 @@ class Command(CacheCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         alias = self.cache_alias(options["cache"])
-        cluster = caches[alias].store
+        cluster = patterns_cache(alias).store
         if not isinstance(cluster, Cluster):
             raise CommandError(
                 f"cache {alias!r} is the embedded in-process store: it has no ring "
