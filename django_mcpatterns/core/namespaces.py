@@ -436,16 +436,18 @@ class Namespace:
         """Return the value of ``key``, or store ``default`` (called if callable) and return it.
 
         The stored value is tagged with the versions read before ``default`` was
-        computed: an invalidation meanwhile leaves it invalid.
+        computed, and missing version keys are created *before* it is computed:
+        an invalidation meanwhile, on a warm or a cold namespace, leaves it invalid.
         """
         made = self.key(key, version=version)
         versions, found = self._fetch([made])
         value = self._open(made, found.get(made, _MISSING), versions)
         if value is not _MISSING:
             return value
+        tags = self._complete(versions)
         if callable(default):
             default = default()
-        self._store(made, default, self._complete(versions), expire)
+        self._store(made, default, tags, expire)
         return default
 
     def get_or_compute(
