@@ -98,7 +98,7 @@ from functools import lru_cache
 from typing import Any, Final, TypeVar
 from urllib.parse import quote
 
-from .envelope import Envelope, Serde, with_envelopes
+from .envelope import STALE, Envelope, Serde, with_envelopes
 from .exceptions import ContentionError, EncodingError, ValueTooLargeError
 from .keys import Key, key_bytes
 from .locks import authoritative
@@ -287,7 +287,7 @@ class Namespaces:
     ) -> None:
         self.store = store
         self.make_key = make_key
-        self.serde = with_envelopes(serde or getattr(store, "serde", None))
+        self.serde = with_envelopes(serde or getattr(store, "serde", None), clock=clock)
         self.clock = clock
         self.stampede = stampede
         self._paths: dict[Path, tuple[str, tuple[RoutedKey, ...]]] = {}
@@ -544,6 +544,8 @@ class Namespace:
         if not current and not soft:
             return _MISSING
         value = self._ctx.serde.deserialize(key, raw[self._layout.size :], fields[4])
+        if value is STALE:
+            return _MISSING  # past its soft expiry: plain reads miss (get_or_compute sees it)
         if is_refused(value):
             return _MISSING  # the serde refused the item (serializers.py): a miss, logged there
         return value if current else _stale(value, fields[3])
