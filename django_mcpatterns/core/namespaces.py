@@ -49,10 +49,14 @@ Tagged values (wire format)
 
 Writes
     ``set`` tags the value with the versions current when it is stored.
-    ``get_or_set`` and ``get_or_compute`` tag it with the versions read
-    *before* computing it, so a value computed while the namespace was
-    invalidated is stored already invalid.  A missing version key is created
-    before the value is computed, for the same reason.
+    ``get_or_set``, ``get_or_compute`` and ``recompute`` tag it with the
+    versions read *before* computing it, so a value computed while the
+    namespace was invalidated is stored already invalid.  A missing version
+    key (first use, eviction, restart) is created before the value is
+    computed, for the same reason: an invalidation during the compute then
+    bumps that version instead of creating the one the value would be stored
+    under.  So an invalidation during any namespaced compute wins, warm or
+    cold, at every level.
 
 Invalidation
     ``incr`` of the version key: one request.  On a missing key, ``add`` of a
@@ -65,7 +69,9 @@ Invalidation
 Soft namespaces (``soft=True``)
     ``get_or_compute`` serves an invalidated value as *stale*: one caller
     recomputes it under the stampede lock while the others are served it
-    (``get``, ``get_many`` and ``get_or_set`` still miss).
+    (``get``, ``get_many`` and ``get_or_set`` still miss).  Likewise a
+    ``get_or_compute`` value past its soft expiry is a miss for those plain
+    reads, in any namespace (:mod:`.envelope`).
 
 The guarantee
     Once :meth:`Namespace.invalidate` has returned, every read that starts
@@ -356,7 +362,11 @@ class Namespace:
         )
 
     def key(self, key: Any, *, version: Any = None) -> RoutedKey:
-        """The final memcached key of ``key`` in this namespace."""
+        """The final memcached key of ``key`` in this namespace, carrying its route.
+
+        Pass it to the store as it is: as ``str`` or plain ``bytes`` it routes
+        on its own bytes, to another server than the namespace's.
+        """
         made = self._ctx.make_key(f"ns:{self._id}|{key}", version)
         # Validated where it is used: every Store runs key_bytes() before any I/O.
         return RoutedKey(made.encode() if type(made) is str else made, self._route)
