@@ -137,6 +137,20 @@ class NamespacesContract:
         fetched = ns.get_or_compute_result("b", lambda: {"n": 3})
         assert fetched.outcome == "fresh"
 
+    def test_an_invalidation_during_a_cold_compute_wins(self, cache: Any) -> None:
+        # Issue 12, point 4, through the cache: the namespace's version key does
+        # not exist yet when get_or_set / get_or_compute / {% cachefragment %} compute.
+        for n, method in enumerate(["get_or_set", "get_or_compute"]):
+            ns = cache.namespace("org", n).namespace("user", 42)
+
+            def compute(n: int = n) -> str:
+                cache.invalidate_namespace("org", n)  # a model saved meanwhile
+                return "read before the change"
+
+            assert getattr(ns, method)("k", compute, 60) == "read before the change"
+            assert ns.get("k") is None
+            assert getattr(ns, method)("k", lambda: "read after", 60) == "read after"
+
     def test_a_soft_namespace_serves_stale_with_a_signal(self, cache: Any) -> None:
         ns = cache.namespace("catalog", soft=True)
         ns.get_or_compute("page", lambda: "old", 60)
