@@ -57,7 +57,7 @@ from pymemcache.exceptions import (
 )
 from pymemcache.pool import ObjectPool
 
-from .envelope import with_envelopes
+from .envelope import STALE, with_envelopes
 from .exceptions import (
     ConfigurationError,
     NodeUnavailableError,
@@ -245,6 +245,8 @@ class Cluster:
     def get(self, key: Key, default: Any = None) -> Any:
         kb = key_bytes(key)
         value = self._single(kb, Client.get, default, kb, default)
+        if value is STALE:
+            return default  # past its soft expiry: a plain miss, left for get_or_compute
         if is_refused(value):
             self._drop_refused([key])
             return default
@@ -252,7 +254,9 @@ class Cluster:
 
     def gets(self, key: Key) -> tuple[Any, CasToken | None]:
         kb = key_bytes(key)
-        found = self._single(kb, Client.gets, _NO_CAS, kb)
+        found: tuple[Any, CasToken | None] = self._single(kb, Client.gets, _NO_CAS, kb)
+        if found[0] is STALE:
+            return _NO_CAS
         if is_refused(found[0]):
             self._drop_refused([key])
             return _NO_CAS
@@ -400,6 +404,8 @@ class Cluster:
         refused: list[Key] = []
         for part in parts:
             for kb, found in part.items():
+                if value(found) is STALE:
+                    continue  # past its soft expiry: a plain miss, left for get_or_compute
                 if is_refused(value(found)):
                     refused.append(given[kb])
                 else:

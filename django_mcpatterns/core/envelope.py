@@ -33,6 +33,17 @@ Why a serde layer
     of its own reads with :func:`envelopes_visible` (a ``ContextVar``, so other
     threads and asyncio tasks keep getting plain values).
 
+Plain reads honour the soft expiry
+    A plain read of an envelope whose soft expiry has passed (on the serde's
+    ``clock``, Unix seconds) gets :data:`STALE`, which every store turns into a
+    plain miss: ``get``, ``has_key``, ``get_many``, Django's ``{% cache %}``
+    and ``cache_page`` see the value for ``timeout`` seconds, as with a plain
+    ``set``, never for the grace period after it.  The item stays in
+    memcached for the stampede reader, which alone may serve it stale while
+    one caller recomputes it.  A stale envelope is not a refused value
+    (:mod:`.serializers`): it is neither counted, nor signalled, nor deleted,
+    and its inner value is not even decoded.
+
 The invariant :mod:`.stampede` keeps: ``hard_expiry`` (the memcached TTL) is
 later than ``soft_expiry`` by the grace period, so a stale value remains
 servable while one caller recomputes it.
@@ -42,11 +53,12 @@ from __future__ import annotations
 
 import math
 import struct
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 from pymemcache.serde import pickle_serde
 
@@ -54,6 +66,7 @@ from .exceptions import EncodingError
 
 __all__ = [
     "FLAG_ENVELOPE",
+    "STALE",
     "VERSION",
     "Envelope",
     "EnvelopeSerde",
@@ -67,6 +80,22 @@ _HEADER = struct.Struct(">Bddd")  # version, soft_expiry, hard_expiry, compute_t
 
 # True while the current thread/task reads envelopes as such (see envelopes_visible).
 _VISIBLE: ContextVar[bool] = ContextVar("django_mcpatterns_envelopes_visible", default=False)
+
+
+class _Stale:
+    """The type of :data:`STALE`."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "STALE"
+
+    def __reduce__(self) -> Any:
+        raise EncodingError("STALE marks a soft-expired envelope read plainly; it is never stored")
+
+
+STALE: Final = _Stale()
+"""What :class:`EnvelopeSerde` hands a store for a plain read of a stale envelope: a miss."""
 
 
 class Serde(Protocol):
@@ -108,14 +137,18 @@ class EnvelopeSerde:
     """A serde that stores :class:`Envelope` objects in the envelope format.
 
     Every other value goes to ``inner`` unchanged.  Reading an envelope returns
-    its plain value, or the :class:`Envelope` itself inside
-    :func:`envelopes_visible`.
+    its plain value while it is fresh on ``clock`` (Unix seconds) and
+    :data:`STALE` after, or the :class:`Envelope` itself, fresh or stale,
+    inside :func:`envelopes_visible`.
     """
 
-    __slots__ = ("inner",)
+    __slots__ = ("clock", "inner")
 
-    def __init__(self, inner: Serde = pickle_serde) -> None:
+    def __init__(
+        self, inner: Serde = pickle_serde, *, clock: Callable[[], float] = time.time
+    ) -> None:
         self.inner = inner
+        self.clock = clock
 
     def serialize(self, key: Any, value: Any) -> tuple[bytes | str, int]:
         if type(value) is not Envelope:
@@ -133,29 +166,34 @@ class EnvelopeSerde:
     def deserialize(self, key: Any, value: bytes, flags: int) -> Any:
         if not flags & FLAG_ENVELOPE:
             return self.inner.deserialize(key, value, flags)
-        envelope = self._decode(key, value, flags & ~FLAG_ENVELOPE)
-        return envelope if _VISIBLE.get() else envelope.value
-
-    def _decode(self, key: Any, data: bytes, flags: int) -> Envelope:
-        if len(data) < _HEADER.size or data[0] != VERSION:
-            found = f"version {data[0]}" if data else "no header"
+        if len(value) < _HEADER.size or value[0] != VERSION:
+            found = f"version {value[0]}" if value else "no header"
             raise EncodingError(
                 f"cache key {key!r} holds a soft-expiry envelope with {found} "
-                f"({len(data)} bytes); this release reads version {VERSION}"
+                f"({len(value)} bytes); this release reads version {VERSION}"
             )
-        _, soft_expiry, hard_expiry, compute_time = _HEADER.unpack_from(data)
-        inner = self.inner.deserialize(key, data[_HEADER.size :], flags)
-        return Envelope(inner, soft_expiry, hard_expiry, compute_time)
+        _, soft_expiry, hard_expiry, compute_time = _HEADER.unpack_from(value)
+        visible = _VISIBLE.get()
+        if not visible and self.clock() >= soft_expiry:
+            return STALE  # past its timeout: only the stampede reader may serve it
+        inner = self.inner.deserialize(key, value[_HEADER.size :], flags & ~FLAG_ENVELOPE)
+        return Envelope(inner, soft_expiry, hard_expiry, compute_time) if visible else inner
 
     def __repr__(self) -> str:
         return f"EnvelopeSerde({self.inner!r})"
 
 
-def with_envelopes(serde: Serde | None = None) -> EnvelopeSerde:
-    """Return ``serde`` (pymemcache's ``pickle_serde`` by default) able to store envelopes."""
+def with_envelopes(
+    serde: Serde | None = None, *, clock: Callable[[], float] = time.time
+) -> EnvelopeSerde:
+    """Return ``serde`` (pymemcache's ``pickle_serde`` by default) able to store envelopes.
+
+    ``clock`` (Unix seconds) tells plain reads when an envelope went stale; an
+    ``EnvelopeSerde`` is returned as it is, with its own clock.
+    """
     if isinstance(serde, EnvelopeSerde):
         return serde
-    return EnvelopeSerde(pickle_serde if serde is None else serde)
+    return EnvelopeSerde(pickle_serde if serde is None else serde, clock=clock)
 
 
 @contextmanager

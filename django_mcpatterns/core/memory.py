@@ -44,7 +44,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from .envelope import with_envelopes
+from .envelope import STALE, with_envelopes
 from .exceptions import ConfigurationError, NonNumericValueError, ValueTooLargeError
 from .keys import Key, KeyT, key_bytes
 from .registry import Registry
@@ -149,7 +149,9 @@ class MemoryStore:
         self._max_item_size = max_item_size
         self._max_bytes = max_bytes
         # Every read unwraps soft-expiry envelopes (core/envelope.py).
-        self._serde: Serde = with_envelopes(serde if serde is not None else ValueSerde())
+        self._serde: Serde = with_envelopes(
+            serde if serde is not None else ValueSerde(), clock=clock
+        )
         self._clock = clock
         self._lock = threading.Lock()
         self._items: OrderedDict[bytes, _Item] = OrderedDict()  # least recently used first
@@ -334,6 +336,8 @@ class MemoryStore:
         A refused item is dropped, as ``Cluster`` deletes it: the next ``add`` regenerates it.
         """
         value = self._serde.deserialize(key, item.data, item.flags)
+        if value is STALE:
+            return _MISS  # past its soft expiry: a plain miss, left for get_or_compute
         if not is_refused(value):
             return value
         raw = key_bytes(key)

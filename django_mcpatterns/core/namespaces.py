@@ -49,10 +49,14 @@ Tagged values (wire format)
 
 Writes
     ``set`` tags the value with the versions current when it is stored.
-    ``get_or_set`` and ``get_or_compute`` tag it with the versions read
-    *before* computing it, so a value computed while the namespace was
-    invalidated is stored already invalid.  A missing version key is created
-    before the value is computed, for the same reason.
+    ``get_or_set``, ``get_or_compute`` and ``recompute`` tag it with the
+    versions read *before* computing it, so a value computed while the
+    namespace was invalidated is stored already invalid.  A missing version
+    key (first use, eviction, restart) is created before the value is
+    computed, for the same reason: an invalidation during the compute then
+    bumps that version instead of creating the one the value would be stored
+    under.  So an invalidation during any namespaced compute wins, warm or
+    cold, at every level.
 
 Invalidation
     ``incr`` of the version key: one request.  On a missing key, ``add`` of a
@@ -65,7 +69,9 @@ Invalidation
 Soft namespaces (``soft=True``)
     ``get_or_compute`` serves an invalidated value as *stale*: one caller
     recomputes it under the stampede lock while the others are served it
-    (``get``, ``get_many`` and ``get_or_set`` still miss).
+    (``get``, ``get_many`` and ``get_or_set`` still miss).  Likewise a
+    ``get_or_compute`` value past its soft expiry is a miss for those plain
+    reads, in any namespace (:mod:`.envelope`).
 
 The guarantee
     Once :meth:`Namespace.invalidate` has returned, every read that starts
@@ -98,7 +104,7 @@ from functools import lru_cache
 from typing import Any, Final, TypeVar
 from urllib.parse import quote
 
-from .envelope import Envelope, Serde, with_envelopes
+from .envelope import STALE, Envelope, Serde, with_envelopes
 from .exceptions import ContentionError, EncodingError, ValueTooLargeError
 from .keys import Key, key_bytes
 from .locks import authoritative
@@ -287,7 +293,7 @@ class Namespaces:
     ) -> None:
         self.store = store
         self.make_key = make_key
-        self.serde = with_envelopes(serde or getattr(store, "serde", None))
+        self.serde = with_envelopes(serde or getattr(store, "serde", None), clock=clock)
         self.clock = clock
         self.stampede = stampede
         self._paths: dict[Path, tuple[str, tuple[RoutedKey, ...]]] = {}
@@ -356,7 +362,11 @@ class Namespace:
         )
 
     def key(self, key: Any, *, version: Any = None) -> RoutedKey:
-        """The final memcached key of ``key`` in this namespace."""
+        """The final memcached key of ``key`` in this namespace, carrying its route.
+
+        Pass it to the store as it is: as ``str`` or plain ``bytes`` it routes
+        on its own bytes, to another server than the namespace's.
+        """
         made = self._ctx.make_key(f"ns:{self._id}|{key}", version)
         # Validated where it is used: every Store runs key_bytes() before any I/O.
         return RoutedKey(made.encode() if isinstance(made, str) else made, self._route)
@@ -436,16 +446,18 @@ class Namespace:
         """Return the value of ``key``, or store ``default`` (called if callable) and return it.
 
         The stored value is tagged with the versions read before ``default`` was
-        computed: an invalidation meanwhile leaves it invalid.
+        computed, and missing version keys are created *before* it is computed:
+        an invalidation meanwhile, on a warm or a cold namespace, leaves it invalid.
         """
         made = self.key(key, version=version)
         versions, found = self._fetch([made])
         value = self._open(made, found.get(made, _MISSING), versions)
         if value is not _MISSING:
             return value
+        tags = self._complete(versions)
         if callable(default):
             default = default()
-        self._store(made, default, self._complete(versions), expire)
+        self._store(made, default, tags, expire)
         return default
 
     def get_or_compute(
@@ -542,6 +554,8 @@ class Namespace:
         if not current and not soft:
             return _MISSING
         value = self._ctx.serde.deserialize(key, raw[self._layout.size :], fields[4])
+        if value is STALE:
+            return _MISSING  # past its soft expiry: plain reads miss (get_or_compute sees it)
         if is_refused(value):
             return _MISSING  # the serde refused the item (serializers.py): a miss, logged there
         return value if current else _stale(value, fields[3])

@@ -39,7 +39,11 @@ Failure modes
     envelope this release cannot read is logged and recomputed.
 
 A value stored under the key with a plain ``set`` is returned as is, fresh until
-its own TTL.  Plain reads of an envelope return the value (:mod:`.envelope`).
+its own TTL.  Plain reads (``get``, ``get_many``, everything that is not this
+reader) see an envelope's value until its soft expiry and a miss after it, as
+if it had been stored with a plain ``set`` for ``timeout`` (:mod:`.envelope`):
+only this reader, which opts in with :func:`~.envelope.envelopes_visible`,
+serves a stale value, and only while one caller recomputes it.
 """
 
 from __future__ import annotations

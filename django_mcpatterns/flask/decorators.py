@@ -134,7 +134,7 @@ def stampede_guard(
             where = pages_of(args, kwargs)
             made = cache_key(request.path, request.args)
             try:
-                _final_key(where, made)
+                _validate_key(where, made)
             except InvalidKeyError as exc:
                 logger.warning("page not cached: %s", exc)
                 return view(*args, **kwargs)
@@ -185,6 +185,9 @@ def _backend(cache: Cache) -> _PatternsCache:
     return cast("_PatternsCache", cache.cache)
 
 
-def _final_key(where: _PatternsCache | CacheNamespace, key: str) -> str:
-    """The memcached key of ``key`` in ``where``; InvalidKeyError when memcached would refuse it."""
-    return where.key(key) if isinstance(where, CacheNamespace) else where._pattern_key(key)
+def _validate_key(where: _PatternsCache | CacheNamespace, key: str) -> None:
+    """Raise InvalidKeyError when memcached would refuse the key of ``key`` in ``where``."""
+    if isinstance(where, CacheNamespace):
+        where.validate_key(key)
+    else:
+        where._pattern_key(key)

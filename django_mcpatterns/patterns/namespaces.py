@@ -9,8 +9,14 @@ uses the backend's ``stampede_policy`` and reports to its ``_pattern_event``
 hook, as ``cache.get_or_compute`` does.  Imports neither Django nor Flask.
 
 What decorators and template tags call: ``cache.namespace(*parts)`` (cheap, no
-I/O), then ``get_or_compute(key, compute, timeout)`` on it, ``key(key)`` for
-the final key, ``delete(key)`` to drop one entry and ``invalidate()`` for all.
+I/O), then ``get_or_compute(key, compute, timeout)`` on it, ``validate_key(key)``
+to check a key before use, ``delete(key)`` to drop one entry and
+``invalidate()`` for all.
+
+A namespace hands out no final key: its keys are routed to the server of its
+root version key, a route a ``str`` cannot carry, so such a key read or written
+elsewhere would reach another server (and a namespaced item is tagged bytes
+that only the namespace reads).
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from collections.abc import Callable, Iterable, Mapping
 from functools import cached_property
 from typing import Any, TypeVar, cast
 
+from django_mcpatterns.core.keys import key_bytes
 from django_mcpatterns.core.namespaces import Namespace, Namespaces, Part
 from django_mcpatterns.core.stampede import Fetched, Stampede, StampedePolicy
 from django_mcpatterns.core.store import Store
@@ -83,9 +90,13 @@ class CacheNamespace:
         """A namespace nested in this one (``soft`` defaults to this one's)."""
         return CacheNamespace(self._host, self._ns.namespace(*parts, soft=soft))
 
-    def key(self, key: Any, version: int | None = None) -> str:
-        """The final memcached key of ``key`` in this namespace, as the cache makes it."""
-        return self._ns.key(key, version=version).decode()
+    def validate_key(self, key: Any, version: int | None = None) -> None:
+        """Raise as the cache does for an invalid key if ``key`` is not valid in this namespace.
+
+        The namespace's prefix counts towards memcached's 250 bytes, so a key
+        valid on the cache may be too long here.
+        """
+        key_bytes(self._ns.key(key, version=version))
 
     # -- reads --
 

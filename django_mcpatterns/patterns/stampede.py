@@ -61,7 +61,8 @@ class StampedeMixin:
         the stale value, which memcached keeps ``policy.grace`` seconds longer.
         On a miss one caller computes and the others wait for its value.
         ``should_cache(value)`` decides whether a computed value is stored.
-        A plain ``cache.get(key)`` returns the value.
+        A plain ``cache.get(key)`` returns the value until ``timeout`` and
+        misses after it: only ``get_or_compute`` serves it stale.
         """
         return self.get_or_compute_result(
             key, compute, timeout, version=version, policy=policy, should_cache=should_cache

@@ -304,6 +304,51 @@ class NamespaceContract:
         assert ns.get_or_set("k", "fresh") == "fresh"
         assert ns.get("k") == "fresh"
 
+    @pytest.mark.parametrize("state", ["warm", "first use", "evicted"])
+    @pytest.mark.parametrize("levels", [("root", 1), ("root", 2), ("leaf", 2)])
+    @pytest.mark.parametrize("method", ["get_or_set", "get_or_compute"])
+    def test_an_invalidation_during_the_compute_always_wins(
+        self,
+        spaces: Namespaces,
+        store: Store,
+        clock: FakeClock,
+        method: str,
+        levels: tuple[str, int],
+        state: str,
+    ) -> None:
+        # Issue 12, point 4: on a cold namespace (version key never created,
+        # evicted, server restarted) the invalidation used to create the
+        # version the computed value was then stored under, so the value read
+        # before the change was served afterwards.
+        invalidated, depth = levels
+        ns = spaces.namespace("org", 1)
+        if depth == 2:
+            ns = ns.namespace("user", 2)
+        # Another process invalidates, through its own Namespaces on the same store.
+        other = Namespaces(store, clock=clock).namespace("org", 1)
+        if invalidated == "leaf":
+            other = other.namespace("user", 2)
+        if state == "warm":
+            ns.set("other", "before")  # creates the version keys
+        if state == "evicted":
+            ns.set("k", "before")
+            for version_key in ns._version_keys:
+                store.delete(version_key)
+            clock.advance(1)  # a restart happens later than the writes it lost
+        computes: list[str] = []
+
+        def compute() -> str:
+            computes.append("computed")
+            other.invalidate()  # the data changes while it is read
+            return "read before the change"
+
+        assert getattr(ns, method)("k", compute, 60) == "read before the change"
+        assert ns.get("k") is None  # stored already invalid
+        assert ns.get_many(["k"]) == {}
+        assert getattr(ns, method)("k", lambda: "read after", 60) == "read after"
+        assert ns.get("k") == "read after"
+        assert computes == ["computed"]
+
     def test_get_or_compute_stores_an_envelope_that_never_leaks(
         self, spaces: Namespaces, events: list[object]
     ) -> None:

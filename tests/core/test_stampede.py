@@ -24,6 +24,7 @@ from pymemcache.serde import CompressedSerde, pickle_serde
 
 from django_mcpatterns.core.envelope import (
     FLAG_ENVELOPE,
+    STALE,
     Envelope,
     EnvelopeSerde,
     envelopes_visible,
@@ -103,6 +104,12 @@ def stampede(make: Callable[..., Stampede]) -> Stampede:
     return make()
 
 
+def envelope_value(stampede: Stampede, key: str) -> Any:
+    """The value the stampede reader finds under ``key``, fresh or stale (None: a miss)."""
+    found = stampede.read(key)
+    return None if found is None else found.value
+
+
 def kinds(events: list[object]) -> list[str]:
     return [type(e).__name__ for e in events]
 
@@ -153,13 +160,15 @@ def test_memcached_keeps_the_item_for_soft_ttl_plus_grace(
     stampede.get_or_compute(KEY, lambda: "v", 10)
     kept = 10 + (10 if grace is None else grace)
     clock.advance(kept - 0.001)
-    assert store.get(KEY) == "v"  # stale but still servable
+    # A plain read misses once the timeout has passed (with no grace, it has not yet).
+    assert store.get(KEY) == ("v" if grace == 0 else None)
+    assert envelope_value(stampede, KEY) == "v"  # stale but still servable
     clock.advance(2.002)
-    assert store.get(KEY) is None  # gone within memcached's one-second rounding
+    assert stampede.read(KEY) is None  # gone within memcached's one-second rounding
 
 
 def test_the_wire_format_is_flagged_versioned_and_wraps_the_inner_serde() -> None:
-    serde = with_envelopes()
+    serde = with_envelopes(clock=lambda: 99.0)
     data, flags = serde.serialize(b"k", Envelope(7, 100.0, 200.0, 0.5))
     inner_data, inner_flags = pickle_serde.serialize(b"k", 7)
     assert flags == inner_flags | FLAG_ENVELOPE
@@ -167,6 +176,7 @@ def test_the_wire_format_is_flagged_versioned_and_wraps_the_inner_serde() -> Non
     assert struct.unpack(">ddd", data[1:25]) == (100.0, 200.0, 0.5)
     assert data[25:] == inner_data.encode() if isinstance(inner_data, str) else inner_data
     assert serde.deserialize(b"k", data, flags) == 7
+    assert with_envelopes(clock=lambda: 100.0).deserialize(b"k", data, flags) is STALE
     # Ordinary values are the inner serde's, byte for byte.
     assert serde.serialize(b"k", {"a": 1}) == pickle_serde.serialize(b"k", {"a": 1})
     assert with_envelopes(serde) is serde
@@ -189,12 +199,16 @@ times = st.floats(min_value=0, allow_nan=False)  # includes +inf: "never"
 def test_envelopes_round_trip_and_plain_reads_get_the_value(
     value: Any, soft: float, hard: float, compute_time: float
 ) -> None:
-    serde = with_envelopes()
+    serde = with_envelopes(clock=lambda: -1.0)  # before every soft expiry
     envelope = Envelope(value, soft, hard, compute_time)
     data, flags = serde.serialize(b"k", envelope)
     assert serde.deserialize(b"k", data, flags) == value
     with envelopes_visible():
         assert serde.deserialize(b"k", data, flags) == envelope
+    stale = with_envelopes(clock=lambda: soft)  # its soft expiry has come
+    assert stale.deserialize(b"k", data, flags) is STALE
+    with envelopes_visible():
+        assert stale.deserialize(b"k", data, flags) == envelope
 
 
 def test_a_compressing_inner_serde_round_trips(clock: FakeClock) -> None:
@@ -454,9 +468,9 @@ def test_long_timeouts_use_absolute_exptimes(
     sixty_days = 60 * 86400.0
     stampede.get_or_compute(KEY, lambda: "long", sixty_days)
     clock.advance(2 * sixty_days - 10)
-    assert store.get(KEY) == "long"
+    assert envelope_value(stampede, KEY) == "long"
     clock.advance(20)
-    assert store.get(KEY) is None
+    assert stampede.read(KEY) is None
 
 
 @pytest.mark.parametrize(
@@ -622,7 +636,7 @@ def test_an_error_on_a_stale_value_can_be_raised(
     with pytest.raises(Boom):
         make(StampedePolicy(serve_stale_on_error=False)).get_or_compute(KEY, failing, TIMEOUT)
     assert store.get(LOCK) is None
-    assert store.get(KEY) == "old"  # kept for the next attempt
+    assert envelope_value(make(), KEY) == "old"  # kept for the next attempt
 
 
 def test_an_error_on_a_cold_miss_raises_and_releases(
@@ -748,9 +762,9 @@ def test_mark_stale_keeps_the_hard_expiry(
     clock.advance(5)
     stampede.mark_stale(KEY)
     clock.advance(15 - 0.001)
-    assert store.get(KEY) == "v"
+    assert envelope_value(stampede, KEY) == "v"
     clock.advance(2.002)
-    assert store.get(KEY) is None
+    assert stampede.read(KEY) is None
 
 
 def test_mark_stale_without_an_envelope_is_false(stampede: Stampede, store: MemoryStore) -> None:
@@ -768,7 +782,8 @@ def test_mark_stale_retries_when_the_value_changes_under_it(
     hooked.before["cas"] = lambda *args: make().recompute(KEY, lambda: "newer", TIMEOUT)
     assert make(store=hooked).mark_stale(KEY) is True
     assert [name for name, _ in hooked.calls] == ["gets", "cas", "gets", "cas"]
-    assert store.get(KEY) == "newer"
+    assert envelope_value(make(), KEY) == "newer"
+    assert store.get(KEY) is None  # stale now: plain reads miss
 
 
 def test_read_returns_envelopes_and_none(stampede: Stampede, store: MemoryStore) -> None:

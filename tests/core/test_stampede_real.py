@@ -17,11 +17,19 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from django_mcpatterns.core.cluster import Cluster
+from django_mcpatterns.core.envelope import with_envelopes
+from django_mcpatterns.core.memory import MemoryStore
+from django_mcpatterns.core.namespaces import Namespaces
+from django_mcpatterns.core.serializers import ValueSerde
 from django_mcpatterns.core.stampede import Stampede, StampedePolicy, lock_key
+from django_mcpatterns.core.store import Store
+from tests.conftest import flush
+from tests.fakes import FakeClock
 from tests.harness import MemcachedServer, cluster_on, server_requests, server_ttl
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -163,3 +171,59 @@ def test_sixteen_callers_in_four_processes_compute_once_per_miss_and_per_expiry(
     assert stale_outcomes["stale"] >= 8
     # Stale callers are served at once, not after the 0.6 s computation.
     assert max(took for outcome, took in stale if outcome == "stale") < 0.4
+
+
+# -- plain reads honour the soft expiry (issue 12, point 5) ------------------------------
+
+
+@pytest.fixture(params=["embedded", "cluster"])
+def timed_store(
+    request: pytest.FixtureRequest, memcached_3: list[MemcachedServer]
+) -> Iterator[tuple[Store, FakeClock, ValueSerde]]:
+    """A store whose envelope serde reads the test's clock, and that serde's inner one."""
+    clock = FakeClock(time.time())  # the cluster's items live by memcached's own clock
+    inner = ValueSerde()
+    if request.param == "embedded":
+        yield MemoryStore(serde=inner, clock=clock), clock, inner
+        return
+    flush(memcached_3)
+    cluster = Cluster([s.spec for s in memcached_3], serde=with_envelopes(inner, clock=clock))
+    yield cluster, clock, inner
+    cluster.close()
+
+
+def test_plain_reads_miss_after_the_timeout_while_get_or_compute_serves_it_stale(
+    timed_store: tuple[Store, FakeClock, ValueSerde],
+) -> None:
+    # Until now plain reads returned the value until soft + grace (the hard TTL).
+    store, clock, inner = timed_store
+    stampede = Stampede(store, StampedePolicy(grace=60), clock=clock, sleep=clock.sleep)
+    spaces = Namespaces(store, clock=clock, stampede=lambda view: Stampede(view, clock=clock))
+    ns = spaces.namespace("user", 1)
+    assert stampede.get_or_compute("plain:k", lambda: "old", 1) == "old"
+    assert ns.get_or_compute("k", lambda: "old", 1, policy=StampedePolicy(grace=60)) == "old"
+    clock.advance(0.9)
+    assert store.get("plain:k") == "old"
+    assert store.get_many(["plain:k"]) == {"plain:k": "old"}
+    assert ns.get("k") == "old"
+    clock.advance(0.2)  # past the timeout, well within the grace period
+    assert store.get("plain:k") is None
+    assert store.get("plain:k", "default") == "default"
+    assert store.get_many(["plain:k", "other"]) == {}
+    assert store.gets("plain:k") == (None, None)
+    assert store.gets_many(["plain:k"]) == {}
+    assert ns.get("k") is None
+    assert ns.get_many(["k"]) == {}
+    # The item stays for get_or_compute: one caller recomputes, the others get it stale.
+    for read, key in ((stampede, "plain:k"), (ns, "k")):
+        served: list[str] = []
+
+        def recompute(read: Any = read, key: str = key, served: list[str] = served) -> str:
+            served.append(read.get_or_compute(key, lambda: "never", 1))
+            return "new"
+
+        assert read.get_or_compute(key, recompute, 1) == "new"
+        assert served == ["old"]
+    assert store.get("plain:k") == "new"
+    assert ns.get("k") == "new"
+    assert inner.refusals() == {}  # a stale value is a plain miss, not a refused one

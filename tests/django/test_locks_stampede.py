@@ -15,6 +15,12 @@ from typing import Any
 
 import pytest
 from django.core.cache import caches
+from django.core.cache.utils import make_template_fragment_key
+from django.http import HttpRequest, HttpResponse
+from django.template import Context, Engine
+from django.test import RequestFactory
+from django.utils.cache import get_cache_key
+from django.views.decorators.cache import cache_page
 
 from django_mcpatterns import signals
 from django_mcpatterns.core.exceptions import LockNotOwnedError
@@ -105,6 +111,52 @@ class LocksStampedeContract(DeploymentSuite):
         assert cache.get_many(["report"]) == {"report": {"total": 42}}
         assert cache.get_or_set("report", "other") == {"total": 42}
         assert cache.has_key("report")
+
+    def test_plain_reads_miss_once_the_timeout_has_passed(self, cache: Any) -> None:
+        # Issue 12, point 5: get, has_key, get_many, {% cache %} and cache_page
+        # returned a get_or_compute value until soft + grace, not for its timeout.
+        grace = StampedePolicy(grace=60)  # memcached keeps the item well past the test
+        renders: list[int] = []
+
+        @cache_page(60)
+        def page(request: HttpRequest) -> HttpResponse:
+            renders.append(1)
+            return HttpResponse(f"render {len(renders)}")
+
+        request = RequestFactory().get("/page")
+        assert page(request).content == b"render 1"  # cached by cache_page, plainly
+        page_key = get_cache_key(request, cache=cache)
+        cached_page = cache.get(page_key)
+        cache.recompute(page_key, lambda: cached_page, 2, policy=grace)  # now an envelope
+        fragment_key = make_template_fragment_key("sidebar")
+        cache.recompute(fragment_key, lambda: "old fragment", 2, policy=grace)
+        cache.recompute("report", lambda: "old", 2, policy=grace)
+        fragment = Engine(libraries={"cache": "django.templatetags.cache"}).from_string(
+            "{% load cache %}{% cache 60 sidebar %}{{ fresh }}{% endcache %}"
+        )
+        context = Context({"fresh": "new fragment"})
+        assert cache.get("report") == "old"
+        assert fragment.render(context) == "old fragment"
+        assert page(request).content == b"render 1"
+        # Just past the timeout (soft expiries are exact), well within the grace.
+        soft = max(cache.get_envelope(k).soft_expiry for k in (page_key, fragment_key, "report"))
+        time.sleep(max(0.0, soft - time.time()) + 0.05)
+        assert cache.get("report") is None
+        assert cache.get("report", "default") == "default"
+        assert not cache.has_key("report")
+        assert cache.get_many(["report", "other"]) == {}
+        assert fragment.render(context) == "new fragment"
+        assert page(request).content == b"render 2"
+        # get_or_compute still has it: served stale while one caller recomputes.
+        served: list[str] = []
+
+        def recompute() -> str:
+            served.append(cache.get_or_compute("report", lambda: "never", 1))
+            return "new"
+
+        assert cache.get_or_compute("report", recompute, 60) == "new"
+        assert served == ["old"]
+        assert cache.get("report") == "new"
 
     def test_get_or_compute_result_says_what_happened(self, cache: Any) -> None:
         first = cache.get_or_compute_result("r", lambda: "v", 60)

@@ -30,6 +30,11 @@ from tests.django.test_locks_stampede import received
 from tests.harness import LOOPBACK, free_port
 
 
+def final_key(ns: CacheNamespace, key: str, version: int | None = None) -> bytes:
+    """The memcached key of ``key`` in ``ns`` (routed: the namespace hands out none)."""
+    return ns._ns.key(key, version=version)
+
+
 def run(*args: str) -> tuple[str, str]:
     out, err = io.StringIO(), io.StringIO()
     call_command("mcpatterns_invalidate", *args, stdout=out, stderr=err)
@@ -71,8 +76,8 @@ class NamespacesContract:
     def test_keys_follow_the_cache_key_rules(self, cache: Any) -> None:
         prefixed = caches["prefixed"]
         ns = prefixed.namespace("user", 42)
-        assert ns.key("profile") == "site2:3:ns:user:42|profile"
-        assert ns.key("profile", version=4) == "site2:4:ns:user:42|profile"
+        assert final_key(ns, "profile") == b"site2:3:ns:user:42|profile"
+        assert final_key(ns, "profile", version=4) == b"site2:4:ns:user:42|profile"
         ns.set("profile", "v3")
         ns.set("profile", "v4", version=4)
         assert ns.get("profile") == "v3"
@@ -93,6 +98,20 @@ class NamespacesContract:
         with pytest.raises(InvalidCacheKey):
             cache.namespace("user", 42).get("has space")
 
+    def test_a_namespace_validates_keys_and_hands_out_none(self, cache: Any) -> None:
+        # Issue 12, point 4: ns.key() returned a str that routed on its own
+        # bytes, to another server than the namespace's (10 of 20 keys on two
+        # servers).  A namespace now gives out no key; it checks them.
+        ns = cache.namespace("user", 42)
+        assert not hasattr(ns, "key")
+        long = "k" * 240  # valid on the cache; the namespace's prefix makes it too long
+        cache.validate_key(cache.make_key(long))
+        ns.validate_key("short")
+        with pytest.raises(InvalidCacheKey):
+            ns.validate_key(long)
+        with pytest.raises(InvalidCacheKey):
+            ns.validate_key("has space")
+
     def test_timeouts_follow_django(self, cache: Any, deployment: Deployment) -> None:
         ns = cache.namespace("catalog")
         ns.set("zero", 1, 0)  # Django: timeout 0 expires at once
@@ -100,8 +119,8 @@ class NamespacesContract:
         ns.set("default", 1)
         ns.set("forever", 1, None)
         if deployment.has_servers:
-            assert deployment.ttl(ns.key("default")) in (299, 300)
-            assert deployment.ttl(ns.key("forever")) == -1
+            assert deployment.ttl(final_key(ns, "default").decode()) in (299, 300)
+            assert deployment.ttl(final_key(ns, "forever").decode()) == -1
             assert deployment.ttl(cache.make_key("ns:catalog")) == -1  # versions never expire
 
     def test_get_or_set_and_get_or_compute(self, cache: Any) -> None:
@@ -114,21 +133,35 @@ class NamespacesContract:
         assert ns.get("b") == {"n": 1}  # never the envelope
         (call,) = recomputed
         assert call["cache"] is cache
-        assert call["key"] == ns.key("b").encode()
+        assert call["key"] == final_key(ns, "b")
         fetched = ns.get_or_compute_result("b", lambda: {"n": 3})
         assert fetched.outcome == "fresh"
+
+    def test_an_invalidation_during_a_cold_compute_wins(self, cache: Any) -> None:
+        # Issue 12, point 4, through the cache: the namespace's version key does
+        # not exist yet when get_or_set / get_or_compute / {% cachefragment %} compute.
+        for n, method in enumerate(["get_or_set", "get_or_compute"]):
+            ns = cache.namespace("org", n).namespace("user", 42)
+
+            def compute(n: int = n) -> str:
+                cache.invalidate_namespace("org", n)  # a model saved meanwhile
+                return "read before the change"
+
+            assert getattr(ns, method)("k", compute, 60) == "read before the change"
+            assert ns.get("k") is None
+            assert getattr(ns, method)("k", lambda: "read after", 60) == "read after"
 
     def test_a_soft_namespace_serves_stale_with_a_signal(self, cache: Any) -> None:
         ns = cache.namespace("catalog", soft=True)
         ns.get_or_compute("page", lambda: "old", 60)
         ns.invalidate()
         # Another process is recomputing it: this caller is served the old value.
-        assert cache.store.add(lock_key(ns.key("page")), b"other", 10)
+        assert cache.store.add(lock_key(final_key(ns, "page")), b"other", 10)
         with received(signals.stale_served) as stale:
             assert ns.get_or_compute("page", lambda: "new", 60) == "old"
-        assert stale[0]["key"] == ns.key("page").encode()
+        assert stale[0]["key"] == final_key(ns, "page")
         assert ns.get("page") is None  # plain reads never see it
-        cache.store.delete(lock_key(ns.key("page")))
+        cache.store.delete(lock_key(final_key(ns, "page")))
         assert ns.get_or_compute("page", lambda: "new", 60) == "new"
 
     def test_an_invalidation_reaches_every_thread(self, cache: Any) -> None:

@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 
 from django_mcpatterns.core.exceptions import InvalidKeyError, LockTimeoutError
+from django_mcpatterns.core.stampede import StampedePolicy
 from django_mcpatterns.flask import signals
 from django_mcpatterns.patterns.events import SIGNAL_NAMES
 from tests.flask.conftest import PREFIX, FlaskDeployment, deployments
@@ -139,6 +140,34 @@ class TestStampede(PatternTests):
         assert calls == [1]
         assert c.get("report") == {"answer": 42}  # plain reads unwrap the envelope
         assert c.get_many("report") == [{"answer": 42}]
+
+    def test_plain_reads_miss_once_the_timeout_has_passed(
+        self, c: Any, deployment: FlaskDeployment
+    ) -> None:
+        # Issue 12, point 5: plain reads returned the value until soft + grace.
+        grace = StampedePolicy(grace=60)  # memcached keeps the item well past the test
+        assert c.get_or_compute("report", lambda: "old", timeout=2, policy=grace) == "old"
+        assert c.get("report") == "old"
+        # Just past the timeout (soft expiries are exact), well within the grace.  The
+        # backend's get_or_compute dates values by time.time(), also on the embedded
+        # deployment, whose fake clock (the store's) starts up to 1 s behind it.
+        soft = c.get_envelope("report").soft_expiry
+        time.sleep(max(0.0, soft - time.time()) + 0.05)
+        if deployment.clock is not None:
+            deployment.clock.advance(soft - deployment.clock() + 0.05)
+        assert c.get("report") is None
+        assert not c.has("report")
+        assert c.get_many("report") == [None]
+        assert c.get_dict("report") == {"report": None}
+        served: list[str] = []
+
+        def recompute() -> str:
+            served.append(c.get_or_compute("report", lambda: "never", timeout=1))
+            return "new"
+
+        assert c.get_or_compute("report", recompute, timeout=60) == "new"
+        assert served == ["old"]  # stale for get_or_compute while one caller recomputes
+        assert c.get("report") == "new"
 
     def test_none_timeout_is_the_default_timeout(self, c: Any, deployment: FlaskDeployment) -> None:
         before = time.time()
