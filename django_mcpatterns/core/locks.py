@@ -214,10 +214,10 @@ def rewrite_owned(
 
     ``gets`` then ``cas``: a new ``exptime`` (negative deletes) and, with
     ``value``, a new content.  ``"ours"``: rewritten; ``"taken"``: another owner
-    holds it; ``"free"``: nobody does.
-    The token is passed in rather than read from a :class:`Lock`, so a thread
-    other than the acquirer (a keepalive, a background worker) can extend or
-    release it.  ``store`` must be the strict view (:func:`authoritative`).
+    holds it; ``"free"``: nobody does.  The token is passed in rather than read
+    from a :class:`Lock`, so a thread other than the acquirer (a keepalive, a
+    background worker) can extend or release it.  ``store`` must be the strict
+    view (:func:`authoritative`).
     """
     found, cas = store.gets(key)
     if found != token or cas is None:

@@ -105,6 +105,7 @@ __all__ = [
     "Stampede",
     "StampedePolicy",
     "lock_key",
+    "read_failure_marker",
 ]
 
 logger = logging.getLogger("django_mcpatterns.stampede")
@@ -112,7 +113,7 @@ logger = logging.getLogger("django_mcpatterns.stampede")
 T = TypeVar("T")
 
 Runner = Callable[[Callable[[], None]], object]
-"""Runs a zero-argument job off the request path, e.g. ``ThreadPoolExecutor(2).submit``."""
+"""Runs a zero-argument job off the request path, e.g. a :class:`~.refresh.RefreshRunner`."""
 
 Reason = Literal["miss", "stale", "early", "refresh"]
 Outcome = Literal["fresh", "stale", "computed", "waited"]
@@ -384,8 +385,9 @@ class Stampede:
     :mod:`.envelope`).  ``clock`` is wall time in seconds (soft expiries are
     shared between processes); ``sleep`` and ``rng`` drive the waits and
     XFetch; ``on_event`` receives :class:`Recomputed`, :class:`StaleServed`,
-    :class:`ComputeFailed`, :class:`~.locks.LockWaited` and
-    :class:`~.locks.LockTimedOut`.  Stateless apart from these: thread-safe.
+    :class:`ComputeFailed`, :class:`RefreshDropped`, :class:`~.locks.LockWaited`
+    and :class:`~.locks.LockTimedOut`.  Stateless apart from these (and the
+    process's :data:`recent_failures`): thread-safe.
     """
 
     def __init__(
