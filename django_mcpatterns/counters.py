@@ -22,6 +22,7 @@ COUNTED = {
     "recomputed": "Values recomputed",
     "stale_served": "Stale values served",
     "compute_failed": "Recomputes failed",
+    "refresh_dropped": "Background refreshes dropped",
     "lock_waited": "Lock waits",
     "lock_timed_out": "Lock wait timeouts",
     "namespace_invalidated": "Namespaces invalidated",

@@ -25,7 +25,14 @@ key (after ``KEY_PREFIX``/``VERSION``):
     A stale value was returned while another caller recomputes it (or because
     computing failed).  ``age``: seconds since its soft expiry.
 ``compute_failed``
-    The compute callable raised ``error`` (also logged); ``background``.
+    The compute callable raised ``error`` (also logged); ``background``.  Other
+    callers of the key are then served the stale value, or get
+    ``ComputeFailedError``, for the policy's ``failure_backoff``.
+``refresh_dropped``
+    A background refresh was not run; the stale value is served meanwhile.
+    ``reason``: ``"full"`` (the runner's queue), ``"refused"`` (the runner
+    raised), ``"lapsed"`` (its lock lapsed while it was queued) or
+    ``"unreachable"`` (its lock's server was).
 ``lock_waited``
     A caller waited ``waited`` seconds on a lock (a blocking ``acquire``, or a
     cold-miss caller waiting for another's computation) and got it.
@@ -48,6 +55,7 @@ value_refused = Signal()
 recomputed = Signal()
 stale_served = Signal()
 compute_failed = Signal()
+refresh_dropped = Signal()
 lock_waited = Signal()
 lock_timed_out = Signal()
 

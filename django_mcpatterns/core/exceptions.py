@@ -11,6 +11,7 @@
     ├── EncodingError           stored data could not be decoded (also ValueError)
     ├── IncompleteSetError      a set lost a shard, or awaits its loader: it cannot be read whole
     ├── ContentionError         a compare-and-swap kept losing to other writers
+    ├── ComputeFailedError      another caller's computation of the key failed moments ago
     ├── LockError               a lock was used in a way its state does not allow
     │   ├── LockNotOwnedError       release/extend by an owner whose lock lapsed or was taken over
     │   └── LockTimeoutError        not acquired in time (blocking_timeout, a stampede wait)
@@ -88,6 +89,22 @@ class IncompleteSetError(McPatternsError):
 class ContentionError(McPatternsError):
     """A compare-and-swap (``cas``) kept losing to other writers, or to an
     unavailable server, for the configured number of attempts."""
+
+
+class ComputeFailedError(McPatternsError):
+    """Computing the value failed moments ago, in this process or another, and is not retried
+    until the failure back-off (``StampedePolicy.failure_backoff``) ends.
+
+    One failure is shared instead of multiplied by every waiting caller.  ``key``
+    is the value's key and ``error`` describes the original exception (type and
+    message); in the process where it was raised the original is also chained
+    as ``__cause__``.
+    """
+
+    def __init__(self, message: str, *, key: object, error: str):
+        super().__init__(message)
+        self.key = key
+        self.error = error
 
 
 class ClusterError(McPatternsError):

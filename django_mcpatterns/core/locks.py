@@ -51,7 +51,7 @@ import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar, runtime_checkable
+from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
 
 from .exceptions import (
     ConfigurationError,
@@ -72,6 +72,7 @@ __all__ = [
     "LockWaited",
     "authoritative",
     "exptime_for",
+    "rewrite_owned",
 ]
 
 logger = logging.getLogger("django_mcpatterns.locks")
@@ -201,6 +202,30 @@ def authoritative(store: Store) -> Store:
 def new_token() -> bytes:
     """A token no other owner will draw: 128 random bits, hex (readable by any client)."""
     return secrets.token_hex(16).encode()
+
+
+Ownership = Literal["ours", "taken", "free"]
+
+
+def rewrite_owned(
+    store: Store, key: Key, token: bytes, exptime: int, value: bytes | None = None
+) -> Ownership:
+    """Rewrite the lock item at ``key`` only while ``token`` holds it; say who holds it.
+
+    ``gets`` then ``cas``: a new ``exptime`` (negative deletes) and, with
+    ``value``, a new content.  ``"ours"``: rewritten; ``"taken"``: another owner
+    holds it; ``"free"``: nobody does.  The token is passed in rather than read
+    from a :class:`Lock`, so a thread other than the acquirer (a keepalive, a
+    background worker) can extend or release it.  ``store`` must be the strict
+    view (:func:`authoritative`).
+    """
+    found, cas = store.gets(key)
+    if found != token or cas is None:
+        return "free" if found is None else "taken"
+    stored = store.cas(key, token if value is None else value, cas, exptime)
+    if stored:
+        return "ours"
+    return "free" if stored is None else "taken"  # it lapsed, or changed, after our gets
 
 
 # -- the lock -----------------------------------------------------------------------

@@ -19,10 +19,15 @@ stale (soft expiry <= now < hard expiry)
 miss
     Try the recompute lock.  The winner computes; every other caller polls the
     value and the lock (one pipelined ``get_many``, with back-off) until the
-    value appears (returned) or the lock goes without a value (they race for
-    the lock again), for at most ``policy.wait`` seconds, then computes
-    itself or raises :class:`~.exceptions.LockTimeoutError`
-    (``policy.on_wait_timeout``).
+    value appears (returned), the lock goes without a value (they race for
+    the lock again) or becomes a failure marker (below), for at most
+    ``policy.wait`` seconds, then raise :class:`~.exceptions.LockTimeoutError`
+    (``policy.on_wait_timeout="raise"``, the default) or, opted in with
+    ``"compute"``, compute without the lock.
+
+While ``compute`` runs, a daemon thread keeps the lock alive (:mod:`.keepalive`:
+extended every third of ``lock_timeout``, for at most ``policy.max_lock_time``
+seconds), so a slow computation is never joined by a second one.
 
 The invariant: the hard TTL (memcached's exptime) is the soft one plus
 ``policy.grace`` (default: the soft timeout again), so a stale value outlives
@@ -31,9 +36,15 @@ recomputed.  Losing it (eviction, restart) only turns a stale hit into a miss.
 
 Failure modes
     ``compute`` raises: the error is logged and sent as :class:`ComputeFailed`,
-    the lock is released, and the stale value is served
-    (``serve_stale_on_error``) or the error raised; a cold miss has nothing to
-    serve and raises.  The lock's server is unreachable: stale values are
+    and the lock item is rewritten (owner-safe, by ``cas``) into a *failure
+    marker* naming the error, which memcached drops after
+    ``policy.failure_backoff`` seconds.  Until then the failure is shared, not
+    multiplied, in every process: stale callers lose the lock race and are
+    served the stale value, cold-miss waiters find the marker and raise
+    :class:`~.exceptions.ComputeFailedError` (chained to the original in the
+    process that raised it), and nobody computes.  The failing caller is served
+    the stale value (``serve_stale_on_error``) or gets its error; a cold miss
+    has nothing to serve and raises.  The lock's server is unreachable: stale values are
     served until their hard expiry, cold misses compute without the lock.  The
     value's server is unreachable: every read is a miss, so callers compute.  An
     envelope this release cannot read is logged and recomputed.
@@ -54,7 +65,9 @@ import enum
 import hashlib
 import logging
 import math
+import queue
 import random
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -62,15 +75,27 @@ from typing import Any, Final, Generic, Literal, TypeVar
 
 from .envelope import Envelope, envelopes_visible
 from .exceptions import (
+    ComputeFailedError,
     ConfigurationError,
     EncodingError,
-    LockNotOwnedError,
     LockTimeoutError,
     NodeUnavailableError,
     ValueTooLargeError,
 )
+from .keepalive import Keepalive
 from .keys import MAX_KEY_LENGTH, Key, key_bytes
-from .locks import Backoff, EventHook, Lock, LockTimedOut, LockWaited, emit, exptime_for
+from .locks import (
+    Backoff,
+    EventHook,
+    LockTimedOut,
+    LockWaited,
+    Ownership,
+    authoritative,
+    emit,
+    exptime_for,
+    new_token,
+    rewrite_owned,
+)
 from .store import Store
 
 __all__ = [
@@ -78,11 +103,13 @@ __all__ = [
     "ComputeFailed",
     "Fetched",
     "Recomputed",
+    "RefreshDropped",
     "Runner",
     "StaleServed",
     "Stampede",
     "StampedePolicy",
     "lock_key",
+    "read_failure_marker",
 ]
 
 logger = logging.getLogger("django_mcpatterns.stampede")
@@ -90,14 +117,19 @@ logger = logging.getLogger("django_mcpatterns.stampede")
 T = TypeVar("T")
 
 Runner = Callable[[Callable[[], None]], object]
-"""Runs a zero-argument job off the request path, e.g. ``ThreadPoolExecutor(2).submit``."""
+"""Runs a zero-argument job off the request path, e.g. a :class:`~.refresh.RefreshRunner`."""
 
 Reason = Literal["miss", "stale", "early", "refresh"]
 Outcome = Literal["fresh", "stale", "computed", "waited"]
-WAIT_TIMEOUT_ACTIONS = ("compute", "raise")
+DropReason = Literal["full", "refused", "lapsed", "unreachable"]
+WAIT_TIMEOUT_ACTIONS = ("raise", "compute")
 
 LOCK_SUFFIX = b":stampede-lock"
 _MARK_STALE_ATTEMPTS = 5
+# A lock item holding this (and the failed owner's token, and what failed) is a failure
+# marker.  Tokens are hex, so no token starts with it.
+FAILURE_PREFIX = b"!compute-failed "
+_FAILURE_DESCRIPTION_LIMIT = 200
 
 
 class _NoValue(enum.Enum):
@@ -152,6 +184,19 @@ class ComputeFailed:
     background: bool = False
 
 
+@dataclass(frozen=True)
+class RefreshDropped:
+    """A background refresh was dropped; the stale value is served meanwhile.
+
+    ``reason``: ``"full"`` (the runner's queue is full), ``"refused"`` (the
+    runner raised), ``"lapsed"`` (its lock lapsed before the job ran: another
+    caller may be recomputing) or ``"unreachable"`` (its lock's server was).
+    """
+
+    key: Key
+    reason: DropReason
+
+
 # -- options -----------------------------------------------------------------------
 
 
@@ -163,13 +208,22 @@ class StampedePolicy:
         Seconds a value stays servable after its soft expiry (the hard TTL is
         ``timeout + grace``); ``None``: as long as the timeout itself.
     lock_timeout
-        TTL of the recompute lock; make it longer than ``compute`` takes, or a
-        second caller may recompute once it lapses.
+        TTL of the recompute lock: how soon a crashed holder's lock frees the
+        key.  A live holder keeps it alive while ``compute`` runs.
+    max_lock_time
+        The longest a computation keeps its lock alive, in seconds; past it
+        the lock lapses after ``lock_timeout`` and another caller may compute.
+        At most ``lock_timeout``: no keepalive.
     wait
         Cold miss: seconds a caller waits for another one's computation.
     on_wait_timeout
-        ``"compute"`` (compute and store it yourself) or ``"raise"``
-        (:class:`~.exceptions.LockTimeoutError`) once ``wait`` is over.
+        Once ``wait`` is over: ``"raise"``
+        (:class:`~.exceptions.LockTimeoutError`, the default) or ``"compute"``
+        (compute and store it without the lock, alongside the holder).
+    failure_backoff
+        Seconds a failed computation is shared instead of retried (a failure
+        marker in the lock's place); 0 releases the lock at once, so the next
+        caller computes again.
     beta
         XFetch's β for early recomputation; 0 disables it, 1 is the paper's
         choice, larger values recompute earlier.
@@ -178,16 +232,20 @@ class StampedePolicy:
         (the error is logged and signalled) instead of raising.
     runner
         Recompute stale values off the request path: called with a zero-argument
-        job, e.g. ``ThreadPoolExecutor(2).submit``.  ``None``: the winner
-        recomputes inline.  Cold misses always compute inline.
+        job, e.g. a :class:`~.refresh.RefreshRunner` (bounded queue).  A runner
+        that raises (a full queue) drops the job: the lock is released and
+        :class:`RefreshDropped` sent.  ``None``: the winner recomputes inline.
+        Cold misses always compute inline.
     backoff
         Polling schedule of cold-miss waiters.
     """
 
     grace: float | None = None
     lock_timeout: float = 30.0
+    max_lock_time: float = 300.0
     wait: float = 10.0
-    on_wait_timeout: Literal["compute", "raise"] = "compute"
+    on_wait_timeout: Literal["raise", "compute"] = "raise"
+    failure_backoff: float = 1.0
     beta: float = 0.0
     serve_stale_on_error: bool = True
     runner: Runner | None = None
@@ -197,7 +255,9 @@ class StampedePolicy:
         if self.grace is not None:
             _check_number("grace", self.grace, zero=True)
         _check_number("lock_timeout", self.lock_timeout)
+        _check_number("max_lock_time", self.max_lock_time)
         _check_number("wait", self.wait, zero=True)
+        _check_number("failure_backoff", self.failure_backoff, zero=True)
         _check_number("beta", self.beta, zero=True)
         if self.on_wait_timeout not in WAIT_TIMEOUT_ACTIONS:
             raise ConfigurationError(
@@ -245,9 +305,73 @@ class _Job(Generic[T]):
 
 
 class _Claim(enum.Enum):
-    WON = "won"
     LOST = "lost"
     UNREACHABLE = "unreachable"
+
+
+@dataclass(frozen=True)
+class _Held:
+    """The recompute lock, won: the token travels with it.
+
+    The keepalive thread and a background worker extend, release or mark it,
+    so it cannot be a :class:`~.locks.Lock`, whose token belongs to the
+    acquiring owner.
+    """
+
+    store: Store  # the strict view
+    key: bytes
+    token: bytes
+    timeout: float
+    taken_at: float  # by the Stampede's clock
+
+    def rewrite(self, exptime: int, value: bytes | None = None) -> Ownership:
+        return rewrite_owned(self.store, self.key, self.token, exptime, value)
+
+
+class _RecentFailures:
+    """The exceptions behind this process's failure markers, by the failed owner's token.
+
+    Lets a waiter in the same process chain the original exception to its
+    :class:`~.exceptions.ComputeFailedError`.  Bounded (exceptions hold their
+    tracebacks) and locked; :meth:`clear` empties it.
+    """
+
+    def __init__(self, size: int = 16) -> None:
+        self._size = size
+        self._by_token: dict[bytes, BaseException] = {}
+        self._guard = threading.Lock()
+
+    def remember(self, token: bytes, error: BaseException) -> None:
+        with self._guard:
+            self._by_token[token] = error
+            while len(self._by_token) > self._size:
+                del self._by_token[next(iter(self._by_token))]  # the oldest
+
+    def get(self, token: bytes) -> BaseException | None:
+        with self._guard:
+            return self._by_token.get(token)
+
+    def clear(self) -> None:
+        with self._guard:
+            self._by_token.clear()
+
+
+recent_failures = _RecentFailures()
+
+
+def failure_marker(token: bytes, error: BaseException) -> bytes:
+    """The lock item that shares ``error``: the prefix, the failed owner's token, what failed."""
+    kind = type(error)
+    described = f"{kind.__module__}.{kind.__qualname__}: {error}"[:_FAILURE_DESCRIPTION_LIMIT]
+    return FAILURE_PREFIX + token + b" " + described.encode("utf-8", "replace")
+
+
+def read_failure_marker(found: object) -> tuple[bytes, str] | None:
+    """``(token, description)`` when the lock item ``found`` is a failure marker, else None."""
+    if not isinstance(found, bytes) or not found.startswith(FAILURE_PREFIX):
+        return None
+    token, _, described = found[len(FAILURE_PREFIX) :].partition(b" ")
+    return token, described.decode("utf-8", "replace")
 
 
 def lock_key(key: Key) -> bytes:
@@ -268,8 +392,9 @@ class Stampede:
     :mod:`.envelope`).  ``clock`` is wall time in seconds (soft expiries are
     shared between processes); ``sleep`` and ``rng`` drive the waits and
     XFetch; ``on_event`` receives :class:`Recomputed`, :class:`StaleServed`,
-    :class:`ComputeFailed`, :class:`~.locks.LockWaited` and
-    :class:`~.locks.LockTimedOut`.  Stateless apart from these: thread-safe.
+    :class:`ComputeFailed`, :class:`RefreshDropped`, :class:`~.locks.LockWaited`
+    and :class:`~.locks.LockTimedOut`.  Stateless apart from these (and the
+    process's :data:`recent_failures`): thread-safe.
     """
 
     def __init__(
@@ -376,18 +501,18 @@ class Stampede:
 
     def _refresh(self, job: _Job[T], seen: Envelope, reason: Reason) -> Fetched[T]:
         """A stale (or XFetch-chosen) value: one caller recomputes, the others serve ``seen``."""
-        lock = self._lock(job)
-        if self._claim(lock) is not _Claim.WON:
-            return self._serve(job, seen, reason)
+        held = self._claim(job)
+        if not isinstance(held, _Held):
+            return self._serve(job, seen, reason)  # recomputing, failed moments ago, or unreachable
         current = self._read(job.key)
         if current is not NO_VALUE and current.soft_expiry > seen.soft_expiry:
-            self._release(lock)  # another caller refreshed it between our get and our add
+            self._release(held)  # another caller refreshed it between our get and our add
             return Fetched(current.value, "fresh", current)
         if job.policy.runner is not None:
-            self._dispatch(job, lock, reason)
+            self._dispatch(job, held, reason)
             return self._serve(job, seen, reason)
         try:
-            return self._recompute_locked(job, lock, reason)
+            return self._recompute_locked(job, held, reason)
         except Exception:
             if reason == "stale" and not job.policy.serve_stale_on_error:
                 raise
@@ -395,30 +520,33 @@ class Stampede:
 
     def _cold(self, job: _Job[T]) -> Fetched[T]:
         """A miss: one caller computes; the others wait for its value, for a bounded time."""
-        lock = self._lock(job)
+        lock = lock_key(job.key)
         start = self._clock()
         attempt = 0
         while True:
-            claim = self._claim(lock)
-            if claim is _Claim.UNREACHABLE:
+            held = self._claim(job)
+            if held is _Claim.UNREACHABLE:
                 return self._compute(job, "miss")  # no lock to share the work through
-            if claim is _Claim.WON:
+            if isinstance(held, _Held):
                 current = self._read(job.key)
                 if current is not NO_VALUE:
-                    self._release(lock)  # stored between our get and our add
+                    self._release(held)  # stored between our get and our add
                     return Fetched(current.value, "fresh", current)
-                return self._recompute_locked(job, lock, "miss")
-            while True:  # lost: poll until the value appears or the lock goes
+                return self._recompute_locked(job, held, "miss")
+            while True:  # lost: poll until the value appears, the lock goes, or it failed
                 remaining = start + job.policy.wait - self._clock()
                 if remaining <= 0:
-                    return self._wait_timed_out(job, lock.key, start)
+                    return self._wait_timed_out(job, lock, start)
                 self._sleep(min(job.policy.backoff.delay(attempt, self._rng), remaining))
                 attempt += 1
-                value, locked = self._poll(job.key, lock.key)
+                value, holder = self._poll(job.key, lock)
                 if value is not NO_VALUE:
-                    emit(self._on_event, LockWaited(lock.key, self._clock() - start))
+                    emit(self._on_event, LockWaited(lock, self._clock() - start))
                     return Fetched(value.value, "waited", value)
-                if not locked:
+                failure = read_failure_marker(holder)
+                if failure is not None:
+                    raise self._shared_failure(job, *failure)
+                if holder is None:
                     break  # its holder left without storing a value: race for the lock again
 
     def _wait_timed_out(self, job: _Job[T], key: Key, start: float) -> Fetched[T]:
@@ -429,6 +557,17 @@ class Stampede:
                 f"gave up after {waited:.3g}s waiting for another caller to compute {job.key!r}"
             )
         return self._compute(job, "miss")
+
+    def _shared_failure(self, job: _Job[Any], token: bytes, error: str) -> ComputeFailedError:
+        """The error for a caller that found another caller's failure marker."""
+        failed = ComputeFailedError(
+            f"computing {job.key!r} failed moments ago ({error}); it is not retried for up "
+            f"to {job.policy.failure_backoff:g}s",
+            key=job.key,
+            error=error,
+        )
+        failed.__cause__ = recent_failures.get(token)  # the original, in the process it failed in
+        return failed
 
     # -- steps --
 
@@ -444,30 +583,76 @@ class Stampede:
         return Fetched(value, "computed", envelope)
 
     def _recompute_locked(
-        self, job: _Job[T], lock: Lock, reason: Reason, background: bool = False
+        self, job: _Job[T], held: _Held, reason: Reason, background: bool = False
     ) -> Fetched[T]:
-        """Compute under ``lock``, release it whatever happens; log and signal errors."""
+        """Compute under the lock, kept alive meanwhile; release it, or leave a failure marker."""
         try:
-            return self._compute(job, reason, background)
+            with self._keepalive(job, held):
+                fetched = self._compute(job, reason, background)
         except Exception as exc:
             logger.warning("computing the value of %r failed", job.key, exc_info=True)
             emit(self._on_event, ComputeFailed(job.key, exc, background))
+            self._mark_failed(job, held, exc)
             raise
-        finally:
-            self._release(lock)
+        except BaseException:
+            self._release(held)  # interrupted (KeyboardInterrupt...): nothing to share
+            raise
+        self._release(held)
+        return fetched
 
-    def _dispatch(self, job: _Job[Any], lock: Lock, reason: Reason) -> None:
-        """Hand the recompute (which owns ``lock`` from now on) to the runner."""
+    def _keepalive(self, job: _Job[Any], held: _Held) -> contextlib.AbstractContextManager[object]:
+        if job.policy.max_lock_time <= held.timeout:
+            return contextlib.nullcontext()
+
+        def extend(ttl: float) -> bool:
+            return held.rewrite(exptime_for(ttl)) == "ours"
+
+        return Keepalive(
+            extend,
+            held.timeout,
+            job.policy.max_lock_time,
+            start=held.taken_at,
+            clock=self._clock,
+            name=f"recompute lock {held.key!r}",
+        )
+
+    def _dispatch(self, job: _Job[Any], held: _Held, reason: Reason) -> None:
+        """Hand the recompute (which owns the lock from now on) to the runner."""
 
         def refresh() -> None:
-            with contextlib.suppress(Exception):  # logged and signalled already
-                self._recompute_locked(job, lock, reason, background=True)
+            if self._still_held(job, held):
+                with contextlib.suppress(Exception):  # logged and signalled already
+                    self._recompute_locked(job, held, reason, background=True)
 
+        runner = job.policy.runner
+        assert runner is not None
         try:
-            job.policy.runner(refresh)  # type: ignore[misc]
+            runner(refresh)
+        except queue.Full:
+            logger.warning("the stampede runner's queue is full: not refreshing %r", job.key)
+            self._drop(job, "full")
+            self._release(held)
         except Exception:
             logger.exception("the stampede runner refused to refresh %r", job.key)
-            self._release(lock)
+            self._drop(job, "refused")
+            self._release(held)
+
+    def _still_held(self, job: _Job[Any], held: _Held) -> bool:
+        """Whether a queued job still owns its lock: renew it (the queue ate into it) or drop."""
+        try:
+            ownership = held.rewrite(exptime_for(held.timeout))
+        except NodeUnavailableError as exc:
+            logger.warning("refresh of %r dropped: its lock is unreachable (%s)", job.key, exc)
+            self._drop(job, "unreachable")
+            return False
+        if ownership == "ours":
+            return True
+        logger.warning("refresh of %r dropped: its lock lapsed while it was queued", job.key)
+        self._drop(job, "lapsed")
+        return False
+
+    def _drop(self, job: _Job[Any], reason: DropReason) -> None:
+        emit(self._on_event, RefreshDropped(job.key, reason))
 
     def _store(
         self, job: _Job[Any], value: Any, now: float, compute_time: float
@@ -498,21 +683,15 @@ class Stampede:
         # rng() is in [0, 1); 1 - rng() is in (0, 1], so the log is finite and <= 0.
         return now - seen.compute_time * beta * math.log(1.0 - self._rng()) >= seen.soft_expiry
 
-    def _lock(self, job: _Job[Any]) -> Lock:
-        return Lock(
-            self.store,
-            lock_key(job.key),
-            job.policy.lock_timeout,
-            blocking=False,
-            clock=self._clock,
-            sleep=self._sleep,
-            rng=self._rng,
-            on_event=self._on_event,
-        )
-
-    def _claim(self, lock: Lock) -> _Claim:
+    def _claim(self, job: _Job[Any]) -> _Held | _Claim:
+        """Try the recompute lock once (``add`` on the strict view)."""
+        store = authoritative(self.store)
+        key = lock_key(job.key)
+        token = new_token()
+        taken_at = self._clock()
         try:
-            return _Claim.WON if lock.acquire(blocking=False) else _Claim.LOST
+            if not store.add(key, token, exptime_for(job.policy.lock_timeout)):
+                return _Claim.LOST
         except NodeUnavailableError as exc:
             logger.warning(
                 "recompute lock unavailable (%s): stale values are served, misses "
@@ -520,19 +699,34 @@ class Stampede:
                 exc,
             )
             return _Claim.UNREACHABLE
+        return _Held(store, key, token, job.policy.lock_timeout, taken_at)
 
-    def _release(self, lock: Lock) -> None:
+    def _release(self, held: _Held) -> None:
+        self._let_go(held, -1)  # cas with a negative exptime deletes
+
+    def _mark_failed(self, job: _Job[Any], held: _Held, error: BaseException) -> None:
+        """Share ``error`` for ``failure_backoff`` seconds: the lock becomes its marker."""
+        if job.policy.failure_backoff <= 0:
+            self._release(held)
+            return
+        recent_failures.remember(held.token, error)
+        marker = failure_marker(held.token, error)
+        self._let_go(held, exptime_for(job.policy.failure_backoff), marker)
+
+    def _let_go(self, held: _Held, exptime: int, marker: bytes | None = None) -> None:
+        """Release the lock, or turn it into ``marker``, if it is still ours."""
         try:
-            lock.release()
-        except LockNotOwnedError:
+            ownership = held.rewrite(exptime, marker)
+        except NodeUnavailableError as exc:
+            logger.warning("could not release %r (%s); it lapses by itself", held.key, exc)
+            return
+        if ownership != "ours":
             logger.warning(
                 "computing %r outlived the recompute lock (lock_timeout=%gs): another caller "
                 "may have recomputed it too",
-                lock.key,
-                lock.timeout,
+                held.key,
+                held.timeout,
             )
-        except NodeUnavailableError as exc:
-            logger.warning("could not release %r (%s); it lapses by itself", lock.key, exc)
 
     def _read(self, key: Key) -> Envelope | _NoValue:
         try:
@@ -543,15 +737,15 @@ class Stampede:
             return NO_VALUE
         return _as_envelope(found)
 
-    def _poll(self, key: Key, lock: Key) -> tuple[Envelope | _NoValue, bool]:
-        """Read the value and its lock in one pipelined request: (value, lock still held)."""
+    def _poll(self, key: Key, lock: Key) -> tuple[Envelope | _NoValue, object]:
+        """Read the value and its lock in one pipelined request: (value, the lock item or None)."""
         try:
             with envelopes_visible():
                 found = self.store.get_many([key, lock])
         except EncodingError:
             # Unreadable: race for the lock; its winner reads it again and overwrites it.
-            return NO_VALUE, False
-        return _as_envelope(found.get(key, NO_VALUE)), lock in found
+            return NO_VALUE, None
+        return _as_envelope(found.get(key, NO_VALUE)), found.get(lock)
 
 
 def _as_envelope(found: Any) -> Envelope | _NoValue:

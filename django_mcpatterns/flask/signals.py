@@ -14,6 +14,9 @@ sender, with keyword arguments.  Each gets ``cache`` (the backend, i.e.
     seconds since its soft expiry.
 ``compute_failed``
     The compute callable raised ``error`` (also logged); ``background``.
+``refresh_dropped``
+    A background refresh was not run (the stale value is served): ``reason``,
+    ``"full"``, ``"refused"``, ``"lapsed"`` or ``"unreachable"``.
 ``lock_waited``
     A caller waited ``waited`` seconds on a lock and got it.
 ``lock_timed_out``
@@ -40,6 +43,7 @@ _signals = Namespace()
 recomputed = _signals.signal("mcpatterns-recomputed")
 stale_served = _signals.signal("mcpatterns-stale-served")
 compute_failed = _signals.signal("mcpatterns-compute-failed")
+refresh_dropped = _signals.signal("mcpatterns-refresh-dropped")
 lock_waited = _signals.signal("mcpatterns-lock-waited")
 lock_timed_out = _signals.signal("mcpatterns-lock-timed-out")
 value_refused = _signals.signal("mcpatterns-value-refused")

@@ -14,7 +14,7 @@ from types import MappingProxyType
 from typing import TypeVar
 
 from django_mcpatterns.core.locks import LockTimedOut, LockWaited
-from django_mcpatterns.core.stampede import ComputeFailed, Recomputed, StaleServed
+from django_mcpatterns.core.stampede import ComputeFailed, Recomputed, RefreshDropped, StaleServed
 
 __all__ = ["SIGNAL_NAMES", "signals_by_event"]
 
@@ -25,6 +25,7 @@ SIGNAL_NAMES: Mapping[type, str] = MappingProxyType(
         Recomputed: "recomputed",
         StaleServed: "stale_served",
         ComputeFailed: "compute_failed",
+        RefreshDropped: "refresh_dropped",
         LockWaited: "lock_waited",
         LockTimedOut: "lock_timed_out",
     }

@@ -63,6 +63,7 @@ def test_the_signal_table_imports_no_framework() -> None:
         print(sorted(SIGNAL_NAMES.values()))
         """
     )
-    assert (
-        out == "['compute_failed', 'lock_timed_out', 'lock_waited', 'recomputed', 'stale_served']"
+    assert out == (
+        "['compute_failed', 'lock_timed_out', 'lock_waited', 'recomputed', 'refresh_dropped', "
+        "'stale_served']"
     )

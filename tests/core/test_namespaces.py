@@ -411,9 +411,10 @@ class NamespaceContract:
         ns = spaces.namespace("catalog")
         ns.get_or_compute("page", lambda: "old", 60)
         ns.invalidate()
-        holder = ns._ctx.stampede(store)._lock(_job(ns, "page"))
+        holder = _recompute_lock(store, ns, "page")
         assert holder.acquire(blocking=False)  # another process is recomputing
-        fetched = ns.fetch("page", lambda: "mine", 60, policy=StampedePolicy(wait=0))
+        policy = StampedePolicy(wait=0, on_wait_timeout="compute")
+        fetched = ns.fetch("page", lambda: "mine", 60, policy=policy)
         assert (fetched.value, fetched.outcome) == ("mine", "computed")  # never "old"
 
     def test_a_soft_namespace_serves_the_old_value_while_one_caller_recomputes(
@@ -425,7 +426,7 @@ class NamespaceContract:
         written = clock()
         clock.advance(5)
         ns.invalidate()
-        holder = ns._ctx.stampede(store)._lock(_job(ns, "page"))
+        holder = _recompute_lock(store, ns, "page")
         assert holder.acquire(blocking=False)  # another caller won the recompute
         fetched = ns.fetch("page", lambda: "never", 60)
         assert (fetched.value, fetched.outcome) == ("old", "stale")
@@ -477,11 +478,12 @@ class NamespaceContract:
         assert raw[32:] == b"value"
 
 
-def _job(ns: Namespace, key: str) -> Any:
-    """What Stampede locks for ``key`` in ``ns`` (to hold that lock as another caller)."""
-    from django_mcpatterns.core.stampede import _Job
+def _recompute_lock(store: Store, ns: Namespace, key: str) -> Any:
+    """The lock Stampede takes for ``key`` in ``ns`` (to hold it as another caller)."""
+    from django_mcpatterns.core.locks import Lock
+    from django_mcpatterns.core.stampede import lock_key
 
-    return _Job(ns.key(key), lambda: None, 60, StampedePolicy(), None)
+    return Lock(store, lock_key(ns.key(key)), 60)
 
 
 class TestEmbedded(NamespaceContract):

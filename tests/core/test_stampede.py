@@ -46,6 +46,7 @@ from django_mcpatterns.core.stampede import (
     Stampede,
     StampedePolicy,
     lock_key,
+    read_failure_marker,
 )
 from tests.fakes import FakeClock, Hooked, near
 
@@ -363,10 +364,11 @@ def test_cold_miss_waiters_poll_value_and_lock_in_one_request(
 ) -> None:
     Lock(store, LOCK, 30, clock=clock).acquire()
     hooked = Hooked(store)
-    make(StampedePolicy(wait=0.05), store=hooked).get_or_compute(KEY, Compute(clock), TIMEOUT)
+    policy = StampedePolicy(wait=0.05, on_wait_timeout="compute")
+    make(policy, store=hooked).get_or_compute(KEY, Compute(clock), TIMEOUT)
     names = [name for name, _ in hooked.calls]
     assert names[:2] == ["get", "add"]
-    assert set(names[2:-1]) == {"get_many"}  # then it gave up and computed: a set
+    assert set(names[2:-1]) == {"get_many"}  # then it gave up and computed (opted in): a set
     assert names[-1] == "set"
 
 
@@ -573,7 +575,7 @@ def test_background_refresh_serves_stale_and_recomputes_in_the_runner(
     assert Recomputed(KEY, near(COMPUTE_TIME), "stale", True) in events
 
 
-def test_background_failures_are_logged_signalled_and_release_the_lock(
+def test_background_failures_are_logged_signalled_and_leave_a_failure_marker(
     make: Callable[..., Stampede],
     store: MemoryStore,
     clock: FakeClock,
@@ -584,7 +586,7 @@ def test_background_failures_are_logged_signalled_and_release_the_lock(
     jobs: list[Callable[[], None]] = []
     make(StampedePolicy(runner=jobs.append)).get_or_compute(KEY, failing, TIMEOUT)
     jobs[0]()  # must not raise
-    assert store.get(LOCK) is None
+    assert read_failure_marker(store.get(LOCK)) is not None  # shared, not released
     failed = [e for e in events if isinstance(e, ComputeFailed)]
     assert failed
     assert failed[0].background
@@ -608,7 +610,7 @@ def test_a_refusing_runner_releases_the_lock_and_serves_stale(
 # -- compute errors ----------------------------------------------------------------------------
 
 
-def test_an_error_on_a_stale_value_serves_stale_releases_logs_and_signals(
+def test_an_error_on_a_stale_value_serves_stale_marks_the_failure_logs_and_signals(
     make: Callable[..., Stampede],
     store: MemoryStore,
     clock: FakeClock,
@@ -620,7 +622,7 @@ def test_an_error_on_a_stale_value_serves_stale_releases_logs_and_signals(
     with caplog.at_level(logging.WARNING, "django_mcpatterns.stampede"):
         fetched = make().fetch(KEY, failing, TIMEOUT)
     assert (fetched.value, fetched.outcome) == ("old", "stale")
-    assert store.get(LOCK) is None
+    assert read_failure_marker(store.get(LOCK)) is not None  # shared, not released
     assert kinds(events) == ["ComputeFailed", "StaleServed"]
     assert isinstance(events[0].error, Boom)
     assert not events[0].background
@@ -635,16 +637,16 @@ def test_an_error_on_a_stale_value_can_be_raised(
     cache_stale(make(), clock)
     with pytest.raises(Boom):
         make(StampedePolicy(serve_stale_on_error=False)).get_or_compute(KEY, failing, TIMEOUT)
-    assert store.get(LOCK) is None
+    assert read_failure_marker(store.get(LOCK)) is not None  # shared, not released
     assert envelope_value(make(), KEY) == "old"  # kept for the next attempt
 
 
-def test_an_error_on_a_cold_miss_raises_and_releases(
+def test_an_error_on_a_cold_miss_raises_and_marks_the_failure(
     stampede: Stampede, store: MemoryStore, events: list[object]
 ) -> None:
     with pytest.raises(Boom):
         stampede.get_or_compute(KEY, failing, TIMEOUT)
-    assert store.get(LOCK) is None
+    assert read_failure_marker(store.get(LOCK)) is not None  # shared, not released
     assert kinds(events) == ["ComputeFailed"]
 
 

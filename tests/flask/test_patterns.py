@@ -64,7 +64,7 @@ def received() -> Iterator[list[tuple[str, dict[str, Any]]]]:
     """Every pattern signal sent during the test, as (name, keyword arguments)."""
     events: list[tuple[str, dict[str, Any]]] = []
     receivers = []
-    for name in ("recomputed", "stale_served", "compute_failed", "lock_waited", "lock_timed_out"):
+    for name in SIGNAL_NAMES.values():
 
         def receiver(sender: Any, _name: str = name, **kwargs: Any) -> None:
             events.append((_name, kwargs))

@@ -1,0 +1,216 @@
+"""get_or_compute under failure on real memcached, with real threads and processes.
+
+The figures of issue 12, point 6: 16 callers on one cold key whose compute
+raises (before: 16 computes, the last caller answered after 3.6 s), the same
+across 4 processes, a computation three times longer than its lock, and a
+waiter that reaches its wait limit.  Bounds are generous (a loaded 2-core
+machine); the logic itself is proven on a fake clock in
+``test_stampede_failures.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from django_mcpatterns.core.cluster import Cluster
+from django_mcpatterns.core.exceptions import LockTimeoutError
+from django_mcpatterns.core.stampede import Stampede, StampedePolicy, lock_key
+from tests.harness import MemcachedServer, cluster_on
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def cluster(memcached_3: list[MemcachedServer]) -> Iterator[Cluster]:
+    with cluster_on(memcached_3) as cluster:
+        yield cluster
+
+
+class Boom(Exception):
+    pass
+
+
+def run_together(count: int, call: Callable[[], Any]) -> list[tuple[str, float]]:
+    """Run ``call`` in ``count`` threads released at once; return (outcome, seconds) each."""
+    barrier = threading.Barrier(count)
+    results: list[tuple[str, float]] = []
+
+    def caller() -> None:
+        barrier.wait()
+        began = time.monotonic()
+        try:
+            call()
+            outcome = "value"
+        except Exception as exc:
+            outcome = type(exc).__name__
+        results.append((outcome, time.monotonic() - began))
+
+    threads = [threading.Thread(target=caller) for _ in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    return results
+
+
+def test_sixteen_threads_share_one_failing_compute(cluster: Cluster) -> None:
+    stampede = Stampede(cluster)
+    computes = Counter[str]()
+
+    def compute() -> str:
+        time.sleep(0.2)  # a query that times out
+        computes["n"] += 1
+        raise Boom("backend down")
+
+    results = run_together(16, lambda: stampede.get_or_compute("cold:failing", compute, 60))
+    outcomes = Counter(outcome for outcome, _ in results)
+    print(f"computes={computes['n']} slowest={max(t for _, t in results):.2f}s {outcomes}")
+    assert computes["n"] <= 2
+    assert outcomes["Boom"] == computes["n"]  # the failing callers get their own error
+    assert outcomes["ComputeFailedError"] == 16 - computes["n"]  # the others, a shared one
+    assert max(took for _, took in results) < 3.0
+
+
+# 4 threads per process, released together at the start time read from argv.
+CALLERS = textwrap.dedent(
+    """
+    import json, sys, threading, time
+    from django_mcpatterns.core.cluster import Cluster
+    from django_mcpatterns.core.stampede import Stampede
+
+    cluster = Cluster(sys.argv[1].split(","))
+    stampede = Stampede(cluster)
+    cluster.get("warm-up")  # connected before the clock starts
+    start_at = float(sys.argv[2])
+
+    def compute():
+        time.sleep(0.2)
+        cluster.incr("failing:computes", 1)
+        raise RuntimeError("backend down")
+
+    def caller(results):
+        time.sleep(max(0.0, start_at - time.time()))
+        began = time.monotonic()
+        try:
+            stampede.get_or_compute("cold:failing:processes", compute, 60)
+            outcome = "value"
+        except Exception as exc:
+            outcome = type(exc).__name__ + ": " + str(exc)
+        results.append([outcome, time.monotonic() - began])
+
+    results = []
+    threads = [threading.Thread(target=caller, args=(results,)) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    print(json.dumps(results), flush=True)
+    """
+)
+
+
+def test_four_processes_of_four_threads_share_one_failing_compute(
+    cluster: Cluster, memcached_3: list[MemcachedServer]
+) -> None:
+    cluster.set("failing:computes", b"0")
+    specs = ",".join(s.spec for s in memcached_3)
+    start_at = str(time.time() + 1.5)  # after every interpreter has started
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    processes = [
+        subprocess.Popen(
+            [sys.executable, "-c", CALLERS, specs, start_at],
+            stdout=subprocess.PIPE,
+            text=True,
+            env=env,
+            cwd=ROOT,
+        )
+        for _ in range(4)
+    ]
+    results = []
+    for process in processes:
+        out, _ = process.communicate(timeout=60)
+        assert process.returncode == 0
+        results += [tuple(r) for r in json.loads(out)]
+    computes = int(cluster.get("failing:computes"))
+    kinds = Counter(outcome.split(":")[0] for outcome, _ in results)
+    print(f"computes={computes} slowest={max(t for _, t in results):.2f}s {kinds}")
+    assert len(results) == 16
+    assert computes <= 2
+    assert kinds["RuntimeError"] == computes
+    assert kinds["ComputeFailedError"] == 16 - computes
+    # Other processes learn what failed through memcached.
+    shared = [o for o, _ in results if o.startswith("ComputeFailedError")]
+    assert all("builtins.RuntimeError: backend down" in outcome for outcome in shared)
+    assert max(took for _, took in results) < 3.0
+
+
+def test_a_compute_three_times_longer_than_its_lock_keeps_it(cluster: Cluster) -> None:
+    policy = StampedePolicy(lock_timeout=1.0, wait=10.0)
+    computes = Counter[str]()
+    started = threading.Event()
+
+    def slow() -> str:
+        computes["n"] += 1
+        started.set()
+        time.sleep(3.0)
+        return "slow value"
+
+    first = threading.Thread(
+        target=lambda: Stampede(cluster, policy).get_or_compute("cold:slow", slow, 60)
+    )
+    first.start()
+    assert started.wait(10)
+    holders = set()
+    late: list[Any] = []
+    deadline = time.monotonic() + 2.7
+    while time.monotonic() < deadline:  # the lock item is there the whole time, unchanged
+        holders.add(cluster.get(lock_key("cold:slow")))
+        if not late and time.monotonic() > deadline - 1.0:  # a caller arriving at ~2 s
+            waiter = threading.Thread(
+                target=lambda: late.append(
+                    Stampede(cluster, policy).fetch("cold:slow", slow, 60).outcome
+                )
+            )
+            waiter.start()
+            late.append(waiter)
+        time.sleep(0.05)
+    first.join(30)
+    late[0].join(30)
+    assert computes["n"] == 1  # no second computer
+    assert None not in holders
+    assert len(holders) == 1
+    assert late[1:] == ["waited"]
+    assert cluster.get(lock_key("cold:slow")) is None  # released when it ended
+
+
+def test_a_waiter_past_wait_gets_an_exception_and_computes_nothing(cluster: Cluster) -> None:
+    computes = Counter[str]()
+    started = threading.Event()
+
+    def slow() -> str:
+        computes["n"] += 1
+        started.set()
+        time.sleep(1.5)
+        return "slow value"
+
+    first = threading.Thread(target=lambda: Stampede(cluster).get_or_compute("cold:wait", slow, 60))
+    first.start()
+    assert started.wait(10)
+    began = time.monotonic()
+    with pytest.raises(LockTimeoutError):
+        Stampede(cluster, StampedePolicy(wait=0.3)).get_or_compute("cold:wait", slow, 60)
+    assert time.monotonic() - began < 1.4  # answered at its limit, not after the compute
+    first.join(30)
+    assert computes["n"] == 1
