@@ -16,6 +16,7 @@
     │   └── LockTimeoutError        not acquired in time (blocking_timeout, a stampede wait)
     └── ClusterError            a memcached server did not answer as it should
         ├── NodeUnavailableError    the server is unreachable, timed out or marked dead
+        │   └── ProtocolError           its reply did not match the request: connection closed
         └── ServerError             the server answered with an error we did not expect
 
 The Django layer turns :class:`ConfigurationError` into ``ImproperlyConfigured``.
@@ -104,6 +105,16 @@ class NodeUnavailableError(ClusterError, ConnectionError):
     def __init__(self, message: str, *, node: str | None = None):
         super().__init__(message)
         self.node = node
+
+
+class ProtocolError(NodeUnavailableError):
+    """The server's reply did not match the request: a key that was not asked
+    for, a line out of step, bytes nobody asked for.
+
+    The connection is closed (whatever follows on it cannot be trusted) and the
+    operation fails as it would on a server failure: a miss or a failed write
+    by default, this error with ``raise_errors=True``.  Never a wrong value.
+    """
 
 
 class ServerError(ClusterError):
