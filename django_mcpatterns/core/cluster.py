@@ -824,10 +824,11 @@ class _CheckedClient(Client):
     ) -> list[bytes]:
         lines = super()._misc_cmd(cmds, cmd_name, noreply, end_tokens)
         valid = _LINE_REPLIES.get(cmd_name)
-        for line in lines if valid is not None else ():
-            if not valid(line):
-                self.close()
-                raise _mismatch(line)
+        if valid is not None:
+            for line in lines:
+                if not valid(line):
+                    self.close()
+                    raise _mismatch(line)
         return lines
 
 
