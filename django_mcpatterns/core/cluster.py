@@ -11,6 +11,18 @@ Connections
     One thread-safe pool of pymemcache ``Client`` objects per server
     (``pymemcache.pool.ObjectPool``), always waiting for replies (pymemcache's
     default ``noreply`` would make ``add``/``delete`` always answer True).
+    Connections belong to the process that opened them: a forked child (gunicorn
+    ``--preload``, Celery prefork, ``multiprocessing``) never uses one it
+    inherited.  ``os.register_at_fork`` gives the child new, empty pools at once
+    (while it has one thread, so locks a vanished parent thread held are
+    replaced too), and a pid check on every checkout catches forks that bypass
+    Python's hooks (uWSGI's).  The inherited sockets are closed in the child
+    only, which sends nothing: the parent's connections live on.
+Replies
+    A reply that does not match its request (a key that was not asked for, a
+    line out of step, bytes nobody asked for) is a :class:`ProtocolError`: the
+    connection is closed and the operation fails as on a server failure, never
+    with a wrong value or a stray ``KeyError``.
 Failover
     In one place: :meth:`Cluster._pick` decides which server an operation may
     use, :meth:`Cluster._done` and :meth:`Cluster._judge` record its outcome in
@@ -36,10 +48,12 @@ from __future__ import annotations
 import copy
 import dataclasses
 import logging
+import os
 import random
 import socket
 import threading
 import time
+import weakref
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -63,6 +77,7 @@ from .exceptions import (
     NodeUnavailableError,
     NonNumericValueError,
     OutcomeUnknownError,
+    ProtocolError,
     ServerError,
     ValueTooLargeError,
 )
@@ -80,8 +95,9 @@ __all__ = ["Cluster", "HealthSnapshot", "NodeEvent", "reset_shared_clusters", "s
 logger = logging.getLogger("django_mcpatterns.cluster")
 
 # What a dead, hung or restarted server looks like from here: refused or reset
-# connections and timeouts (all OSError) or a connection closed mid-reply.
-_NODE_ERRORS = (OSError, MemcacheUnexpectedCloseError)
+# connections and timeouts (all OSError), a connection closed mid-reply, or a
+# reply that does not answer the request.
+_NODE_ERRORS = (OSError, MemcacheUnexpectedCloseError, ProtocolError)
 
 E = TypeVar("E")
 R = TypeVar("R")
@@ -93,9 +109,24 @@ _MAX_DELTA = 2**64  # incr/decr deltas are unsigned 64-bit (protocol.txt)
 
 
 class _Node:
-    """One server: its pool of clients and its health, shared by every thread."""
+    """One server: its pool of clients and its health, shared by every thread.
 
-    __slots__ = ("_lock", "health", "name", "pool", "server")
+    The pool belongs to the process ``pid``: :meth:`checkout` in any other
+    (a forked child) first replaces it with one of that process's own.
+    """
+
+    __slots__ = (
+        "__weakref__",
+        "_idle_timeout",
+        "_lock",
+        "_make_client",
+        "_pool_size",
+        "health",
+        "name",
+        "pid",
+        "pool",
+        "server",
+    )
 
     def __init__(
         self,
@@ -108,17 +139,44 @@ class _Node:
         self.server = server
         self.name = server.node
         self.health = health
+        self._pool_size = pool_size
+        self._idle_timeout = idle_timeout
+        self._make_client = make_client
+        self._open()
+        _process_nodes.add(self)
+
+    def _open(self) -> None:
+        """Start an empty pool, this process's."""
         lock = threading.Lock()
         self._lock = lock
         # The pool runs on our lock so drop_idle() can close idle clients without
         # racing a checkout.
         self.pool: ObjectPool[Client] = ObjectPool(
-            make_client,
+            self._make_client,
             after_remove=Client.close,
-            max_size=pool_size,
-            idle_timeout=idle_timeout,
+            max_size=self._pool_size,
+            idle_timeout=self._idle_timeout,
             lock_generator=lambda: lock,
         )
+        self.pid = os.getpid()
+
+    def checkout(self) -> Client:
+        """Take a client of this process's pool; the caller releases or destroys it."""
+        if self.pid != _getpid():
+            _process_nodes.adopt(self)  # forked without Python's at-fork hooks
+        return self.pool.get()
+
+    def after_fork(self) -> None:
+        """In a forked child: forget the parent's connections, keep its view of the server.
+
+        Closing a socket here closes the child's descriptor only; nothing is
+        sent, so the parent (and its other children) keep their connections.
+        """
+        inherited = (*self.pool.free, *self.pool.used)
+        self._open()
+        self.health.after_fork()
+        for client in inherited:
+            client.close()
 
     def drop_idle(self) -> None:
         """Close idle connections; busy ones stay with the operations using them.
@@ -469,7 +527,7 @@ class Cluster:
         client = None
         sent = False  # from here on the command may have reached memcached
         try:
-            client = node.pool.get()
+            client = node.checkout()
             _connected(client)
             sent = True
             result = fn(client, *args)
@@ -503,6 +561,8 @@ class Cluster:
         """
         if client is not None:
             node.pool.destroy(client)  # its connection may be mid-reply: never reuse it
+        if isinstance(exc, MemcacheUnknownError):
+            exc = _out_of_step(exc)
         if isinstance(exc, _NODE_ERRORS):
             node.health.failed(exc, admission)
             node.drop_idle()  # pooled siblings share the dead server's fate
@@ -523,9 +583,11 @@ class Cluster:
             detail = f"{snapshot.state}, next try in {snapshot.retry_in:.1f}s"
         else:
             detail = f"{type(exc).__name__}: {exc}"
-        kind, outcome = NodeUnavailableError, ""
-        if unknown:
-            kind, outcome = OutcomeUnknownError, "; the command was sent: it may have been applied"
+        kind: type[NodeUnavailableError] = NodeUnavailableError
+        outcome = ""
+        if isinstance(exc, ProtocolError) or unknown:
+            kind = ProtocolError if isinstance(exc, ProtocolError) else OutcomeUnknownError
+            outcome = "; the command was sent: it may have been applied"
         error = kind(
             f"memcached server {node.name} is unavailable ({detail}){outcome}", node=node.name
         )
@@ -588,7 +650,7 @@ class Cluster:
             client = None
             sent = False
             try:
-                client = node.pool.get()
+                client = node.checkout()
                 sock = _connected(client)
                 sent = True
                 sock.sendall(exchange.request(kbs))
@@ -633,7 +695,7 @@ def _as_servers(servers: Sequence[str | Server] | str) -> tuple[Server, ...]:
 
 def _client_factory(server: Server, kwargs: Mapping[str, Any]) -> Callable[[], Client]:
     def make_client() -> Client:
-        return Client(server.address, **kwargs)
+        return _CheckedClient(server.address, **kwargs)
 
     return make_client
 
@@ -728,14 +790,95 @@ def _connected(client: Client) -> socket.socket:
     return sock
 
 
-def _reply_error(line: bytes) -> MemcacheError:
+def _reply_error(line: bytes) -> MemcacheError:  # pymemcache is untyped: Any
+    """The error a reply line stands for: memcached's own error, else a mismatch."""
     if line.startswith(b"SERVER_ERROR"):
         return MemcacheServerError(line[13:])
     if line.startswith(b"CLIENT_ERROR"):
         return MemcacheClientError(line[13:])
     if line.startswith(b"ERROR"):
         return MemcacheUnknownCommandError(line)
-    return MemcacheUnknownError(line[:32])
+    return _mismatch(line)
+
+
+def _mismatch(reply: bytes) -> ProtocolError:
+    return ProtocolError(f"reply {reply[:64]!r} does not answer the request")
+
+
+def _drained(buf: bytes) -> None:
+    """Check that nothing followed the reply: memcached sends only what was asked."""
+    if buf:
+        raise _mismatch(buf)
+
+
+def _is_count(line: bytes) -> bool:
+    return line.isdigit() or line == b"NOT_FOUND"
+
+
+# The replies each single-line command may get (protocol.txt); pymemcache reads
+# any line as the answer to delete and touch, and a stray one to incr as ValueError.
+_LINE_REPLIES: dict[bytes, Callable[[bytes], bool]] = {
+    b"delete": {b"DELETED", b"NOT_FOUND"}.__contains__,
+    b"touch": {b"TOUCHED", b"NOT_FOUND"}.__contains__,
+    b"incr": _is_count,
+    b"decr": _is_count,
+    b"flush_all": {b"OK"}.__contains__,
+}
+
+
+def _out_of_step(exc: MemcacheUnknownError) -> ProtocolError:
+    """pymemcache's "unexpected line" as the :class:`ProtocolError` it is."""
+    line = exc.args[0] if exc.args else b""  # pymemcache passes the line's first bytes
+    error = _mismatch(line if isinstance(line, bytes) else str(line).encode())
+    error.__cause__ = exc
+    return error
+
+
+class _CheckedClient(Client):  # type: ignore[misc]  # pymemcache ships no types
+    """pymemcache's client, refusing every reply that does not match its request.
+
+    pymemcache reads a key that was not asked for as ``KeyError``, a stray
+    line to ``incr`` as ``ValueError``, and takes any line for the answer to
+    ``delete`` or ``touch``.  Here each is a :class:`ProtocolError`, raised
+    once the connection is closed.  (The stray lines it raises as
+    ``MemcacheUnknownError`` are classified by :meth:`Cluster._judge`.)
+    """
+
+    def _extract_value(
+        self,
+        expect_cas: bool,
+        line: bytes,
+        buf: bytes,
+        remapped_keys: dict[bytes, Key],
+        prefixed_keys: list[bytes],
+    ) -> tuple[Key, Any, bytes]:
+        fields = line.split()  # VALUE <key> <flags> <bytes> [<cas unique>]
+        if (
+            len(fields) != (5 if expect_cas else 4)
+            or fields[1] not in remapped_keys
+            or not (fields[2].isdigit() and fields[3].isdigit())
+        ):
+            raise _mismatch(line)  # pymemcache's _fetch_cmd closes the connection
+        extracted: tuple[Key, Any, bytes] = super()._extract_value(
+            expect_cas, line, buf, remapped_keys, prefixed_keys
+        )
+        return extracted
+
+    def _misc_cmd(
+        self,
+        cmds: Iterable[bytes],
+        cmd_name: bytes,
+        noreply: bool | None,
+        end_tokens: bytes | None = None,
+    ) -> list[bytes]:
+        lines: list[bytes] = super()._misc_cmd(cmds, cmd_name, noreply, end_tokens)
+        valid = _LINE_REPLIES.get(cmd_name)
+        if valid is not None:
+            for line in lines:
+                if not valid(line):
+                    self.close()
+                    raise _mismatch(line)
+        return lines
 
 
 @dataclass(frozen=True, slots=True)
@@ -749,14 +892,24 @@ class _Fetch:
     def read(self, sock: socket.socket, kbs: list[bytes]) -> dict[bytes, Any]:
         values: dict[bytes, Any] = {}
         deserialize = self.serde.deserialize
+        unanswered = set(kbs)  # each key asked for is answered at most once
+        width = 5 if self.cas else 4
         buf = b""
         while True:
             buf, line = _readline(sock, buf)
             if line == b"END":
+                _drained(buf)
                 return values
             if not line.startswith(b"VALUE "):
                 raise _reply_error(line)
             fields = line.split()  # VALUE <key> <flags> <bytes> [<cas unique>]
+            if (
+                len(fields) != width
+                or fields[1] not in unanswered
+                or not (fields[2].isdigit() and fields[3].isdigit())
+            ):
+                raise _mismatch(line)
+            unanswered.discard(fields[1])
             buf, data = _readvalue(sock, buf, int(fields[3]))
             value = deserialize(fields[1], data, int(fields[2]))
             values[fields[1]] = (value, fields[4]) if self.cas else value
@@ -797,6 +950,7 @@ class _StoreMany:
                 not_stored.append(kb)
                 continue
             raise _reply_error(line)  # the stream may be out of step: stop here
+        _drained(buf)
         return not_stored
 
     def failed(self, kbs: list[bytes]) -> list[bytes]:
@@ -814,6 +968,7 @@ class _DeleteMany:
             buf, line = _readline(sock, buf)
             if line != b"DELETED" and line != b"NOT_FOUND":
                 raise _reply_error(line)
+        _drained(buf)
 
     def failed(self, kbs: list[bytes]) -> None:
         return None
@@ -822,6 +977,38 @@ class _DeleteMany:
 _DELETE_MANY = _DeleteMany()
 
 # -- process-wide sharing ---------------------------------------------------------
+
+
+class _ProcessNodes:
+    """Every server node of the process, so a forked child can drop their connections.
+
+    Weakly held: a node lives as long as its cluster.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._nodes: weakref.WeakSet[_Node] = weakref.WeakSet()
+
+    def add(self, node: _Node) -> None:
+        with self._lock:
+            self._nodes.add(node)
+
+    def adopt(self, node: _Node) -> None:
+        """Give ``node`` this process's own pool unless another thread just did."""
+        with self._lock:
+            if node.pid != _getpid():
+                node.after_fork()
+
+    def after_fork_in_child(self) -> None:
+        """Run in a child right after ``fork``, while it has a single thread."""
+        self._lock = threading.Lock()  # a vanished parent thread may have held it
+        for node in list(self._nodes):
+            node.after_fork()
+
+
+_getpid = os.getpid
+_process_nodes = _ProcessNodes()
+os.register_at_fork(after_in_child=_process_nodes.after_fork_in_child)
 
 _shared: Registry[Cluster] = Registry(on_reset=Cluster.close)
 

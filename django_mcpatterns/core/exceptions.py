@@ -18,6 +18,7 @@
     └── ClusterError            a memcached server did not answer as it should
         ├── NodeUnavailableError    the server is unreachable, timed out or marked dead
         │   └── OutcomeUnknownError     a command left and no reply came: applied or not, unknown
+        │       └── ProtocolError       its reply did not match the request: connection closed
         └── ServerError             the server answered with an error we did not expect
 
 The Django layer turns :class:`ConfigurationError` into ``ImproperlyConfigured``.
@@ -132,6 +133,18 @@ class OutcomeUnknownError(NodeUnavailableError):
     catch it; raised by the strict view only (the default view answers such a
     write ``False``, like one memcached refused).  Code that cleans up must not
     act on it: read the item again, or leave what it might name to expire.
+    """
+
+
+class ProtocolError(OutcomeUnknownError):
+    """The server's reply did not match the request: a key that was not asked
+    for, a line out of step, bytes nobody asked for.
+
+    The connection is closed (whatever follows on it cannot be trusted) and the
+    operation fails as it would on a server failure: a miss or a failed write
+    by default, this error with ``raise_errors=True``.  Never a wrong value.
+
+    A reply was read, so the command reached memcached: its outcome is unknown.
     """
 
 

@@ -24,7 +24,8 @@ Dead
     about one wait.
 
 One :class:`NodeHealth` per server is shared by every thread of the process
-(Django builds a backend per thread) and survives ``Cluster.close()``.  Time and
+(Django builds a backend per thread) and survives ``Cluster.close()``; a forked
+child starts from its parent's view (:meth:`NodeHealth.after_fork`).  Time and
 randomness come from an injected ``clock`` and ``rng`` so the rules are tested
 deterministically.
 """
@@ -200,6 +201,17 @@ class NodeHealth:
         """End a probe that reached no verdict (e.g. its value could not be serialised)."""
         with self._lock:
             self._probing = False
+
+    def after_fork(self) -> None:
+        """Start a forked child's copy from the parent's view, minus what was the parent's.
+
+        The failure count and timers still describe the server (the clock is
+        the machine's monotonic one), so a server the parent knows is dead is
+        not hammered by every new worker.  A probe in flight belongs to a parent
+        thread that does not exist here, and so may the lock: both start anew.
+        """
+        self._lock = threading.Lock()
+        self._probing = False
 
     def snapshot(self) -> HealthSnapshot:
         with self._lock:
