@@ -7,7 +7,8 @@
     ├── InvalidKeyError         a key memcached would reject, raised before I/O (also ValueError)
     ├── ValueTooLargeError      the value is over the item size limit (also ValueError)
     │   └── CollectionTooLargeError   a set or list would pass its configured maximum
-    ├── NonNumericValueError    incr/decr of a value that is not a number (also ValueError)
+    ├── NonNumericValueError    incr/decr of a value that is not a number (also ValueError
+    │                           and TypeError)
     ├── EncodingError           stored data could not be decoded (also ValueError)
     ├── IncompleteSetError      a set lost a shard, or awaits its loader: it cannot be read whole
     ├── ContentionError         a compare-and-swap kept losing to other writers
@@ -56,8 +57,12 @@ class CollectionTooLargeError(ValueTooLargeError):
     for sets, one item for lists); nothing of it was stored."""
 
 
-class NonNumericValueError(McPatternsError, ValueError):
-    """``incr``/``decr`` of a stored value that is not a decimal number."""
+class NonNumericValueError(McPatternsError, ValueError, TypeError):
+    """``incr``/``decr`` of a stored value that is not a decimal number.
+
+    Also a :class:`TypeError`, as Django's own backends raise for it (its cache
+    tests expect ``TypeError``), and a :class:`ValueError`, as before.
+    """
 
 
 class EncodingError(McPatternsError, ValueError):
