@@ -331,16 +331,11 @@ class MemoryStore:
     def _deserialize(self, key: Key, item: _Item) -> Any:
         """The item's value, or ``_MISS`` for an item the serde refused (serializers.py).
 
-        A refused item is dropped, as ``Cluster`` deletes it: the next ``add`` regenerates it.
+        A refused item is left in place, as ``Cluster`` leaves it: it may be
+        another client's value.
         """
         value = self._serde.deserialize(key, item.data, item.flags)
-        if not is_refused(value):
-            return value
-        raw = key_bytes(key)
-        with self._lock:
-            if self._items.get(raw) is item:  # unless rewritten meanwhile
-                self._discard(raw)
-        return _MISS
+        return _MISS if is_refused(value) else value
 
     def _decoded(self, keys: Iterable[Key]) -> list[tuple[Key, Any, _Item]]:
         found = [(key, self._deserialize(key, item), item) for key, item in self._fetch(keys)]
