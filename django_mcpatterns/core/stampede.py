@@ -501,6 +501,7 @@ class Stampede:
             sleep=self._sleep,
             rng=self._rng,
             on_event=self._on_event,
+            thread_local=False,  # _dispatch hands it to the runner's thread, which releases it
         )
 
     def _claim(self, lock: Lock) -> _Claim:
