@@ -10,6 +10,7 @@
     ├── NonNumericValueError    incr/decr of a value that is not a number (also ValueError
     │                           and TypeError)
     ├── EncodingError           stored data could not be decoded (also ValueError)
+    │   └── WrongTypeError          a set or list operation on a key holding another kind of value
     ├── IncompleteSetError      a set lost a shard, or awaits its loader: it cannot be read whole
     ├── ContentionError         a compare-and-swap kept losing to other writers
     ├── LockError               a lock was used in a way its state does not allow
@@ -67,6 +68,14 @@ class NonNumericValueError(McPatternsError, ValueError, TypeError):
 
 class EncodingError(McPatternsError, ValueError):
     """Stored data could not be decoded; never read as an empty or partial value."""
+
+
+class WrongTypeError(EncodingError):
+    """A set (or list) operation found a key holding another kind of value: Redis' WRONGTYPE.
+
+    A plain cache value (``cache.set``), or a list where a set was expected.
+    The item is left as it is; delete it or use another key.
+    """
 
 
 class LockError(McPatternsError):
