@@ -35,9 +35,9 @@ A plain value under a set's key
     on every write.  The mismatch is found by the next read instead, which
     always parses the header: every set read (and a write that has to read)
     raises ``WrongTypeError`` and rewrites nothing.  The plain value's own
-    readers keep their answer where its format ends by itself (pickle,
-    msgpack, signed values ignore or refuse the appended records; raw bytes
-    and text do grow by them, as memcached's ``append`` always does).
+    readers: pickle stops at its own end (the value reads as before); JSON,
+    msgpack and signed values are refused (a counted miss); raw bytes and
+    text grow by the records, as memcached's ``append`` always does.
 """
 
 from __future__ import annotations
