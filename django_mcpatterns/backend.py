@@ -237,5 +237,14 @@ class LocMemPatternsCache(_StoreCache):
 
     @cached_property
     def _cache(self) -> MemoryStore:
-        serde = self._serde_options.build(functools.partial(_send_refused_signal, MemoryStore))
-        return shared_memory_store(self._name, serde=serde, **self._memory_options)
+        # One LOCATION, one store: aliases naming it must agree on how values are
+        # encoded (serializer, signing), or the first one's would apply to all.
+        try:
+            return shared_memory_store(
+                self._name,
+                self._serde_options,
+                on_refused=functools.partial(_send_refused_signal, MemoryStore),
+                **self._memory_options,
+            )
+        except ConfigurationError as exc:
+            raise _improperly_configured(exc) from exc

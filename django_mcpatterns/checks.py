@@ -174,6 +174,8 @@ def _check_cache(alias: str, backend: type, entry: Mapping[str, Any]) -> list[An
     params = {k: v for k, v in entry.items() if k not in ("BACKEND", "LOCATION")}
     try:
         cache = backend(location, params)  # what django.core.cache.caches[alias] does
+        if not isinstance(cache, KetamaMemcacheCache):
+            cache.store  # noqa: B018 aliases sharing a LOCATION must agree on serde options
     except ImproperlyConfigured as exc:
         code = (
             _error_code(exc.__cause__, location, params.get("OPTIONS") or {})

@@ -442,11 +442,15 @@ def cached(
     ``str``, ``int``, ``float``, ``bool``, ``None``, ``bytes``, ``Decimal``,
     dates and times, ``UUID``, enums, classes, model instances (label and
     primary key) and tuples, lists, dicts and sets of them; anything else
-    raises ``TypeError``.  For other arguments give ``key``: a callable taking
-    the function's arguments and returning such a value (a tuple: several),
-    used in their place.  Methods: ``self`` (the first parameter of a function
-    defined in a class body) is left out of the key, so every instance shares
-    the entries, unless ``key`` puts something of ``self`` in.
+    raises ``TypeError``; an object of your own gets in by defining
+    ``__cache_key__()`` returning such a value.  For other arguments give
+    ``key``: a callable taking the function's arguments and returning such a
+    value (a tuple: several), used in their place.  Methods: ``self`` is an
+    argument like the others, so each instance has its own entries: a model
+    instance by its primary key, another object by its ``__cache_key__()``;
+    a method of a class with neither raises ``TypeError`` when called, rather
+    than give one instance another's result (give ``key``, or a
+    ``__cache_key__`` returning a constant to share the entries).
 
     ``namespace``: the parts of a ``cache.namespace(*parts)`` (a tuple, or one
     ``str``/``int``), or a callable taking the function's arguments and
@@ -474,10 +478,6 @@ class CachedFunction:
         self._options = options
         self._signature = inspect.signature(func)
         self._name = f"{func.__module__}.{func.__qualname__}"
-        self._is_method = False
-
-    def __set_name__(self, owner: type, name: str) -> None:
-        self._is_method = True  # defined in a class body: the first parameter is self
 
     def __get__(self, instance: Any, owner: type | None = None) -> Any:
         return self if instance is None else _BoundCachedFunction(self, instance)
@@ -499,8 +499,8 @@ class CachedFunction:
             return call_key(self._name, made if isinstance(made, tuple) else (made,))
         bound = self._signature.bind(*args, **kwargs)
         bound.apply_defaults()
-        values = list(bound.arguments.values())
-        return call_key(self._name, tuple(values[1:] if self._is_method else values))
+        # Every argument, self included: one instance never gets another's result.
+        return call_key(self._name, tuple(bound.arguments.values()))
 
     def invalidate(self, *args: Any, **kwargs: Any) -> bool:
         """Delete this call's entry; return whether it was there."""

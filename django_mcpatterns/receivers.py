@@ -13,10 +13,17 @@ invalidates once the transaction commits (``transaction.on_commit``): an
 invalidation before the commit would let a concurrent reader cache the old,
 still committed rows under the new version, and serve them until the next
 change.  Outside a transaction it invalidates at once.
+
+An invalidation that fails (memcached down, ``raise_errors`` or not) never
+makes ``Model.save()`` or ``delete()`` fail: the data is committed by then, and
+an exception would tell the caller the opposite.  Each failed target is logged
+(ERROR on ``django_mcpatterns.receivers``) and sent as the
+``invalidation_failed`` signal; the others are still invalidated.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
@@ -27,6 +34,8 @@ from django.db.models.signals import post_delete, post_save
 from .decorators import patterns_cache
 
 __all__ = ["NamespaceReceiver", "invalidate_on_change"]
+
+logger = logging.getLogger("django_mcpatterns.receivers")
 
 
 class _Invalidates(Protocol):
@@ -61,14 +70,37 @@ class NamespaceReceiver:
             transaction.on_commit(lambda: self.invalidate(targets), using=using, robust=self.robust)
 
     def invalidate(self, targets: list[Target]) -> None:
-        cache = patterns_cache(self.cache)
+        """Invalidate every target; one that fails is logged and signalled, never raised."""
         for target in targets:
-            if isinstance(target, tuple):
-                cache.invalidate_namespace(*target)
-            elif isinstance(target, str | int):
-                cache.invalidate_namespace(target)
-            else:
-                target.invalidate()  # type: ignore[union-attr]
+            try:
+                self._invalidate(target)
+            except Exception as exc:
+                self._failed(target, exc)
+
+    def _invalidate(self, target: Target) -> None:
+        cache = patterns_cache(self.cache)
+        if isinstance(target, tuple):
+            cache.invalidate_namespace(*target)
+        elif isinstance(target, str | int):
+            cache.invalidate_namespace(target)
+        else:
+            target.invalidate()  # type: ignore[union-attr]
+
+    def _failed(self, target: Target, error: Exception) -> None:
+        from . import signals
+
+        logger.error(
+            "could not invalidate namespace %r of cache %r after a change to %s: %s: %s; "
+            "its cached values stay until they expire",
+            target,
+            self.cache,
+            self.model.__name__,
+            type(error).__name__,
+            error,
+        )
+        signals.invalidation_failed.send_robust(
+            sender=self.model, target=target, cache=self.cache, error=error
+        )
 
     def connect(self) -> NamespaceReceiver:
         post_save.connect(self, sender=self.model, weak=False)
@@ -93,10 +125,11 @@ def invalidate_on_change(
     """Invalidate ``namespace(instance)`` of ``cache`` whenever ``model`` is saved or deleted.
 
     ``namespace`` returns what to invalidate (see :data:`Target`).  The
-    invalidation waits for the transaction to commit.  It raises
-    ``NodeUnavailableError`` when the namespace's server is unreachable, into
-    the code that committed; ``robust=True`` logs the error instead (Django's
-    ``on_commit(robust=True)``).  Return the connected receiver.
+    invalidation waits for the transaction to commit.  When it fails (the
+    namespace's server is unreachable) it is logged and the
+    ``invalidation_failed`` signal is sent: the save never fails for it.
+    ``robust`` is accepted for compatibility and changes nothing any more.
+    Return the connected receiver.
     """
     return NamespaceReceiver(model, namespace, cache, robust).connect()
 

@@ -38,6 +38,12 @@ key (after ``KEY_PREFIX``/``VERSION``):
     cold-miss caller waiting for another's computation) and got it.
 ``lock_timed_out``
     A caller gave up after ``waited`` seconds.
+
+``invalidation_failed``
+    An ``invalidate_on_change`` receiver could not invalidate a namespace
+    after a model change (also logged; the save itself succeeded).  The
+    sender is the model class; ``target`` (what ``namespace`` returned for
+    it), ``cache`` (the alias), ``error`` (the exception).
 """
 
 from __future__ import annotations
@@ -58,6 +64,8 @@ compute_failed = Signal()
 refresh_dropped = Signal()
 lock_waited = Signal()
 lock_timed_out = Signal()
+
+invalidation_failed = Signal()
 
 _BY_EVENT: dict[type, Signal] = signals_by_event(globals())
 

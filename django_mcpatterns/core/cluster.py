@@ -305,19 +305,13 @@ class Cluster:
         value = self._single(kb, Client.get, default, kb, default)
         if value is STALE:
             return default  # past its soft expiry: a plain miss, left for get_or_compute
-        if is_refused(value):
-            self._drop_refused([key])
-            return default
-        return value
+        return default if is_refused(value) else value
 
     def gets(self, key: Key) -> tuple[Any, CasToken | None]:
         kb = key_bytes(key)
         found: tuple[Any, CasToken | None] = self._single(kb, Client.gets, _NO_CAS, kb)
-        if found[0] is STALE:
-            return _NO_CAS
-        if is_refused(found[0]):
-            self._drop_refused([key])
-            return _NO_CAS
+        if found[0] is STALE or is_refused(found[0]):
+            return _NO_CAS  # past its soft expiry, or refused (left in place): a miss
         return found
 
     def set(self, key: Key, value: Any, expire: int = 0) -> bool:
@@ -457,24 +451,19 @@ class Cluster:
     def _hits(
         self, parts: list[dict[bytes, Any]], given: Mapping[bytes, Key], value: Callable[[Any], Any]
     ) -> dict[Key, Any]:
-        """The fetched items by the keys as given; refused ones are misses, and dropped."""
+        """The fetched items by the keys as given; refused ones are misses, left in place.
+
+        An item the serde refused may be another client's (PHP, Java, pylibmc on
+        the same ring): a read never deletes it (serializers.py).
+        """
         hits: dict[Key, Any] = {}
-        refused: list[Key] = []
         for part in parts:
             for kb, found in part.items():
-                if value(found) is STALE:
-                    continue  # past its soft expiry: a plain miss, left for get_or_compute
-                if is_refused(value(found)):
-                    refused.append(given[kb])
-                else:
+                found_value = value(found)
+                # Past its soft expiry (left for get_or_compute), or refused: a miss.
+                if found_value is not STALE and not is_refused(found_value):
                     hits[given[kb]] = found
-        if refused:
-            self._drop_refused(refused)
         return hits
-
-    def _drop_refused(self, keys: list[Key]) -> None:
-        """Delete items the serde refused (serializers.py): the next ``add`` regenerates them."""
-        self.delete_many(keys)
 
     def _single(self, kb: bytes, fn: Callable[..., R], failed: R, *args: Any) -> R:
         """Run ``fn(client, *args)`` on the server owning ``kb``; lock-free while it is healthy."""

@@ -25,7 +25,19 @@ Set records are ``+`` or ``-`` (add, remove) with the member's encoding and
 List records carry a microsecond timestamp: ``+<us>:<member>\\n`` pushes a value,
 ``-<us>:<count>:<member>\\n`` removes like Redis ``LREM``.
 
-Anything that does not parse raises :class:`~.exceptions.EncodingError`.
+Anything that does not parse raises :class:`~.exceptions.EncodingError`; an
+item that is not a collection of the kind asked for (a plain cache value, a list
+read as a set) raises its subclass :class:`~.exceptions.WrongTypeError`.
+
+A plain value under a set's key
+    ``sadd``/``srem`` are blind appends (one request, nothing read), and
+    memcached appends to any item: refusing them up front would cost a read
+    on every write.  The mismatch is found by the next read instead, which
+    always parses the header: every set read (and a write that has to read)
+    raises ``WrongTypeError`` and rewrites nothing.  The plain value's own
+    readers: pickle stops at its own end (the value reads as before); JSON,
+    msgpack and signed values are refused (a counted miss); raw bytes and
+    text grow by the records, as memcached's ``append`` always does.
 """
 
 from __future__ import annotations
@@ -38,13 +50,14 @@ from array import array
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
-from .exceptions import EncodingError
+from .exceptions import EncodingError, WrongTypeError
 
 Member = str | bytes | int
 
 STR, BYTES, INT, INT64 = b"s", b"b", b"i", b"q"
 ADD, REMOVE, BASE = b"+", b"-", b"="
 SET, SHARD, LIST = b"S", b"H", b"L"
+_KIND_NAMES = {SET: "set", SHARD: "set shard", LIST: "list"}
 
 _SEP = b"\n"
 _DLE = b"\x10"
@@ -304,13 +317,26 @@ class Header:
 
 
 def read_header(data: object, kind: bytes) -> Header:
-    """Parse the header of a stored set root or shard, checking it is of ``kind``."""
+    """Parse the header of a stored set root or shard, checking it is of ``kind``.
+
+    Raise :class:`WrongTypeError` for an item that is no such collection.
+    """
     if not isinstance(data, bytes):
-        raise EncodingError(f"expected a raw set item, found a {type(data).__name__} value")
+        raise _wrong_type(kind, f"a plain {type(data).__name__} value")
+    if not data.startswith(_MAGIC):
+        raise _wrong_type(kind, "a plain bytes value")
     header = Header.unpack(data)
     if header.kind != kind:
-        raise EncodingError(f"expected a {kind!r} item, found a {header.kind!r} item")
+        raise _wrong_type(kind, f"a {_KIND_NAMES.get(header.kind, repr(header.kind))}")
     return header
+
+
+def _wrong_type(kind: bytes, found: str) -> WrongTypeError:
+    name = _KIND_NAMES[kind]
+    return WrongTypeError(
+        f"the key holds {found}, not a {name}: {name} operations refuse it and leave it as "
+        "it is; delete it or use another key"
+    )
 
 
 # -- set records -----------------------------------------------------------------
@@ -398,7 +424,7 @@ class Removal:
 def parse_list(data: object) -> tuple[list[Removal], int, Header, list[tuple[int, Member]]]:
     """Return ``(removals, header_offset, header, pushes)`` of a stored list."""
     if not isinstance(data, bytes):
-        raise EncodingError(f"expected a raw list item, found a {type(data).__name__} value")
+        raise _wrong_type(LIST, f"a plain {type(data).__name__} value")
     removals: list[Removal] = []
     pos = list_header_offset(data)
     for record in data[:pos].split(_SEP)[:-1]:  # the prepended "-" records
@@ -407,9 +433,11 @@ def parse_list(data: object) -> tuple[list[Removal], int, Header, list[tuple[int
             raise EncodingError(f"bad list removal record {record[:40]!r}")
         member = _list_member(match.group(3))
         removals.append(Removal(int(match.group(1)), int(match.group(2)), member))
+    if not data.startswith(_MAGIC, pos):
+        raise _wrong_type(LIST, "a plain bytes value")
     header = Header.unpack(data, pos)
     if header.kind != LIST:
-        raise EncodingError(f"expected a list item, found a {header.kind!r} item")
+        raise _wrong_type(LIST, f"a {_KIND_NAMES.get(header.kind, repr(header.kind))}")
     body = pos + Header.SIZE
     pushes: list[tuple[int, Member]] = []
     if body < len(data):

@@ -7,8 +7,10 @@
     ├── InvalidKeyError         a key memcached would reject, raised before I/O (also ValueError)
     ├── ValueTooLargeError      the value is over the item size limit (also ValueError)
     │   └── CollectionTooLargeError   a set or list would pass its configured maximum
-    ├── NonNumericValueError    incr/decr of a value that is not a number (also ValueError)
+    ├── NonNumericValueError    incr/decr of a value that is not a number (also ValueError
+    │                           and TypeError)
     ├── EncodingError           stored data could not be decoded (also ValueError)
+    │   └── WrongTypeError          a set or list operation on a key holding another kind of value
     ├── IncompleteSetError      a set lost a shard, or awaits its loader: it cannot be read whole
     ├── ContentionError         a compare-and-swap kept losing to other writers
     ├── ComputeFailedError      another caller's computation of the key failed moments ago
@@ -59,12 +61,24 @@ class CollectionTooLargeError(ValueTooLargeError):
     for sets, one item for lists); nothing of it was stored."""
 
 
-class NonNumericValueError(McPatternsError, ValueError):
-    """``incr``/``decr`` of a stored value that is not a decimal number."""
+class NonNumericValueError(McPatternsError, ValueError, TypeError):
+    """``incr``/``decr`` of a stored value that is not a decimal number.
+
+    Also a :class:`TypeError`, as Django's own backends raise for it (its cache
+    tests expect ``TypeError``), and a :class:`ValueError`, as before.
+    """
 
 
 class EncodingError(McPatternsError, ValueError):
     """Stored data could not be decoded; never read as an empty or partial value."""
+
+
+class WrongTypeError(EncodingError):
+    """A set (or list) operation found a key holding another kind of value: Redis' WRONGTYPE.
+
+    A plain cache value (``cache.set``), or a list where a set was expected.
+    The item is left as it is; delete it or use another key.
+    """
 
 
 class LockError(McPatternsError):

@@ -37,8 +37,16 @@ server of the ring; processes that disagree about the dead server's health can
 then hold the "same" lock on two servers.  Use ``"miss"`` (the default) where
 exclusion matters more than availability.
 
-A :class:`Lock` object is one owner: it is not shared between threads.  Used as
-a decorator it takes a fresh owner (token) per call.
+Owners
+    A :class:`Lock` object keeps one owner per thread: its token lives in a
+    ``threading.local`` (redis-py's ``thread_local=True``), so threads sharing
+    one object (a module-level lock, a lock on a view class) exclude each other
+    like separate owners, and a thread can only release what it took.  To let
+    another thread finish an owner's work, pass the owner's token explicitly
+    (``extend(..., token=t)``, ``release(token=t)``: a keepalive thread) or
+    build the lock with ``thread_local=False`` to hand the whole object over (a
+    background job that releases it).  Used as a decorator it takes a fresh
+    owner (token) per call.
 """
 
 from __future__ import annotations
@@ -48,6 +56,7 @@ import logging
 import math
 import random
 import secrets
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -231,13 +240,29 @@ def rewrite_owned(
 # -- the lock -----------------------------------------------------------------------
 
 
+class _Hold:
+    """What a Lock object holds: the token, and when the lock lapses at the earliest."""
+
+    token: bytes | None = None
+    deadline: float = 0.0  # by the lock's clock
+
+
+class _ThreadHold(threading.local):
+    """A :class:`_Hold` per thread (``thread_local=True``)."""
+
+    token: bytes | None = None
+    deadline: float = 0.0
+
+
 class Lock:
     """A lock held in memcached under ``key``, expiring after ``timeout`` seconds.
 
     ``blocking`` / ``blocking_timeout`` are the defaults of :meth:`acquire`
     (``None``: wait as long as it takes).  ``clock`` (monotonic seconds),
     ``sleep`` and ``rng`` are injectable for tests; ``on_event`` receives
-    :class:`LockWaited` and :class:`LockTimedOut`.
+    :class:`LockWaited` and :class:`LockTimedOut`.  ``thread_local``: each
+    thread using the object is its own owner (see "Owners" above); False
+    shares one owner between threads, for handing a held lock to another.
     """
 
     def __init__(
@@ -253,6 +278,7 @@ class Lock:
         sleep: Callable[[float], object] = time.sleep,
         rng: Callable[[], float] = random.random,
         on_event: EventHook | None = None,
+        thread_local: bool = True,
     ) -> None:
         key_bytes(key)  # an invalid key fails here, not on first use
         _check_positive("lock timeout", timeout, maximum=MAX_TIMEOUT)
@@ -268,17 +294,17 @@ class Lock:
         self._sleep = sleep
         self._rng = rng
         self._on_event = on_event
-        self._token: bytes | None = None
-        self._deadline = 0.0  # by our clock: when the lock lapses at the earliest
+        self.thread_local = thread_local
+        self._hold: _Hold | _ThreadHold = _ThreadHold() if thread_local else _Hold()
 
     def __repr__(self) -> str:
-        state = "held" if self._token is not None else "not held"
+        state = "held" if self._hold.token is not None else "not held"
         return f"<Lock {self.key!r} timeout={self.timeout:g}s {state}>"
 
     @property
     def token(self) -> bytes | None:
-        """This owner's token while it holds the lock, else None."""
-        return self._token
+        """This owner's token while it holds the lock (per thread by default), else None."""
+        return self._hold.token
 
     def copy(self) -> Lock:
         """A new, unacquired owner of the same lock with the same settings."""
@@ -293,6 +319,7 @@ class Lock:
             sleep=self._sleep,
             rng=self._rng,
             on_event=self._on_event,
+            thread_local=self.thread_local,
         )
 
     # -- the protocol --
@@ -308,9 +335,10 @@ class Lock:
         Non-blocking: one ``add``.  Blocking: retry with :class:`Backoff` until
         taken or ``blocking_timeout`` seconds have passed.  Raise
         :class:`NodeUnavailableError` when the lock's server cannot be reached
-        (never a silent False), :class:`LockError` if this object already holds it.
+        (never a silent False), :class:`LockError` if this owner (this thread,
+        with ``thread_local``) already holds it.
         """
-        if self._token is not None:
+        if self._hold.token is not None:
             raise LockError(
                 f"lock {self.key!r} is already held by this Lock object; "
                 "locks are not reentrant: use one Lock object per owner"
@@ -337,27 +365,37 @@ class Lock:
             self._sleep(pause)
             attempt += 1
 
-    def release(self) -> None:
+    def release(self, token: bytes | None = None) -> None:
         """Free the lock if this owner still holds it.
 
         Raise :class:`LockNotOwnedError` when it lapsed meanwhile (the lock, maybe
         held by another owner now, is left alone) and :class:`LockError` when this
-        object never acquired it.  The object forgets the lock in every case.
+        owner never acquired it.  The owner forgets the lock in every case.
+        ``token``: release for the owner of that token, from any thread.
         """
-        token = self._held("release")
-        self._token = None
+        token = self._held("release", token)
+        if self._hold.token == token:
+            self._hold.token = None
         self._replace(token, -1, "release")  # cas with a negative exptime deletes
 
-    def extend(self, additional_time: float, replace_ttl: bool = False) -> None:
+    def extend(
+        self, additional_time: float, replace_ttl: bool = False, token: bytes | None = None
+    ) -> None:
         """Keep the lock ``additional_time`` seconds longer (or, with ``replace_ttl``,
-        exactly that long from now).  Raise :class:`LockNotOwnedError` if it lapsed."""
-        token = self._held("extend")
+        exactly that long from now).  Raise :class:`LockNotOwnedError` if it lapsed.
+
+        ``token``: extend for the owner of that token, from any thread (a
+        keepalive); where this thread does not hold it, the time left is not
+        known here and ``additional_time`` counts from now.
+        """
+        token = self._held("extend", token)
+        hold = self._hold if self._hold.token == token else _Hold()
         now = self._clock()
-        remaining = max(0.0, self._deadline - now)
+        remaining = max(0.0, hold.deadline - now)
         ttl = additional_time if replace_ttl else remaining + additional_time
         _check_positive("the extended lock time", ttl, maximum=MAX_TIMEOUT)
         self._replace(token, exptime_for(ttl), "extend")
-        self._deadline = now + ttl
+        hold.deadline = now + ttl
 
     def locked(self) -> bool:
         """Whether anyone holds the lock now (one ``get``)."""
@@ -365,7 +403,7 @@ class Lock:
 
     def owned(self) -> bool:
         """Whether this owner still holds the lock, as memcached sees it (one ``get``)."""
-        token = self._token
+        token = self._hold.token
         return token is not None and self._call("inspect", self._store.get, self.key) == token
 
     # -- context manager and decorator --
@@ -396,26 +434,30 @@ class Lock:
         now = self._clock()
         if not self._call("acquire", self._store.add, self.key, token, exptime_for(self.timeout)):
             return False
-        self._token = token
-        self._deadline = now + self.timeout
+        self._hold.token = token
+        self._hold.deadline = now + self.timeout
         return True
 
     def _replace(self, token: bytes, exptime: int, action: str) -> None:
         """Rewrite our lock item (new exptime; negative deletes) only while it is ours."""
         value, cas = self._call(action, self._store.gets, self.key)
         if value != token or cas is None:
-            raise self._not_owned(action, holder=value is not None)
+            raise self._not_owned(action, token, holder=value is not None)
         if not self._call(action, self._store.cas, self.key, token, cas, exptime):
             # Between our gets and cas it lapsed (None) or was taken over (False).
-            raise self._not_owned(action, holder=True)
+            raise self._not_owned(action, token, holder=True)
 
-    def _held(self, action: str) -> bytes:
-        if self._token is None:
+    def _held(self, action: str, token: bytes | None) -> bytes:
+        """The token to act for: the one given, else this owner's (or a LockError)."""
+        if token is not None:
+            return token
+        if self._hold.token is None:
             raise LockError(f"cannot {action} lock {self.key!r}: this Lock object does not hold it")
-        return self._token
+        return self._hold.token
 
-    def _not_owned(self, action: str, *, holder: bool) -> LockNotOwnedError:
-        self._token = None
+    def _not_owned(self, action: str, token: bytes, *, holder: bool) -> LockNotOwnedError:
+        if self._hold.token == token:
+            self._hold.token = None
         now = "another owner may hold it now" if holder else "nobody holds it now"
         return LockNotOwnedError(
             f"cannot {action} lock {self.key!r}: this owner no longer holds it "

@@ -48,7 +48,7 @@ from .envelope import STALE, with_envelopes
 from .exceptions import ConfigurationError, NonNumericValueError, ValueTooLargeError
 from .keys import Key, KeyT, key_bytes
 from .registry import Registry
-from .serializers import SerdeOptions, ValueSerde, is_refused
+from .serializers import SerdeOptions, ValueRefused, ValueSerde, is_refused
 from .store import MAX_RELATIVE_EXPIRE, CasToken
 
 # memcached 1.6 item_make_header(): sizeof(item) 48 + key NUL 1 + "\r\n" 2 + CAS 8.
@@ -333,18 +333,13 @@ class MemoryStore:
     def _deserialize(self, key: Key, item: _Item) -> Any:
         """The item's value, or ``_MISS`` for an item the serde refused (serializers.py).
 
-        A refused item is dropped, as ``Cluster`` deletes it: the next ``add`` regenerates it.
+        A refused item is left in place, as ``Cluster`` leaves it: it may be
+        another client's value.
         """
         value = self._serde.deserialize(key, item.data, item.flags)
         if value is STALE:
             return _MISS  # past its soft expiry: a plain miss, left for get_or_compute
-        if not is_refused(value):
-            return value
-        raw = key_bytes(key)
-        with self._lock:
-            if self._items.get(raw) is item:  # unless rewritten meanwhile
-                self._discard(raw)
-        return _MISS
+        return _MISS if is_refused(value) else value
 
     def _decoded(self, keys: Iterable[Key]) -> list[tuple[Key, Any, _Item]]:
         found = [(key, self._deserialize(key, item), item) for key, item in self._fetch(keys)]
@@ -542,17 +537,45 @@ def memory_options(options: Mapping[str, Any]) -> dict[str, int]:
     return sizes
 
 
-_SHARED: Registry[MemoryStore] = Registry(on_reset=MemoryStore.flush_all)
+# Each shared store with the serialisation options it was made with.
+_SHARED: Registry[tuple[MemoryStore, SerdeOptions]] = Registry(
+    on_reset=lambda shared: shared[0].flush_all()
+)
 
 
-def shared_memory_store(name: str, **options: Any) -> MemoryStore:
-    """Return the process-wide store called ``name``, creating it with ``options``.
+def shared_memory_store(
+    name: str,
+    serde_options: SerdeOptions | None = None,
+    *,
+    on_refused: Callable[[ValueRefused], object] | None = None,
+    **sizes: Any,
+) -> MemoryStore:
+    """Return the process-wide store called ``name``, creating it with these options.
 
     Every thread (and every Django backend instance) naming the same store
     shares its data, as Django's ``LocMemCache`` shares one dict per
-    ``LOCATION``; ``options`` only matter to the first caller.
+    ``LOCATION``.  ``sizes`` (``max_bytes``, ``max_item_size``) and
+    ``on_refused`` only matter to the first caller.  ``serde_options``
+    (serializer and signing) decide how every value is written and read, so
+    a caller asking for other ones than the store was made with gets
+    :class:`ConfigurationError`: silently sharing the first caller's would
+    store unsigned values for a cache configured to sign them.
     """
-    return _SHARED.get_or_create(name, lambda: MemoryStore(**options))
+    wanted = serde_options if serde_options is not None else SerdeOptions()
+    store, made_with = _SHARED.get_or_create(
+        name, lambda: (MemoryStore(serde=wanted.build(on_refused), **sizes), wanted)
+    )
+    if made_with != wanted:
+        # SerdeOptions' repr leaves the keys out; say so when only they differ.
+        detail = f"{made_with!r}, not {wanted!r}"
+        if repr(made_with) == repr(wanted):
+            detail = "other signing keys"
+        raise ConfigurationError(
+            f"the embedded store {name!r} is already used with {detail}; give a cache with "
+            "other serializer or signing options its own LOCATION",
+            option="LOCATION",
+        )
+    return store
 
 
 def reset_shared_memory_stores() -> None:

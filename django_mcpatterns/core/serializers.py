@@ -33,11 +33,15 @@ What a read does with an item it will not decode (the policy for values)
     ``(None, None)``), logs a warning on ``django_mcpatterns.serializers``,
     counts it by reason (:meth:`ValueSerde.refusals`) and calls ``on_refused``
     with a :class:`ValueRefused` (Django and Flask send the ``value_refused``
-    signal).  The store then deletes the item, so the next ``add`` (not only
-    ``set``) regenerates it.  Never a silent ``None``, never a guess, never an
-    unpickled stranger.  (Set and list items, and soft-expiry envelopes of an
-    unknown version, raise :class:`~.exceptions.EncodingError` instead: there a
-    miss would be a wrong answer.)
+    signal).  The item is left in place: on a ring shared with PHP, Java or
+    pylibmc clients it is another client's value, and a delete (without
+    ``cas``) could also take a fresh value written meanwhile.  ``set`` (and
+    ``get_or_compute``, which stores with ``set``) replaces it; ``add`` and
+    Django's ``get_or_set`` leave it and return their value uncached.  Never a
+    silent ``None``, never a guess, never an unpickled stranger.  (Set and list
+    items, and soft-expiry envelopes of an unknown version, raise
+    :class:`~.exceptions.EncodingError` instead: there a miss would be a wrong
+    answer.)
 What a write does with a value it cannot encode
     Raise :class:`~.exceptions.EncodingError` (e.g. a lambda with pickle, a
     ``set`` with JSON) before anything is sent.

@@ -14,7 +14,9 @@ memcached refuses (whitespace, control characters; non-ASCII text is
 the backend's ``KEY_PREFIX`` and ``VERSION``.
 
 Framework-free: Django model instances are recognised by duck typing
-(``_meta.label_lower`` and ``pk``).
+(``_meta.label_lower`` and ``pk``).  Any other object says how it is keyed with
+a ``__cache_key__()`` method returning a value :func:`encode` writes (an id, a
+tuple of fields): that is how a decorated method's ``self`` gets into its key.
 """
 
 from __future__ import annotations
@@ -41,13 +43,17 @@ def encode(value: Any) -> str:
     """Return canonical text for ``value``; equal arguments of one type give equal text.
 
     Types are told apart (``1``, ``1.0``, ``True`` and ``"1"`` give four
-    texts), dicts and sets are sorted, and Django model instances are written
-    as their label and primary key.  Raise :class:`TypeError` for anything
-    else: give the decorator a ``key=`` callable for such arguments.
+    texts), dicts and sets are sorted, Django model instances are written as
+    their label and primary key, and an object with a ``__cache_key__()``
+    method as its class and what that returns.  Raise :class:`TypeError` for
+    anything else: give the decorator a ``key=`` callable for such arguments.
     """
     for kind, writer in _WRITERS:
         if isinstance(value, kind):
             return writer(value)
+    own = getattr(type(value), "__cache_key__", None)
+    if own is not None:
+        return f"{_qualified(type(value))}:{encode(own(value))}"
     meta = getattr(value, "_meta", None)
     if meta is not None and hasattr(meta, "label_lower") and hasattr(value, "pk"):
         if value.pk is None:
@@ -55,7 +61,8 @@ def encode(value: Any) -> str:
         return f"{meta.label_lower}:{encode(value.pk)}"
     raise TypeError(
         f"cannot make a cache key from a {type(value).__module__}.{type(value).__qualname__}; "
-        "give the decorator key=callable returning str, int, tuples... for these arguments"
+        "define __cache_key__() on it, or give the decorator key=callable returning str, "
+        "int, tuples... for these arguments"
     )
 
 

@@ -64,8 +64,9 @@ class FragmentNode(Node):
     def render(self, context: Context) -> str:
         timeout = self._timeout(context)
         cache = self._cache(context)
-        # Django's own key: make_template_fragment_key(name, vary_on) invalidates
-        # these fragments as it does those of {% cache %}.
+        # Django's own key: without namespace=, make_template_fragment_key(name,
+        # vary_on) invalidates these fragments as it does those of {% cache %};
+        # with it, the key is the namespace's (cache.namespace(*parts).delete(key)).
         key = make_template_fragment_key(
             self.fragment_name, [var.resolve(context) for var in self.vary_on]
         )

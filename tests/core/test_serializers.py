@@ -429,12 +429,12 @@ def test_an_item_the_store_will_not_decode_is_a_logged_counted_miss(
         for read in reads:
             plant(store, "bad", data, flags)
             assert read()
-            assert b"bad" not in store._items  # dropped: the next add regenerates it
+            assert store._items[b"bad"].data == data  # left in place: maybe another client's
     assert recorder.reasons == [reason] * 4
     assert recorder.events[0] == ValueRefused(b"bad", reason, flags, recorder.events[0].detail)
     assert store.serde.inner.refusals() == {reason: 4}  # type: ignore[attr-defined]
     assert caplog.text.count("refused the cached value of b'bad'") == 4
-    assert store.add("bad", [1])
+    assert store.set("bad", [1])
     assert store.get("bad") == [1]
 
 
@@ -644,12 +644,12 @@ def test_a_forged_pickle_written_with_a_raw_client_is_refused_never_unpickled(
     for read in reads:
         forge(server, "session:1")
         assert read()
-        assert raw_client(server).get("session:1") is None  # refused, then deleted
+        assert raw_client(server).get("session:1") == FORGED_PICKLE  # refused, left in place
     assert recorder.reasons == ["unsigned"] * 4
     assert cluster.serde.inner.refusals() == {"unsigned": 4}
     assert "refused the cached value of b'session:1' (unsigned)" in caplog.text
-    # The connection stayed in step, and an add regenerates the key.
-    assert cluster.add("session:1", {"user": 1})
+    # The connection stayed in step, and a set replaces the forged item.
+    assert cluster.set("session:1", {"user": 1})
     assert cluster.get("session:1") == {"user": 1}
     cluster.close()
 
@@ -689,3 +689,76 @@ def test_each_serializer_on_a_real_server_and_a_mismatched_reader_misses(
     assert recorder.reasons == ["format"]
     writer.close()
     reader.close()
+
+
+# -- values other clients wrote: a counted miss, left in place -------------------------
+
+# What PHP, Java and pylibmc clients write on a shared ring, as bytes and flags we refuse.
+FOREIGN_VALUES = [
+    pytest.param(b'a:1:{s:4:"name";s:3:"ann";}', 4, "corrupt", id="php-serialized"),
+    pytest.param(b"\xac\xed\x00\x05t\x00\x03ann", 1, "corrupt", id="java-serialized"),
+    pytest.param(b"x\x9c\xcbH\xcd\xc9\xc9\x07\x00\x06,\x02\x15", 1 << 3 | 1, "format", id="zlib"),
+    pytest.param(b"42", 3 << 8, "format", id="spymemcached-long"),
+]
+
+
+@pytest.mark.parametrize(("data", "flags", "reason"), FOREIGN_VALUES)
+def test_a_value_another_client_wrote_is_a_counted_miss_and_stays_in_place(
+    server: MemcachedServer, recorder: Recorder, data: bytes, flags: int, reason: str
+) -> None:
+    cluster = Cluster([server.spec], serde=ValueSerde(on_refused=recorder))
+    php = raw_client(server)
+    php.set("shared:1", data, flags=flags)
+    cluster.set("ours", "fine")
+    before = php.gets("shared:1")
+    reads: list[Callable[[], Any]] = [
+        lambda: cluster.get("shared:1", "miss") == "miss",
+        lambda: cluster.gets("shared:1") == (None, None),
+        lambda: cluster.get_many(["shared:1", "ours"]) == {"ours": "fine"},
+        lambda: set(cluster.gets_many(["shared:1", "ours"])) == {"ours"},
+    ]
+    for read in reads:
+        assert read()
+        # Untouched: the same bytes, and the same cas token (nothing rewrote it).
+        assert php.gets("shared:1") == before
+    assert recorder.reasons == [reason] * 4
+    assert cluster.serde.inner.refusals() == {reason: 4}
+    # add() fills missing keys only: the other client's value stays; set() replaces it.
+    assert cluster.add("shared:1", "ours") is False
+    assert php.gets("shared:1") == before
+    assert cluster.set("shared:1", "ours")
+    assert cluster.get("shared:1") == "ours"
+    php.close()
+    cluster.close()
+
+
+def test_a_value_pylibmc_compressed_stays_readable_by_pylibmc(
+    server: MemcachedServer, recorder: Recorder
+) -> None:
+    pylibmc = require_module("pylibmc", "apt-get install libmemcached-dev; pip install pylibmc")
+    peer = pylibmc.Client([server.spec])
+    value = {"name": "ann", "tags": ["x"] * 50}
+    peer.set("shared:2", value, min_compress_len=1)  # zlib-compressed pickle: flags we refuse
+    cluster = Cluster([server.spec], serde=ValueSerde(on_refused=recorder))
+    assert cluster.get("shared:2") is None
+    assert cluster.get_many(["shared:2"]) == {}
+    assert peer.get("shared:2") == value  # not deleted by our reads
+    assert recorder.reasons == ["format", "format"]
+    peer.disconnect_all()
+    cluster.close()
+
+
+def test_an_embedded_store_leaves_a_refused_item_in_place(
+    clock: FakeClock, recorder: Recorder
+) -> None:
+    store = MemoryStore(serde=ValueSerde(on_refused=recorder), clock=clock)
+    plant(store, "shared", b"\xac\xed\x00\x05t\x00\x03ann", 1)
+    item = store._items[b"shared"]
+    assert store.get("shared") is None
+    assert store.gets("shared") == (None, None)
+    assert store.get_many(["shared"]) == {}
+    assert store._items[b"shared"] is item  # the very same item: nothing rewrote it
+    assert recorder.reasons == ["corrupt"] * 3
+    assert store.add("shared", 1) is False
+    assert store.set("shared", 1)
+    assert store.get("shared") == 1

@@ -359,3 +359,32 @@ class TestEmbeddedOptions:
             assert caches["other"].get("key") is None
             caches["other"].clear()
             assert caches["one"].get("key") == "a"
+
+    @pytest.mark.usefixtures("reset_shared_stores")
+    @pytest.mark.parametrize(
+        "options",
+        [
+            {"serializer": "django_mcpatterns.core.serializers.JSONSerializer"},
+            {"signing_key": "k" * 32},
+            {"signed": True},
+        ],
+        ids=["serializer", "signing_key", "signed"],
+    )
+    def test_one_location_with_other_value_options_is_refused(
+        self, options: dict[str, Any]
+    ) -> None:
+        setting = {
+            "plain": {"BACKEND": EMBEDDED_BACKEND, "LOCATION": "store-c"},
+            "other": {"BACKEND": EMBEDDED_BACKEND, "LOCATION": "store-c", "OPTIONS": options},
+            "same": {"BACKEND": EMBEDDED_BACKEND, "LOCATION": "store-c", "KEY_PREFIX": "p"},
+        }
+        with override_settings(CACHES=setting):
+            caches["plain"].set("key", {"pickled": True})
+            assert caches["same"].store is caches["plain"].store  # same options: shared
+            # Sharing would read and write "other"'s values with "plain"'s serde:
+            # unsigned where signing was asked for, pickled where JSON was.
+            with pytest.raises(ImproperlyConfigured, match="store-c") as caught:
+                caches["other"].set("key", {"json": True})
+            assert "its own LOCATION" in str(caught.value)
+            assert "k" * 32 not in str(caught.value)  # keys are never shown
+            assert caches["plain"].get("key") == {"pickled": True}

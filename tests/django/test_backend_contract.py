@@ -559,6 +559,17 @@ class CacheContract(DeploymentSuite):
             cache.decr("not_a_number")
         assert cache.get("not_a_number") == value
 
+    def test_incr_decr_non_integer_is_also_a_type_error(self, cache: Any) -> None:
+        # Django's own test_incr/test_decr: cache.set("null", None) then
+        # assertRaises(self.incr_decr_type_error), TypeError for its backends.
+        cache.set("null", None)
+        with pytest.raises(TypeError):
+            cache.incr("null")
+        with pytest.raises(TypeError):
+            cache.decr("null")
+        with pytest.raises(ValueError, match="non-numeric"):  # and still a ValueError, as before
+            cache.incr("null")
+
     def test_memcached_counter_limits(self, cache: Any) -> None:
         # memcached's counters are unsigned 64-bit: decr stops at 0, incr wraps.
         cache.set("counter", 5)

@@ -161,6 +161,22 @@ def test_e005_invalid_or_unknown_options(backend, location, options):
     assert error.msg == backend_error(location, backend, **options)
 
 
+@pytest.mark.usefixtures("reset_shared_stores")
+def test_e005_embedded_caches_sharing_a_location_with_other_serde_options() -> None:
+    setting = {
+        "default": {"BACKEND": EMBEDDED_BACKEND, "LOCATION": "one-store"},
+        "signed": {
+            "BACKEND": EMBEDDED_BACKEND,
+            "LOCATION": "one-store",
+            "OPTIONS": {"signing_key": "s" * 32},
+        },
+    }
+    with override_settings(CACHES=setting):
+        error = only(check_caches(None), "mcpatterns.E005")
+    assert error.obj == "CACHES['signed']"
+    assert "its own LOCATION" in error.msg
+
+
 # -- warnings ---------------------------------------------------------------------
 
 

@@ -531,20 +531,23 @@ class DecoratorsContract(DeploymentSuite):
         assert nothing() is None
         assert runs == [1]
 
-    def test_cached_methods_leave_self_out_of_the_key(self) -> None:
+    def test_cached_methods_key_each_instance_apart(self) -> None:
         runs: list[tuple[str, int]] = []
 
         class Report:
             def __init__(self, name: str) -> None:
                 self.name = name
 
+            def __cache_key__(self) -> str:
+                return self.name
+
             @cached(60)
             def total(self, year: int) -> str:
                 runs.append((self.name, year))
                 return f"{self.name} {year}"
 
-            @cached(60, key=lambda self, year: (self.name, year))
-            def own(self, year: int) -> str:
+            @cached(60, key=lambda self, year: year)
+            def shared(self, year: int) -> str:
                 runs.append((self.name, year))
                 return f"{self.name} {year}"
 
@@ -553,19 +556,47 @@ class DecoratorsContract(DeploymentSuite):
             def static(year: int) -> int:
                 return year
 
-        a, b = Report("a"), Report("b")
-        assert a.total(1) == b.total(1) == "a 1"  # shared: self is not in the key
-        assert a.total.key(1) == Report.total.key(a, 1) == f"{Report.total._name}(1)"
-        assert a.own(1) == "a 1"
-        assert b.own(1) == "b 1"
-        assert a.own.key(1) == f'{Report.own._name}("a",1)'
-        assert runs == [("a", 1), ("a", 1), ("b", 1)]
+        a, b, a_again = Report("a"), Report("b"), Report("a")
+        assert a.total(1) == "a 1"
+        assert b.total(1) == "b 1"  # not a's result
+        assert a_again.total(1) == "a 1"  # an equal instance (same __cache_key__) shares it
+        assert runs == [("a", 1), ("b", 1)]
+        assert a.total.key(1) == Report.total.key(a, 1) != b.total.key(1)
+        assert a.shared(1) == b.shared(1) == "a 1"  # key= decides: shared on purpose
         assert a.total.invalidate(1) is True
-        assert b.total(1) == "b 1"
+        assert b.total(1) == "b 1"  # b's entry untouched
+        assert a.total(1) == "a 1"
         assert b.total.refresh(1) == "b 1"
         assert a.total.original(2) == "a 2"
         assert Report.static(5) == 5
         assert Report.static.key(5).endswith("static(5)")
+
+    def test_cached_methods_of_unkeyable_instances_raise_instead_of_sharing(self) -> None:
+        class Service:
+            @cached(60)
+            def lookup(self, name: str) -> str:
+                return name
+
+        with pytest.raises(TypeError, match="__cache_key__"):
+            Service().lookup("x")
+
+    def test_cached_methods_of_model_instances_key_by_primary_key(self) -> None:
+        class Meta:
+            label_lower = "shop.product"
+
+        class Product:
+            _meta = Meta()
+
+            def __init__(self, pk: int) -> None:
+                self.pk = pk
+
+            @cached(60)
+            def price(self) -> int:
+                return self.pk * 10
+
+        assert Product(1).price() == 10
+        assert Product(2).price() == 20
+        assert Product(1).price.key().endswith("price(shop.product:1)")
 
     def test_cached_keys_are_valid_for_any_argument(self, cache: Any) -> None:
         @cached(60)

@@ -16,10 +16,11 @@ from django.core.cache import caches
 from django.db import connection, models, transaction
 from django.test import override_settings
 
+from django_mcpatterns import signals
 from django_mcpatterns.core.exceptions import NodeUnavailableError
 from django_mcpatterns.receivers import NamespaceReceiver, invalidate_on_change
 from tests.django.conftest import CLUSTER_BACKEND, EMBEDDED_BACKEND
-from tests.harness import LOOPBACK, free_port
+from tests.harness import LOOPBACK, MemcachedServer, free_port, memcached_cluster
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -151,16 +152,65 @@ def unreachable() -> Iterator[None]:
         yield
 
 
-@pytest.mark.usefixtures("unreachable", "reset_shared_stores")
-def test_an_unreachable_server_raises_into_the_committing_code(connect: Any) -> None:
-    connect(Article, lambda article: ("author", article.author_id))
-    with pytest.raises(NodeUnavailableError):
-        Article.objects.create(org_id=1, author_id=7, title="first")
-    assert Article.objects.count() == 1  # committed: only the invalidation failed
+@pytest.fixture
+def stopped_server() -> Iterator[MemcachedServer]:
+    """A real memcached, started for the test; the test stops it."""
+    with memcached_cluster(1) as servers:
+        yield servers[0]
+
+
+@pytest.mark.usefixtures("reset_shared_stores")
+@pytest.mark.parametrize("raise_errors", [False, True])
+@pytest.mark.parametrize("atomic", [False, True], ids=["autocommit", "atomic"])
+def test_a_stopped_server_never_makes_save_fail_it_logs_and_signals(
+    connect: Any,
+    stopped_server: MemcachedServer,
+    caplog: pytest.LogCaptureFixture,
+    raise_errors: bool,
+    atomic: bool,
+) -> None:
+    entry = {
+        "BACKEND": CLUSTER_BACKEND,
+        "LOCATION": stopped_server.spec,
+        "OPTIONS": {"raise_errors": raise_errors, "timeout": 1, "connect_timeout": 1},
+    }
+    failures: list[dict[str, Any]] = []
+
+    def receiver(sender: Any, **kwargs: Any) -> None:
+        failures.append({"sender": sender, **kwargs})
+
+    signals.invalidation_failed.connect(receiver)
+    try:
+        with override_settings(CACHES={"default": entry}):
+            connect(Article, lambda article: [("author", article.author_id), "articles"])
+            author = caches["default"].namespace("author", 7)
+            author.set("titles", ["old"])
+            assert author.get("titles") == ["old"]
+            stopped_server.stop()
+            if atomic:
+                with transaction.atomic():
+                    article = Article.objects.create(org_id=1, author_id=7, title="first")
+            else:
+                article = Article.objects.create(org_id=1, author_id=7, title="first")
+            article.title = "second"
+            article.save()
+            article.delete()
+    finally:
+        signals.invalidation_failed.disconnect(receiver)
+    assert Article.objects.count() == 0  # every change committed: only the invalidations failed
+    # Three changes, two namespaces each: every one tried, logged and signalled.
+    assert len(failures) == 6
+    assert {f["sender"] for f in failures} == {Article}
+    assert [f["target"] for f in failures[:2]] == [("author", 7), "articles"]
+    assert all(f["cache"] == "default" for f in failures)
+    assert all(isinstance(f["error"], NodeUnavailableError) for f in failures)
+    assert caplog.text.count("could not invalidate") == 6
 
 
 @pytest.mark.usefixtures("unreachable", "reset_shared_stores")
-def test_robust_receivers_log_instead(connect: Any, caplog: pytest.LogCaptureFixture) -> None:
+def test_robust_is_accepted_and_changes_nothing(
+    connect: Any, caplog: pytest.LogCaptureFixture
+) -> None:
     connect(Article, lambda article: ("author", article.author_id), robust=True)
     Article.objects.create(org_id=1, author_id=7, title="first")
     assert Article.objects.count() == 1

@@ -16,7 +16,7 @@ import pytest
 from django.core.cache import caches
 from django.core.cache.backends.base import InvalidCacheKey
 
-from django_mcpatterns.core.exceptions import IncompleteSetError
+from django_mcpatterns.core.exceptions import IncompleteSetError, WrongTypeError
 from tests.django.conftest import Deployment, DeploymentSuite
 
 DEFAULT_TIMEOUT = 300
@@ -97,6 +97,46 @@ class SetsOnDjango(DeploymentSuite):
         assert cache.smembers("missing") == set()
         assert cache.scard("missing") == 0
         assert cache.spop("missing") is None
+
+    @pytest.mark.parametrize("value", [{"plain": True}, b"raw bytes", "text", [1, 2]], ids=repr)
+    def test_a_key_holding_a_plain_value_is_refused_by_set_and_list_reads(
+        self, cache: Any, value: Any
+    ) -> None:
+        cache.set("plain", value)
+        with pytest.raises(WrongTypeError, match="holds a plain"):
+            cache.smembers("plain")
+        # sadd is a blind append (one request, nothing read): memcached takes it...
+        assert cache.sadd("plain", "x") == 1
+        written = cache.get("plain")
+        # ...and every read of the set refuses the key, rewriting nothing.
+        reads = [
+            lambda: cache.smembers("plain"),
+            lambda: cache.scard("plain"),
+            lambda: cache.sismember("plain", "x"),
+            lambda: cache.srandmember("plain"),
+            lambda: cache.spop("plain"),
+            lambda: cache.sunion("plain", "other"),
+            lambda: cache.smove("plain", "other", "x"),
+            lambda: cache.lrange("plain", 0, -1),
+        ]
+        for read in reads:
+            with pytest.raises(WrongTypeError, match="holds a plain"):
+                read()
+        assert cache.get("plain") == written
+        assert cache.smembers("other") == set()
+        if not isinstance(value, bytes | str):
+            assert written == value  # pickle stops at its own end: the value reads as before
+        cache.delete("plain")
+        assert cache.sadd("plain", "x") == 1
+        assert cache.smembers("plain") == {"x"}
+
+    def test_a_list_is_not_a_set(self, cache: Any) -> None:
+        cache.rpush("l", 1)
+        with pytest.raises(WrongTypeError, match="holds a list, not a set"):
+            cache.smembers("l")
+        cache.sadd("s", 1)
+        with pytest.raises(WrongTypeError, match="holds a set, not a list"):
+            cache.lrange("s", 0, -1)
 
     def test_spop_and_smove(self, cache: Any) -> None:
         cache.sadd("s", 1, 2, 3)

@@ -182,7 +182,8 @@ def test_a_child_starts_from_the_parents_view_of_a_server_without_its_probe(
     node.health.failed(OSError("drill"), Admission(0))
     clock.advance(1.5)
     probe = node.health.admit()
-    assert probe is not None and probe.probe  # a parent thread is probing at the fork
+    assert probe is not None
+    assert probe.probe  # a parent thread is probing at the fork
 
     def work() -> object:
         failures = node.health.failures  # the parent's view...

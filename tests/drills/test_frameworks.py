@@ -95,15 +95,18 @@ def test_django_signed_cache_refuses_a_forged_pickle_with_a_signal(
             forge(server, cache.make_key("profile"))
             assert cache.get_many(["profile"]) == {}
             forge(server, cache.make_key("profile"))
-            # Refused, then deleted: add-based writes regenerate it at once.
+            # Refused, and left in place: get_or_set (an add) answers without caching...
             assert cache.get_or_set("profile", {"name": "regenerated"}) == {"name": "regenerated"}
+            assert cache.get("profile") is None
+            # ...and a set replaces it.
+            assert cache.set("profile", {"name": "regenerated"})
             assert cache.get("profile") == {"name": "regenerated"}
     finally:
         signals.value_refused.disconnect(receiver)
-    assert [r["reason"] for r in received] == ["unsigned"] * 3
+    assert [r["reason"] for r in received] == ["unsigned"] * 5
     assert received[0]["key"] == b":1:profile"
     assert received[0]["sender"].__name__ == "Cluster"
-    assert counters.get("value_refused") - before == 3
+    assert counters.get("value_refused") - before == 5
     assert "refused the cached value of b':1:profile' (unsigned)" in caplog.text
 
 
@@ -215,7 +218,9 @@ def test_flask_signed_cache_refuses_a_forged_pickle_with_a_signal(server: Memcac
         assert cache.get("cart") is None
         forge(server, "flask_cart")
         assert cache.has("cart") is False
-        assert cache.add("cart", {"items": 0})  # the refused item was dropped
+        assert cache.add("cart", {"items": 0}) is False  # the refused item stays in place
+        assert cache.set("cart", {"items": 0})  # a set replaces it
+        assert cache.get("cart") == {"items": 0}
     finally:
         flask_signals.value_refused.disconnect(receiver)
     assert [r["reason"] for r in received] == ["unsigned", "unsigned"]

@@ -369,6 +369,21 @@ class ContractTests(GenericCacheTests):
         if deployment.has_servers:
             assert_ttl_near(deployment.ttl(PREFIX + "fresh"), c.default_timeout)
 
+    def test_dec_keeps_the_ttl_as_inc_does(self, c: Any) -> None:
+        assert c.default_timeout != 60
+        c.set("n", 5, timeout=60)
+        assert c.dec("n") == 4
+        assert_ttl_near(c.store.ttl(PREFIX + "n"), 60)
+        assert c.dec("n", 10) == -6  # below zero: the compare-and-swap path
+        assert_ttl_near(c.store.ttl(PREFIX + "n"), 60)
+        assert c.inc("n") == -5  # memcached's incr cannot parse "-6": the same path
+        assert_ttl_near(c.store.ttl(PREFIX + "n"), 60)
+        c.set("forever", 5, timeout=0)
+        assert c.dec("forever") == 4
+        assert c.store.ttl(PREFIX + "forever") == -1
+        assert c.dec("fresh") == -1  # a new counter takes the default timeout, as inc's
+        assert_ttl_near(c.store.ttl(PREFIX + "fresh"), c.default_timeout)
+
     def test_concurrent_inc_and_dec_lose_nothing(self, c: Any) -> None:
         c.set("n", 0)
 
