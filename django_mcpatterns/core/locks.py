@@ -440,12 +440,9 @@ class Lock:
 
     def _replace(self, token: bytes, exptime: int, action: str) -> None:
         """Rewrite our lock item (new exptime; negative deletes) only while it is ours."""
-        value, cas = self._call(action, self._store.gets, self.key)
-        if value != token or cas is None:
-            raise self._not_owned(action, token, holder=value is not None)
-        if not self._call(action, self._store.cas, self.key, token, cas, exptime):
-            # Between our gets and cas it lapsed (None) or was taken over (False).
-            raise self._not_owned(action, token, holder=True)
+        held = self._call(action, rewrite_owned, self._store, self.key, token, exptime)
+        if held != "ours":
+            raise self._not_owned(action, token, holder=held == "taken")
 
     def _held(self, action: str, token: bytes | None) -> bytes:
         """The token to act for: the one given, else this owner's (or a LockError)."""
