@@ -8,6 +8,11 @@ of replies: a server or network dying in the middle of a response.  With
 :meth:`Proxy.withhold`, the reply to the next command that starts with the given
 bytes is never delivered (memcached still runs the command): a reply lost after
 the request arrived, which the client can only see as a timeout.
+
+:attr:`Proxy.round_trips` counts round trips on the wire: a burst of bytes from
+the client that follows a reply (or opens the connection) starts one; more
+bytes before any reply (a pipelined batch, a large value sent in pieces) belong
+to it.  Tests count what a pattern costs there, never by patching our code.
 """
 
 from __future__ import annotations
@@ -30,6 +35,8 @@ class Connection:
     cut: bool = False
     holding: bool = False  # from the withheld command on, replies are dropped
     held: int = 0  # reply bytes dropped (counted, not kept: bounded)
+    round_trips: int = 0  # client bursts, each after a reply (see the module docstring)
+    answered: bool = True  # the server replied since the client last sent
 
 
 class Proxy:
@@ -86,6 +93,7 @@ class Proxy:
             for connection in self.connections:
                 connection.sent.clear()
                 connection.received.clear()
+                connection.round_trips = 0
 
     def sent(self) -> list[bytes]:
         """What each connection sent to memcached so far."""
@@ -110,6 +118,12 @@ class Proxy:
         """How many connections had a reply withheld."""
         with self._lock:
             return sum(c.holding for c in self.connections)
+
+    @property
+    def round_trips(self) -> int:
+        """Round trips on every connection since the proxy started (or :meth:`forget`)."""
+        with self._lock:
+            return sum(c.round_trips for c in self.connections)
 
     @property
     def cuts(self) -> int:
@@ -160,7 +174,14 @@ class Proxy:
                     break
                 if upstream:
                     self._mark_withheld(record, data)
-                elif record.holding:
+                    with self._lock:
+                        if record.answered:
+                            record.round_trips += 1
+                            record.answered = False
+                else:
+                    with self._lock:
+                        record.answered = True
+                if not upstream and record.holding:
                     record.held += len(data)
                     continue
                 limit = None if upstream else self.cut_after
