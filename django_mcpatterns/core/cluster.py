@@ -779,12 +779,13 @@ def _expire(expire: int) -> int:
     return int(expire)
 
 
-def _cas_token(cas: CasToken) -> bytes:
-    """A cas token as memcached's ASCII digits (gets returns them as bytes)."""
+def _cas_token(cas: CasToken | str) -> bytes:
+    """A cas token as memcached's ASCII digits: int, str or bytes (gets returns bytes)."""
     if isinstance(cas, int) and not isinstance(cas, bool) and cas >= 0:
         return b"%d" % cas
-    if isinstance(cas, bytes) and cas.isdigit():
-        return cas
+    token = cas.encode("ascii", "replace") if isinstance(cas, str) else cas
+    if isinstance(token, bytes) and token.isdigit():
+        return token
     raise ValueError(f"cas token must be memcached's unsigned integer, not {cas!r}")
 
 

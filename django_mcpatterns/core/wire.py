@@ -375,12 +375,12 @@ class _Meta(Request[MetaReply]):
     def read(self, reader: Reader) -> MetaReply | ErrorReply | NeedData:
         return reader.meta(self)
 
-    def matches(self, reply: MetaReply) -> bool:
-        """Whether ``reply`` names this request (by its opaque token, else its key)."""
+    def matches(self, flags: Mapping[str, bytes]) -> bool:
+        """Whether a reply's return flags name this request (its opaque token, else its key)."""
         if self.opaque is not None:
-            return reply.opaque == self.opaque
+            return flags.get("O") == self.opaque
         if self.return_key:
-            return reply.key == self.key
+            return flags.get("k") == self.key
         return True
 
 
@@ -568,6 +568,7 @@ def _meta_flags(tokens: list[bytes]) -> dict[str, bytes]:
 
 
 _NUMERIC_FLAGS = ("c", "t", "f", "s", "h", "l")
+_META_STATUSES = frozenset({b"VA", b"HD", b"EN", b"NS", b"EX", b"NF", b"MN"})
 
 
 def _numeric(raw: bytes) -> bool:
@@ -744,14 +745,25 @@ class Reader:
             line = buf[pos:eol]
             tokens = line.split()
             status = tokens[0] if tokens else line
-            if status not in request.STATUSES and status != b"MN":
+            if status not in _META_STATUSES:
                 self._pos = eol + 2
                 return _unexpected(line)
+            va = status == b"VA"
+            if va and len(tokens) < 2:
+                raise _mismatch(line)
+            flags = _meta_flags(tokens[2:] if va else tokens[1:])
+            ours = status != b"MN" and request.matches(flags)
+            if not ours and request.quiet:
+                return MetaReply(request.QUIETED, quiet=True)  # left for a later request
+            if not ours or status not in request.STATUSES:
+                raise _mismatch(line)
+            for letter in _NUMERIC_FLAGS:
+                raw = flags.get(letter)
+                if raw is not None and not _numeric(raw):
+                    raise _mismatch(line)
             data = None
             end = eol + 2
-            if status == b"VA":
-                if len(tokens) < 2:
-                    raise _mismatch(line)
+            if va:
                 end += _size(tokens[1])
                 if end + 2 > len(buf):
                     self._need = end + 2 - pos
@@ -762,21 +774,9 @@ class Reader:
                     raise _mismatch(buf[end : end + 2])
                 data = buf[eol + 2 : end]
                 end += 2
-                flags = _meta_flags(tokens[2:])
-            else:
-                flags = _meta_flags(tokens[1:])
             self._need = 0
-            for letter in _NUMERIC_FLAGS:
-                raw = flags.get(letter)
-                if raw is not None and not _numeric(raw):
-                    raise _mismatch(line)
-            reply = MetaReply(status, flags, data)
-            if status == b"MN" or not request.matches(reply):
-                if request.quiet:
-                    return MetaReply(request.QUIETED, quiet=True)  # left for a later request
-                raise _mismatch(line)
             self._pos = end
-            return reply
+            return MetaReply(status, flags, data)
 
     def noop(self) -> MetaReply | ErrorReply | NeedData:
         line = self._line()
