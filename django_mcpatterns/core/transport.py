@@ -130,7 +130,8 @@ class Connection:
         reader = Reader()
         replies: list[Any] = []
         for request in requests:
-            reply = request.read(reader)
+            # Nothing buffered (the first reply, usually): receive before parsing.
+            reply = request.read(reader) if reader.buffered else NEED_DATA
             while reply is NEED_DATA:
                 data = sock.recv(max(reader.wanted, _RECV_SIZE))
                 if not data:
@@ -152,7 +153,7 @@ class Connection:
         sock = self.sock or self.connect()
         sock.sendall(request.encode())
         reader = Reader()
-        reply = request.read(reader)
+        reply: Any = NEED_DATA  # nothing is buffered yet: receive before parsing
         while reply is NEED_DATA:
             data = sock.recv(max(reader.wanted, _RECV_SIZE))
             if not data:
@@ -160,7 +161,8 @@ class Connection:
             reader.feed(data)
             reply = request.read(reader)
         reader.drained()
-        return reply  # type: ignore[return-value]  # NEED_DATA is looped away
+        answer: T | ErrorReply = reply  # NEED_DATA is looped away
+        return answer
 
     def close(self) -> None:
         """Close the socket (this process's descriptor only: nothing is sent)."""
