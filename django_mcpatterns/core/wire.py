@@ -225,6 +225,7 @@ class Get(Request[list[Value]]):
 
 StoreCommand = Literal["set", "add", "replace", "append", "prepend", "cas"]
 _STORE_REPLIES = frozenset({STORED, NOT_STORED})
+_VERBS = {verb: verb.encode() for verb in ("set", "add", "replace", "append", "prepend", "cas")}
 _CAS_REPLIES = frozenset({STORED, EXISTS, NOT_FOUND})
 
 
@@ -241,7 +242,7 @@ class Store(Request[bytes]):
 
     def encode(self) -> bytes:
         head = b"%s %s %d %d %d" % (
-            self.command.encode(),
+            _VERBS[self.command],
             self.key,
             self.flags,
             self.expire,
