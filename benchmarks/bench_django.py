@@ -1,8 +1,9 @@
-"""Django backends side by side: KetamaMemcacheCache vs Django's PyMemcacheCache.
+"""Django backends side by side: KetamaMemcacheCache vs PyMemcacheCache and PyLibMCCache.
 
 Starts its own memcached servers on loopback (1 and 4), runs the same operations
-through both backends in one process, interleaved, and prints the time per
-operation and the ratio ours/theirs (lower is better).
+through every backend in one process, interleaved, and prints the time per
+operation and the ratios ours/theirs (lower is better).  PyLibMCCache (pylibmc,
+libmemcached's C client: the speed target) is left out when pylibmc is missing.
 
     python benchmarks/bench_django.py [--rounds 7]
 """
@@ -15,6 +16,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -24,7 +26,7 @@ from django.conf import settings
 settings.configure(USE_TZ=True)
 django.setup()
 
-from django.core.cache.backends.memcached import PyMemcacheCache  # noqa: E402
+from django.core.cache.backends.memcached import PyLibMCCache, PyMemcacheCache  # noqa: E402
 
 from django_mcpatterns.backend import KetamaMemcacheCache  # noqa: E402
 from tests.harness import memcached_cluster  # noqa: E402
@@ -61,34 +63,47 @@ def workload(cache, n_keys: int = 100) -> dict[str, Callable[[int], object]]:
     }
 
 
+def has_pylibmc() -> bool:
+    try:
+        import pylibmc  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--ops", type=int, default=2000, help="single-key ops per round")
     args = parser.parse_args()
 
+    peers: dict[str, Callable[[list[str]], Any]] = {
+        "PyMemcacheCache": lambda location: PyMemcacheCache(location, {}),
+    }
+    if has_pylibmc():
+        # Django's defaults for pylibmc: binary off, tcp_nodelay as libmemcached sets it.
+        peers["PyLibMCCache"] = lambda location: PyLibMCCache(location, {})
     rows = []
     for n_servers in (1, 4):
         with memcached_cluster(n_servers) as servers:
             location = [s.spec for s in servers]
-            theirs = PyMemcacheCache(location, {})
-            ours = KetamaMemcacheCache(location, {})
-            their_cases, our_cases = workload(theirs), workload(ours)
-            for op in their_cases:
+            backends = {"ours": KetamaMemcacheCache(location, {})}
+            backends.update({name: make(location) for name, make in peers.items()})
+            cases = {name: workload(cache) for name, cache in backends.items()}
+            for op in cases["ours"]:
                 ops = args.ops if "many" not in op else max(args.ops // 20, 50)
-                result = measure(
-                    {"ours": our_cases[op], "theirs": their_cases[op]}, ops, args.rounds
-                )
-                rows.append((n_servers, op, result["ours"], result["theirs"]))
+                result = measure({name: cases[name][op] for name in backends}, ops, args.rounds)
+                rows.append((n_servers, op, result))
 
-    print(
-        f"{'servers':>7}  {'operation':<14} {'ours µs':>9} {'PyMemcacheCache µs':>19} {'ratio':>6}"
-    )
-    for n_servers, op, ours_t, theirs_t in rows:
-        print(
-            f"{n_servers:>7}  {op:<14} {ours_t * 1e6:>9.1f} {theirs_t * 1e6:>19.1f} "
-            f"{ours_t / theirs_t:>6.2f}"
-        )
+    header = f"{'servers':>7}  {'operation':<14} {'ours µs':>9}"
+    for name in peers:
+        header += f" {name + ' µs':>19} {'ratio':>6}"
+    print(header)
+    for n_servers, op, result in rows:
+        line = f"{n_servers:>7}  {op:<14} {result['ours'] * 1e6:>9.1f}"
+        for name in peers:
+            line += f" {result[name] * 1e6:>19.1f} {result['ours'] / result[name]:>6.2f}"
+        print(line)
 
 
 if __name__ == "__main__":

@@ -8,9 +8,13 @@ Routing
     by the route's bytes, so every key of a namespace shares one server;
     ``str`` and ``bytes`` keys, braces or not, never route differently.
 Connections
-    One thread-safe pool of pymemcache ``Client`` objects per server
-    (``pymemcache.pool.ObjectPool``), always waiting for replies (pymemcache's
-    default ``noreply`` would make ``add``/``delete`` always answer True).
+    One thread-safe pool of :class:`~.transport.Connection` objects per server
+    (:class:`~.transport.Pool`).  Every request is
+    encoded and every reply parsed by the sans-IO codec of :mod:`.wire`, text
+    or meta protocol (``ttl`` is meta's ``mg <key> t``); every command waits
+    for its reply, so ``add``/``delete`` answers are real.  :meth:`Cluster.exchange`
+    sends any batch of wire requests to a key's server with the same routing,
+    failover and outcome handling as the commands here.
     Connections belong to the process that opened them: a forked child (gunicorn
     ``--preload``, Celery prefork, ``multiprocessing``) never uses one it
     inherited.  ``os.register_at_fork`` gives the child new, empty pools at once
@@ -50,7 +54,6 @@ import dataclasses
 import logging
 import os
 import random
-import socket
 import threading
 import time
 import weakref
@@ -58,18 +61,6 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
-
-from pymemcache.client.base import Client, _readline, _readvalue
-from pymemcache.exceptions import (
-    MemcacheClientError,
-    MemcacheError,
-    MemcacheIllegalInputError,
-    MemcacheServerError,
-    MemcacheUnexpectedCloseError,
-    MemcacheUnknownCommandError,
-    MemcacheUnknownError,
-)
-from pymemcache.pool import ObjectPool
 
 from .envelope import STALE, with_envelopes
 from .exceptions import (
@@ -89,15 +80,38 @@ from .registry import Registry
 from .serializers import ValueRefused, is_refused
 from .servers import Server, parse_server, parse_servers
 from .store import CasToken
+from .transport import Connection, Pool, SocketOptions
+from .wire import (
+    DELETED,
+    EXISTS,
+    NOT_FOUND,
+    NOT_STORED,
+    OK,
+    STORED,
+    TOUCHED,
+    Delete,
+    ErrorReply,
+    FlushAll,
+    Get,
+    Incr,
+    MetaGet,
+    MetaReply,
+    Request,
+    Stats,
+    Store,
+    StoreCommand,
+    Touch,
+    Value,
+)
 
 __all__ = ["Cluster", "HealthSnapshot", "NodeEvent", "reset_shared_clusters", "shared_cluster"]
 
 logger = logging.getLogger("django_mcpatterns.cluster")
 
 # What a dead, hung or restarted server looks like from here: refused or reset
-# connections and timeouts (all OSError), a connection closed mid-reply, or a
+# connections, timeouts and connections closed mid-reply (all OSError), or a
 # reply that does not answer the request.
-_NODE_ERRORS = (OSError, MemcacheUnexpectedCloseError, ProtocolError)
+_NODE_ERRORS = (OSError, ProtocolError)
 
 E = TypeVar("E")
 R = TypeVar("R")
@@ -105,11 +119,12 @@ R_co = TypeVar("R_co", covariant=True)
 Serde = Any  # pymemcache's protocol: serialize(key, value), deserialize(key, data, flags)
 
 _NO_CAS: tuple[None, None] = (None, None)
+_MISSING: Any = object()  # a get's miss, told apart from any value
 _MAX_DELTA = 2**64  # incr/decr deltas are unsigned 64-bit (protocol.txt)
 
 
 class _Node:
-    """One server: its pool of clients and its health, shared by every thread.
+    """One server: its pool of connections and its health, shared by every thread.
 
     The pool belongs to the process ``pid``: :meth:`checkout` in any other
     (a forked child) first replaces it with one of that process's own.
@@ -134,7 +149,7 @@ class _Node:
         health: NodeHealth,
         pool_size: int | None,
         idle_timeout: float,
-        make_client: Callable[[], Client],
+        make_client: Callable[[], Connection],
     ) -> None:
         self.server = server
         self.name = server.node
@@ -151,17 +166,16 @@ class _Node:
         self._lock = lock
         # The pool runs on our lock so drop_idle() can close idle clients without
         # racing a checkout.
-        self.pool: ObjectPool[Client] = ObjectPool(
+        self.pool = Pool(
             self._make_client,
-            after_remove=Client.close,
             max_size=self._pool_size,
             idle_timeout=self._idle_timeout,
-            lock_generator=lambda: lock,
+            lock=lock,
         )
         self.pid = os.getpid()
 
-    def checkout(self) -> Client:
-        """Take a client of this process's pool; the caller releases or destroys it."""
+    def checkout(self) -> Connection:
+        """Take a connection of this process's pool; the caller releases or destroys it."""
         if self.pid != _getpid():
             _process_nodes.adopt(self)  # forked without Python's at-fork hooks
         return self.pool.get()
@@ -181,7 +195,7 @@ class _Node:
     def drop_idle(self) -> None:
         """Close idle connections; busy ones stay with the operations using them.
 
-        A closed pymemcache client reconnects on its next use.
+        A closed connection reconnects on its next use.
         """
         with self._lock:
             for client in self.pool.free:
@@ -259,13 +273,11 @@ class Cluster:
             variant=options.ketama,
             names=[s.name for s in self.servers],
         )
-        client_kwargs = {
-            "serde": self.serde,
-            "connect_timeout": options.connect_timeout,
-            "timeout": options.timeout,
-            "default_noreply": False,
+        socket_options = SocketOptions(
+            connect_timeout=options.connect_timeout,
+            timeout=options.timeout,
             **options.client_options,
-        }
+        )
         self._nodes: dict[str, _Node] = {}
         for server in self.servers:
             health = NodeHealth(
@@ -282,7 +294,7 @@ class Cluster:
                 health,
                 options.max_pool_size,
                 options.pool_idle_timeout,
-                _client_factory(server, client_kwargs),
+                _connection_factory(server, socket_options),
             )
         # With one server every key maps to it: skip the hash on the hot path.
         only = self.servers[0].node
@@ -291,6 +303,7 @@ class Cluster:
             (lambda kb: ring_node(_ring_key(kb))) if len(self.servers) > 1 else lambda kb: only
         )
         self._remap = options.failover == "remap"
+        self._deserialize = self.serde.deserialize
         self._fetch = _Fetch(self.serde)
         self._fetch_cas = _Fetch(self.serde, cas=True)
         self._strict: Cluster | None = None
@@ -302,60 +315,96 @@ class Cluster:
 
     def get(self, key: Key, default: Any = None) -> Any:
         kb = key_bytes(key)
-        value = self._single(kb, Client.get, default, kb, default)
-        if value is STALE:
+        value = self._single(kb, Get((kb,)), self._value, _MISSING)
+        if value is _MISSING or value is STALE:
             return default  # past its soft expiry: a plain miss, left for get_or_compute
         return default if is_refused(value) else value
 
     def gets(self, key: Key) -> tuple[Any, CasToken | None]:
         kb = key_bytes(key)
-        found: tuple[Any, CasToken | None] = self._single(kb, Client.gets, _NO_CAS, kb)
+        miss: tuple[Any, CasToken | None] = _NO_CAS
+        found = self._single(kb, Get((kb,), cas=True), self._value_cas, miss)
         if found[0] is STALE or is_refused(found[0]):
             return _NO_CAS  # past its soft expiry, or refused (left in place): a miss
         return found
 
     def set(self, key: Key, value: Any, expire: int = 0) -> bool:
-        kb = key_bytes(key)
-        return self._single(kb, Client.set, False, kb, value, expire)
+        return self._store("set", key, value, expire)
 
     def add(self, key: Key, value: Any, expire: int = 0) -> bool:
-        kb = key_bytes(key)
-        return self._single(kb, Client.add, False, kb, value, expire)
+        return self._store("add", key, value, expire)
 
     def append(self, key: Key, value: bytes) -> bool:
-        kb = key_bytes(key)
-        return self._single(kb, Client.append, False, kb, _raw(value))
+        return self._store("append", key, _raw(value), 0)
 
     def prepend(self, key: Key, value: bytes) -> bool:
-        kb = key_bytes(key)
-        return self._single(kb, Client.prepend, False, kb, _raw(value))
+        return self._store("prepend", key, _raw(value), 0)
 
     def cas(self, key: Key, value: Any, cas: CasToken, expire: int = 0) -> bool | None:
         kb = key_bytes(key)
-        return self._single(kb, Client.cas, False, kb, value, cas, expire)
+        data, flags = _encoded(self.serde, kb, value)
+        request = Store("cas", kb, data, flags, _expire(expire), _cas_token(cas))
+        failed: bool | None = False
+        return self._single(kb, request, _cas_stored, failed)
 
     def incr(self, key: Key, delta: int = 1) -> int | None:
         kb = key_bytes(key)
-        value: int | None = self._single(kb, Client.incr, None, kb, _delta(delta))
+        value: int | None = self._single(kb, Incr(kb, _delta(delta)), _count, None)
         return value
 
     def decr(self, key: Key, delta: int = 1) -> int | None:
         kb = key_bytes(key)
-        value: int | None = self._single(kb, Client.decr, None, kb, _delta(delta))
+        value: int | None = self._single(kb, Incr(kb, _delta(delta), decr=True), _count, None)
         return value
 
     def delete(self, key: Key) -> bool:
         kb = key_bytes(key)
-        return self._single(kb, Client.delete, False, kb)
+        return self._single(kb, Delete(kb), _deleted, False)
 
     def touch(self, key: Key, expire: int = 0) -> bool:
         kb = key_bytes(key)
-        return self._single(kb, Client.touch, False, kb, expire)
+        return self._single(kb, Touch(kb, _expire(expire)), _touched, False)
 
     def ttl(self, key: Key) -> int | None:
         """Return the seconds the item has left (-1: never expires), None when it is missing."""
         kb = key_bytes(key)
-        return self._single(kb, _meta_ttl, None, kb)
+        # Meta get with only the t flag (memcached 1.6+): "HD t<seconds>", or "EN".
+        return self._single(kb, MetaGet(kb, ttl=True), _ttl, None)
+
+    def exchange(self, key: Key, requests: Sequence[Request[Any]]) -> list[Any] | None:
+        """Send wire requests (:mod:`.wire`) to ``key``'s server in one write; return the replies.
+
+        Routing, failover and outcomes are those of every command: None when
+        the server cannot be used and the view degrades (the strict view
+        raises :class:`NodeUnavailableError`, or :class:`OutcomeUnknownError`
+        once the requests may have left).  Error replies are returned as
+        :class:`~.wire.ErrorReply`, for the caller to judge.
+        """
+        kb = key_bytes(key)
+        batch = tuple(requests)
+        replies: list[Any] | None = self._single(kb, batch, None, None)
+        return replies
+
+    def _store(self, command: StoreCommand, key: Key, value: Any, expire: int) -> bool:
+        kb = key_bytes(key)
+        data, flags = _encoded(self.serde, kb, value)
+        return self._single(kb, Store(command, kb, data, flags, _expire(expire)), _stored, False)
+
+    def _value(self, reply: list[Value] | ErrorReply) -> Any:
+        if type(reply) is not list:
+            raise _reply_error(reply)
+        if not reply:
+            return _MISSING
+        item = reply[0]
+        return self._deserialize(item.key, item.data, item.flags)
+
+    def _value_cas(self, reply: list[Value] | ErrorReply) -> tuple[Any, CasToken | None]:
+        if type(reply) is not list:
+            raise _reply_error(reply)
+        if not reply:
+            return _NO_CAS
+        item = reply[0]
+        return self._deserialize(item.key, item.data, item.flags), item.cas
 
     # -- multi-key commands (pipelined fan-out) --
 
@@ -390,7 +439,7 @@ class Cluster:
 
     def flush_all(self) -> bool:
         """Flush every server; return whether all of them did."""
-        flushed = [self._on_node(node, Client.flush_all, False) for node in self._nodes.values()]
+        flushed = [self._on_node(node, FlushAll(), _ok, False) for node in self._nodes.values()]
         return all(flushed)
 
     def stats(self) -> dict[str, dict[str, Any]]:
@@ -398,11 +447,11 @@ class Cluster:
         result: dict[str, dict[str, Any]] = {}
         for node in self._nodes.values():
             try:
-                stats = self._on_node(node, Client.stats, None)
+                stats = self._on_node(node, Stats(), _stats, None)
             except NodeUnavailableError:
                 continue
             if stats is not None:
-                result[node.name] = {_text(k): _text(v) for k, v in stats.items()}
+                result[node.name] = stats
         return result
 
     def strict(self) -> Cluster:
@@ -465,8 +514,15 @@ class Cluster:
                     hits[given[kb]] = found
         return hits
 
-    def _single(self, kb: bytes, fn: Callable[..., R], failed: R, *args: Any) -> R:
-        """Run ``fn(client, *args)`` on the server owning ``kb``; lock-free while it is healthy."""
+    def _single(
+        self,
+        kb: bytes,
+        request: Request[Any] | tuple[Request[Any], ...],
+        decode: Callable[[Any], R] | None,
+        failed: R,
+    ) -> R:
+        """Send ``request`` to the server owning ``kb`` and decode its reply (None: the
+        replies to a batch as they are); lock-free while the server is healthy."""
         node = self._nodes[self._locate(kb)]
         admission = node.health.open
         if admission is None:
@@ -474,14 +530,16 @@ class Cluster:
             if picked is None:
                 return self._refused(node, failed)
             node, admission = picked
-        return self._run(node, fn, failed, args, admission)
+        return self._run(node, request, decode, failed, admission)
 
-    def _on_node(self, node: _Node, fn: Callable[..., R], failed: R, *args: Any) -> R:
-        """Run ``fn(client, *args)`` on one given server (whole-cluster commands)."""
+    def _on_node(
+        self, node: _Node, request: Request[Any], decode: Callable[[Any], R], failed: R
+    ) -> R:
+        """Send ``request`` to one given server (whole-cluster commands)."""
         admission = node.health.admit()
         if admission is None:
             return self._refused(node, failed)
-        return self._run(node, fn, failed, args, admission)
+        return self._run(node, request, decode, failed, admission)
 
     def _pick(
         self, kb: bytes, primary: _Node, admitted: dict[_Node, Admission | None]
@@ -508,28 +566,31 @@ class Cluster:
     def _run(
         self,
         node: _Node,
-        fn: Callable[..., R],
+        request: Request[Any] | tuple[Request[Any], ...],
+        decode: Callable[[Any], R] | None,
         failed: R,
-        args: tuple[Any, ...],
         admission: Admission,
     ) -> R:
         client = None
         sent = False  # from here on the command may have reached memcached
         try:
             client = node.checkout()
-            _connected(client)
+            client.connect()
             sent = True
-            result = fn(client, *args)
+            if decode is None:
+                result: Any = client.exchange(request)  # type: ignore[arg-type]
+            else:
+                result = decode(client.request(request))  # type: ignore[arg-type]
         except BaseException as exc:
             error = self._judge(node, client, exc, admission, sent)
             if error is None:
                 return failed
             raise error from error.__cause__  # _translate/_unavailable chained it to exc
         self._done(node, client)
-        return result
+        return result  # type: ignore[no-any-return]
 
-    def _done(self, node: _Node, client: Client) -> None:
-        """Return a client after a complete exchange and record the server's answer."""
+    def _done(self, node: _Node, client: Connection) -> None:
+        """Return a connection after a complete exchange and record the server's answer."""
         node.pool.release(client)
         if node.health.failures:
             node.health.succeeded()
@@ -537,7 +598,7 @@ class Cluster:
     def _judge(
         self,
         node: _Node,
-        client: Client | None,
+        client: Connection | None,
         exc: BaseException,
         admission: Admission,
         sent: bool = False,
@@ -550,8 +611,6 @@ class Cluster:
         """
         if client is not None:
             node.pool.destroy(client)  # its connection may be mid-reply: never reuse it
-        if isinstance(exc, MemcacheUnknownError):
-            exc = _out_of_step(exc)
         if isinstance(exc, _NODE_ERRORS):
             node.health.failed(exc, admission)
             node.drop_idle()  # pooled siblings share the dead server's fate
@@ -560,7 +619,7 @@ class Cluster:
             node.health.released()
         if client is None and isinstance(exc, RuntimeError):
             return self._unavailable(node, exc)  # ObjectPool refused: max_pool_size reached
-        return _translate(exc)
+        return exc
 
     def _unavailable(
         self, node: _Node, exc: BaseException | None, *, unknown: bool = False
@@ -626,7 +685,7 @@ class Cluster:
         errors: list[BaseException] = []
 
         def settle(
-            node: _Node, client: Client | None, exc: BaseException, kbs: list[bytes], sent: bool
+            node: _Node, client: Connection | None, exc: BaseException, kbs: list[bytes], sent: bool
         ) -> None:
             error = self._judge(node, client, exc, granted[node], sent)
             if error is None:
@@ -634,22 +693,23 @@ class Cluster:
             else:
                 errors.append(error)
 
-        pending: list[tuple[_Node, Client, list[bytes]]] = []
+        pending: list[tuple[_Node, Connection, list[bytes], Sequence[Request[Any]]]] = []
         for node, kbs in groups.items():  # 1. write every server's request...
             client = None
             sent = False
             try:
                 client = node.checkout()
-                sock = _connected(client)
+                client.connect()
                 sent = True
-                sock.sendall(exchange.request(kbs))
+                requests = exchange.requests(kbs)
+                client.send(b"".join([request.encode() for request in requests]))
             except BaseException as exc:
                 settle(node, client, exc, kbs, sent)
             else:
-                pending.append((node, client, kbs))
-        for node, client, kbs in pending:  # 2. ...then read every reply
+                pending.append((node, client, kbs, requests))
+        for node, client, kbs, requests in pending:  # 2. ...then read every reply
             try:
-                part = exchange.read(client.sock, kbs)
+                part = exchange.result(client.receive(requests), kbs)
             except BaseException as exc:
                 settle(node, client, exc, kbs, True)
             else:
@@ -682,11 +742,11 @@ def _as_servers(servers: Sequence[str | Server] | str) -> tuple[Server, ...]:
     return parsed
 
 
-def _client_factory(server: Server, kwargs: Mapping[str, Any]) -> Callable[[], Client]:
-    def make_client() -> Client:
-        return _CheckedClient(server.address, **kwargs)
+def _connection_factory(server: Server, options: SocketOptions) -> Callable[[], Connection]:
+    def make_connection() -> Connection:
+        return Connection(server.address, options)
 
-    return make_client
+    return make_connection
 
 
 def _ring_key(kb: bytes) -> bytes:
@@ -696,7 +756,7 @@ def _ring_key(kb: bytes) -> bytes:
 
 def _encoded(serde: Serde, kb: bytes, value: Any) -> tuple[bytes, int]:
     data, flags = serde.serialize(kb, value)
-    # pymemcache sends non-bytes serialiser output (ints) as text.
+    # Serialisers may return an int's digits as str (pymemcache's serdes do): sent as text.
     return (data if isinstance(data, bytes) else str(data).encode()), flags
 
 
@@ -713,57 +773,121 @@ def _delta(delta: int) -> int:
     return delta
 
 
-def _meta_ttl(client: Client, kb: bytes) -> int | None:
-    # Meta get with only the t flag (protocol.txt, memcached 1.6+): "HD t<seconds>"
-    # (-1: never expires) for a hit, "EN" for a miss.  The reply is one short
-    # line, which pymemcache's raw_command reads whole.
-    line = client.raw_command(b"mg " + kb + b" t", end_tokens=b"\r\n")
-    if line == b"EN":
-        return None
-    if not line.startswith(b"HD t"):
-        raise _reply_error(line)
-    return int(line[4:])
+def _expire(expire: int) -> int:
+    if not isinstance(expire, int):
+        raise ValueError(f"expire must be an integer, not {expire!r}")
+    return int(expire)
 
 
-def _text(value: Any) -> Any:
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+def _cas_token(cas: CasToken | str) -> bytes:
+    """A cas token as memcached's ASCII digits: int, str or bytes (gets returns bytes)."""
+    if isinstance(cas, int) and not isinstance(cas, bool) and cas >= 0:
+        return b"%d" % cas
+    token = cas.encode("ascii", "replace") if isinstance(cas, str) else cas
+    if isinstance(token, bytes) and token.isdigit():
+        return token
+    raise ValueError(f"cas token must be memcached's unsigned integer, not {cas!r}")
 
 
-def _translate(exc: BaseException) -> BaseException:
-    """Map a pymemcache error to our tree; memcached's reply text tells them apart."""
-    if not isinstance(exc, MemcacheError):
-        return exc  # our own errors, the serde's, KeyboardInterrupt: unchanged
-    message = _text(exc.args[0]) if exc.args else type(exc).__name__
-    error: BaseException
-    if isinstance(exc, MemcacheIllegalInputError):
-        error = ValueError(message)
-    elif isinstance(exc, MemcacheServerError) and "too large" in message:
+def _reply_error(reply: object) -> BaseException:
+    """Our error for one of memcached's error replies: the caller's error, not the server's.
+
+    Anything else a command's decoder was not written for is a mismatch.
+    """
+    if not isinstance(reply, ErrorReply):
+        return ProtocolError(f"reply {reply!r} does not answer the request")
+    if reply.too_large:
         # "SERVER_ERROR object too large for cache" (over -I, 1 MiB by default)
-        error = ValueTooLargeError(f"value too large for memcached: {message}")
-    elif isinstance(exc, MemcacheClientError) and "non-numeric" in message:
+        return ValueTooLargeError(f"value too large for memcached: {reply.message}")
+    if reply.non_numeric:
         # "CLIENT_ERROR cannot increment or decrement non-numeric value"
-        error = NonNumericValueError(message)
-    else:
-        error = ServerError(f"memcached answered an error: {message}")
-    error.__cause__ = exc
-    return error
+        return NonNumericValueError(reply.message)
+    return ServerError(f"memcached answered an error: {reply.message or reply}")
 
 
-# -- the wire side of multi-key commands ----------------------------------------
+def _stored(reply: bytes | ErrorReply) -> bool:
+    if reply is STORED or reply == STORED:
+        return True
+    if reply == NOT_STORED:
+        return False
+    raise _reply_error(reply)
+
+
+def _cas_stored(reply: bytes | ErrorReply) -> bool | None:
+    if reply == STORED:
+        return True
+    if reply == EXISTS:
+        return False
+    if reply == NOT_FOUND:
+        return None
+    raise _reply_error(reply)
+
+
+def _deleted(reply: bytes | ErrorReply) -> bool:
+    if isinstance(reply, ErrorReply):
+        raise _reply_error(reply)
+    return reply == DELETED
+
+
+def _touched(reply: bytes | ErrorReply) -> bool:
+    if isinstance(reply, ErrorReply):
+        raise _reply_error(reply)
+    return reply == TOUCHED
+
+
+def _ok(reply: bytes | ErrorReply) -> bool:
+    if isinstance(reply, ErrorReply):
+        raise _reply_error(reply)
+    return reply == OK
+
+
+def _count(reply: int | ErrorReply | None) -> int | None:
+    if isinstance(reply, ErrorReply):
+        raise _reply_error(reply)
+    return reply
+
+
+def _ttl(reply: MetaReply | ErrorReply) -> int | None:
+    if isinstance(reply, ErrorReply):
+        raise _reply_error(reply)
+    if reply.status == b"EN":
+        return None
+    ttl = reply.ttl
+    if reply.status != b"HD" or ttl is None:
+        raise ProtocolError(f"reply {reply!r} does not answer mg t")
+    return ttl
+
+
+def _stat_value(text: str) -> Any:
+    """A stat as a number where memcached prints one (``item_size_max`` is used as such)."""
+    if text.isdigit():
+        return int(text)
+    try:
+        return float(text) if text[:1].isdigit() and "." in text else text
+    except ValueError:
+        return text
+
+
+def _stats(reply: dict[str, str] | ErrorReply) -> dict[str, Any]:
+    if isinstance(reply, ErrorReply):
+        raise _reply_error(reply)
+    return {name: _stat_value(value) for name, value in reply.items()}
+
+
+# -- multi-key commands ----------------------------------------------------------
 #
-# Each exchange says how one multi-key command is written and read in memcached's
-# text protocol (protocol.txt): get/gets answer VALUE blocks ended by END; each
-# storage command and each delete answers exactly one line.  The line and value
-# readers are pymemcache's module-level helpers (pinned >=4,<5).
+# Each exchange says which wire requests (:mod:`.wire`) one server gets for its
+# keys and what their replies amount to: get/gets answer VALUE blocks ended by
+# END; each storage command and each delete answers exactly one line.
 
 
 class _Exchange(Protocol[R_co]):
-    def request(self, kbs: list[bytes]) -> bytes:
-        """Return every byte to send to one server for these keys."""
+    def requests(self, kbs: list[bytes]) -> Sequence[Request[Any]]:
+        """Return the requests one server gets for these keys."""
         ...
 
-    def read(self, sock: socket.socket, kbs: list[bytes]) -> R_co:
-        """Read that server's whole reply to :meth:`request`."""
+    def result(self, replies: list[Any], kbs: list[bytes]) -> R_co:
+        """What that server's replies to :meth:`requests` amount to."""
         ...
 
     def failed(self, kbs: list[bytes]) -> R_co:
@@ -771,137 +895,22 @@ class _Exchange(Protocol[R_co]):
         ...
 
 
-def _connected(client: Client) -> socket.socket:
-    if client.sock is None:
-        client._connect()  # pymemcache connects lazily
-    sock: socket.socket | None = client.sock  # pymemcache is untyped
-    assert sock is not None
-    return sock
-
-
-def _reply_error(line: bytes) -> MemcacheError:  # pymemcache is untyped: Any
-    """The error a reply line stands for: memcached's own error, else a mismatch."""
-    if line.startswith(b"SERVER_ERROR"):
-        return MemcacheServerError(line[13:])
-    if line.startswith(b"CLIENT_ERROR"):
-        return MemcacheClientError(line[13:])
-    if line.startswith(b"ERROR"):
-        return MemcacheUnknownCommandError(line)
-    return _mismatch(line)
-
-
-def _mismatch(reply: bytes) -> ProtocolError:
-    return ProtocolError(f"reply {reply[:64]!r} does not answer the request")
-
-
-def _drained(buf: bytes) -> None:
-    """Check that nothing followed the reply: memcached sends only what was asked."""
-    if buf:
-        raise _mismatch(buf)
-
-
-def _is_count(line: bytes) -> bool:
-    return line.isdigit() or line == b"NOT_FOUND"
-
-
-# The replies each single-line command may get (protocol.txt); pymemcache reads
-# any line as the answer to delete and touch, and a stray one to incr as ValueError.
-_LINE_REPLIES: dict[bytes, Callable[[bytes], bool]] = {
-    b"delete": {b"DELETED", b"NOT_FOUND"}.__contains__,
-    b"touch": {b"TOUCHED", b"NOT_FOUND"}.__contains__,
-    b"incr": _is_count,
-    b"decr": _is_count,
-    b"flush_all": {b"OK"}.__contains__,
-}
-
-
-def _out_of_step(exc: MemcacheUnknownError) -> ProtocolError:
-    """pymemcache's "unexpected line" as the :class:`ProtocolError` it is."""
-    line = exc.args[0] if exc.args else b""  # pymemcache passes the line's first bytes
-    error = _mismatch(line if isinstance(line, bytes) else str(line).encode())
-    error.__cause__ = exc
-    return error
-
-
-class _CheckedClient(Client):  # type: ignore[misc]  # pymemcache ships no types
-    """pymemcache's client, refusing every reply that does not match its request.
-
-    pymemcache reads a key that was not asked for as ``KeyError``, a stray
-    line to ``incr`` as ``ValueError``, and takes any line for the answer to
-    ``delete`` or ``touch``.  Here each is a :class:`ProtocolError`, raised
-    once the connection is closed.  (The stray lines it raises as
-    ``MemcacheUnknownError`` are classified by :meth:`Cluster._judge`.)
-    """
-
-    def _extract_value(
-        self,
-        expect_cas: bool,
-        line: bytes,
-        buf: bytes,
-        remapped_keys: dict[bytes, Key],
-        prefixed_keys: list[bytes],
-    ) -> tuple[Key, Any, bytes]:
-        fields = line.split()  # VALUE <key> <flags> <bytes> [<cas unique>]
-        if (
-            len(fields) != (5 if expect_cas else 4)
-            or fields[1] not in remapped_keys
-            or not (fields[2].isdigit() and fields[3].isdigit())
-        ):
-            raise _mismatch(line)  # pymemcache's _fetch_cmd closes the connection
-        extracted: tuple[Key, Any, bytes] = super()._extract_value(
-            expect_cas, line, buf, remapped_keys, prefixed_keys
-        )
-        return extracted
-
-    def _misc_cmd(
-        self,
-        cmds: Iterable[bytes],
-        cmd_name: bytes,
-        noreply: bool | None,
-        end_tokens: bytes | None = None,
-    ) -> list[bytes]:
-        lines: list[bytes] = super()._misc_cmd(cmds, cmd_name, noreply, end_tokens)
-        valid = _LINE_REPLIES.get(cmd_name)
-        if valid is not None:
-            for line in lines:
-                if not valid(line):
-                    self.close()
-                    raise _mismatch(line)
-        return lines
-
-
 @dataclass(frozen=True, slots=True)
 class _Fetch:
     serde: Serde
     cas: bool = False
 
-    def request(self, kbs: list[bytes]) -> bytes:
-        return (b"gets " if self.cas else b"get ") + b" ".join(kbs) + b"\r\n"
+    def requests(self, kbs: list[bytes]) -> Sequence[Request[Any]]:
+        return (Get(kbs, self.cas),)
 
-    def read(self, sock: socket.socket, kbs: list[bytes]) -> dict[bytes, Any]:
-        values: dict[bytes, Any] = {}
+    def result(self, replies: list[Any], kbs: list[bytes]) -> dict[bytes, Any]:
+        (reply,) = replies
+        if isinstance(reply, ErrorReply):
+            raise _reply_error(reply)
         deserialize = self.serde.deserialize
-        unanswered = set(kbs)  # each key asked for is answered at most once
-        width = 5 if self.cas else 4
-        buf = b""
-        while True:
-            buf, line = _readline(sock, buf)
-            if line == b"END":
-                _drained(buf)
-                return values
-            if not line.startswith(b"VALUE "):
-                raise _reply_error(line)
-            fields = line.split()  # VALUE <key> <flags> <bytes> [<cas unique>]
-            if (
-                len(fields) != width
-                or fields[1] not in unanswered
-                or not (fields[2].isdigit() and fields[3].isdigit())
-            ):
-                raise _mismatch(line)
-            unanswered.discard(fields[1])
-            buf, data = _readvalue(sock, buf, int(fields[3]))
-            value = deserialize(fields[1], data, int(fields[2]))
-            values[fields[1]] = (value, fields[4]) if self.cas else value
+        if self.cas:
+            return {v.key: (deserialize(v.key, v.data, v.flags), v.cas) for v in reply}
+        return {v.key: deserialize(v.key, v.data, v.flags) for v in reply}
 
     def failed(self, kbs: list[bytes]) -> dict[bytes, Any]:
         return {}
@@ -919,27 +928,19 @@ class _StoreMany:
     values: Mapping[bytes, tuple[bytes, int]]  # encoded: (data, flags)
     expire: int
 
-    def request(self, kbs: list[bytes]) -> bytes:
-        commands = []
-        for kb in kbs:
-            data, flags = self.values[kb]
-            commands.append(
-                b"set %b %d %d %d\r\n%b\r\n" % (kb, flags, self.expire, len(data), data)
-            )
-        return b"".join(commands)
+    def requests(self, kbs: list[bytes]) -> Sequence[Request[Any]]:
+        values, expire = self.values, self.expire
+        return [Store("set", kb, *values[kb], expire) for kb in kbs]
 
-    def read(self, sock: socket.socket, kbs: list[bytes]) -> list[bytes]:
+    def result(self, replies: list[Any], kbs: list[bytes]) -> list[bytes]:
         not_stored: list[bytes] = []
-        buf = b""
-        for kb in kbs:
-            buf, line = _readline(sock, buf)
-            if line == b"STORED":
+        for kb, reply in zip(kbs, replies, strict=True):
+            if reply == STORED:
                 continue
-            if line == b"NOT_STORED" or line.startswith(b"SERVER_ERROR object too large"):
+            if reply == NOT_STORED or (isinstance(reply, ErrorReply) and reply.too_large):
                 not_stored.append(kb)
                 continue
-            raise _reply_error(line)  # the stream may be out of step: stop here
-        _drained(buf)
+            raise _reply_error(reply)
         return not_stored
 
     def failed(self, kbs: list[bytes]) -> list[bytes]:
@@ -948,16 +949,13 @@ class _StoreMany:
 
 @dataclass(frozen=True, slots=True)
 class _DeleteMany:
-    def request(self, kbs: list[bytes]) -> bytes:
-        return b"".join([b"delete %b\r\n" % kb for kb in kbs])
+    def requests(self, kbs: list[bytes]) -> Sequence[Request[Any]]:
+        return [Delete(kb) for kb in kbs]
 
-    def read(self, sock: socket.socket, kbs: list[bytes]) -> None:
-        buf = b""
-        for _ in kbs:
-            buf, line = _readline(sock, buf)
-            if line != b"DELETED" and line != b"NOT_FOUND":
-                raise _reply_error(line)
-        _drained(buf)
+    def result(self, replies: list[Any], kbs: list[bytes]) -> None:
+        for reply in replies:
+            if isinstance(reply, ErrorReply):
+                raise _reply_error(reply)
 
     def failed(self, kbs: list[bytes]) -> None:
         return None

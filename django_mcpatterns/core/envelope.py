@@ -24,7 +24,7 @@ Wire format
 
 Why a serde layer
     Both stores decode every value through their serde
-    (:class:`~.cluster.Cluster` in pymemcache's clients and its pipelined
+    (:class:`~.cluster.Cluster` in its single-key and pipelined
     fetches, :class:`~.memory.MemoryStore` in ``_deserialize``).  Wrapping it
     with :class:`EnvelopeSerde` makes *every* read path unwrap envelopes:
     ``get``, ``get_many``, ``gets``, the Django and Flask backends and user code

@@ -24,7 +24,7 @@
         └── ServerError             the server answered with an error we did not expect
 
 The Django layer turns :class:`ConfigurationError` into ``ImproperlyConfigured``.
-Errors are chained (``raise ... from exc``) so the underlying socket or pymemcache
+Errors are chained (``raise ... from exc``) so the underlying socket or protocol
 error stays visible.
 """
 

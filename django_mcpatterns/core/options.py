@@ -1,21 +1,20 @@
 """Cluster options, parsed once into a frozen, validated dataclass.
 
 Every per-cache setting lives in ``OPTIONS`` (Django) or ``CACHE_OPTIONS``
-(Flask).  Keys that are not ours are passed through to pymemcache's ``Client``
-(``socket_module``, ``tls_context``, ``no_delay``, ...), as Django's own memcached
-backends do.  An invalid value raises :class:`ConfigurationError` naming the key
-and the valid choices.
+(Flask).  The socket options of the transport (:data:`CLIENT_OPTIONS`:
+``no_delay``, ``socket_keepalive``, ``tls_context``, ``socket_module``) may be given
+at the top level, as Django's own memcached backends take pymemcache's, or under
+``client_options``.  Anything else (pymemcache ``Client`` arguments included:
+there is no pymemcache client under the cluster) raises
+:class:`ConfigurationError` naming the key and the valid choices.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import inspect
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
-
-from pymemcache.client.base import Client
 
 from .exceptions import ConfigurationError
 from .ketama import VARIANTS
@@ -23,8 +22,8 @@ from .serializers import DEFAULT_SERIALIZER, SerdeOptions
 
 FAILOVER_POLICIES = ("miss", "remap")
 
-# pymemcache Client arguments we set ourselves: accepting them from users would
-# break the patterns (noreply) or bypass our routing and serialisation.
+# pymemcache Client arguments that this project decides itself: accepting them
+# would break the patterns (noreply) or bypass our routing and serialisation.
 _RESERVED_CLIENT_OPTIONS = frozenset(
     {
         "server",
@@ -38,8 +37,8 @@ _RESERVED_CLIENT_OPTIONS = frozenset(
         "timeout",
     }
 )
-# What may pass through: the rest of pymemcache's Client arguments.
-CLIENT_OPTIONS = frozenset(inspect.signature(Client).parameters) - _RESERVED_CLIENT_OPTIONS
+# How connections are opened (transport.SocketOptions); ``no_delay`` defaults to True.
+CLIENT_OPTIONS = frozenset({"no_delay", "socket_keepalive", "tls_context", "socket_module"})
 
 
 @dataclass(frozen=True)
@@ -76,7 +75,11 @@ class ClusterOptions:
         How values are encoded and whether they are signed: see
         :class:`~.serializers.SerdeOptions` (the keys never show in ``repr``).
     client_options
-        Extra keyword arguments for each pymemcache ``Client``.
+        Socket options of every connection (:data:`CLIENT_OPTIONS`):
+        ``no_delay`` (``TCP_NODELAY``, default True), ``socket_keepalive``
+        (pymemcache's ``KeepaliveOpts`` or any object with ``idle``, ``intvl``
+        and ``cnt``), ``tls_context`` (an :class:`ssl.SSLContext`) and
+        ``socket_module`` (a stand-in for :mod:`socket`, for tests).
     """
 
     ketama: str = "libmemcached"
@@ -118,19 +121,18 @@ class ClusterOptions:
         reserved = sorted(_RESERVED_CLIENT_OPTIONS & set(self.client_options))
         if reserved:
             raise ConfigurationError(
-                f"option {reserved[0]!r} is managed by django-mcpatterns and cannot be passed "
-                "to pymemcache",
+                f"option {reserved[0]!r} is managed by django-mcpatterns and cannot be set",
                 option=reserved[0],
             )
-        # A misspelt option would otherwise reach pymemcache's Client and raise
-        # TypeError on the first request: say so now, with the valid names.
+        # A misspelt option, or a pymemcache Client argument that has no meaning
+        # without pymemcache's client: say so now, with the valid names.
         unknown = sorted(set(self.client_options) - CLIENT_OPTIONS)
         if unknown:
             ours = [f.name for f in dataclasses.fields(self) if f.name != "client_options"]
             raise ConfigurationError(
                 f"unknown option {unknown[0]!r}; valid options: "
                 + ", ".join(repr(o) for o in ours)
-                + "; and pymemcache Client arguments: "
+                + "; and socket options: "
                 + ", ".join(repr(o) for o in sorted(CLIENT_OPTIONS)),
                 option=unknown[0],
             )
@@ -144,7 +146,7 @@ class ClusterOptions:
 
     @classmethod
     def from_mapping(cls, options: Mapping[str, Any] | None) -> ClusterOptions:
-        """Split ``options`` into ours and pymemcache's, and validate ours."""
+        """Split ``options`` into ours and the socket options, and validate both."""
         ours = {f.name for f in dataclasses.fields(cls)} - {"client_options"}
         if not isinstance(options, Mapping | None):
             raise ConfigurationError(

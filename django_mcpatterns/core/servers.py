@@ -45,7 +45,7 @@ class Server:
 
     @property
     def address(self) -> str | tuple[str, int]:
-        """What pymemcache's client takes: a socket path or ``(host, port)``."""
+        """What a connection opens: a socket path or ``(host, port)``."""
         return self.host if self.port is None else (self.host, self.port)
 
     def __str__(self) -> str:

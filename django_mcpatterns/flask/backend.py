@@ -294,7 +294,7 @@ class KetamaMemcachedCache(_PatternsCache):
     ``servers`` (``CACHE_MEMCACHED_SERVERS``) are ``host:port[:weight]`` specs,
     as a list or one string separated by ``;`` or ``,``.  ``options``
     (``CACHE_OPTIONS``) are :class:`~django_mcpatterns.core.options.ClusterOptions`
-    (``ketama``, ``failover``, timeouts...) and pymemcache ``Client`` arguments.
+    (``ketama``, ``failover``, timeouts...) and the socket options (``no_delay``...).
     Every backend of the process naming the same servers and options shares
     one :class:`Cluster`: its connection pools and its servers' health.
     """

@@ -281,22 +281,30 @@ class TestClusterOptions:
         [{"no_delay": True}, {"client_options": {"no_delay": True}}],
         ids=["top level", "client_options"],
     )
-    def test_unknown_keys_reach_pymemcache_clients(
+    def test_socket_options_reach_the_connections(
         self, memcached_3: list[MemcachedServer], options: dict[str, Any]
     ) -> None:
         cache = configured(CLUSTER_BACKEND, [s.spec for s in memcached_3], **options)
         cache.set_many(spread_keys())  # every server gets a pooled connection
         pooled = [client for node in cache.store._nodes.values() for client in node.pool.free]
         assert len(pooled) >= len(memcached_3)
-        assert all(client.no_delay is True for client in pooled)
-        # ...and our own settings still win over pymemcache's defaults.
-        assert all(client.default_noreply is False for client in pooled)
+        assert all(client.options.no_delay is True for client in pooled)
 
-    def test_timeouts_reach_pymemcache_clients(self, memcached_1: list[MemcachedServer]) -> None:
+    @pytest.mark.parametrize("option", ["allow_unicode_keys", "encoding", "retry_attemps"])
+    def test_other_client_arguments_are_refused_with_the_socket_options(self, option: str) -> None:
+        """No pymemcache Client runs under the cluster: its other arguments mean nothing."""
+        message = configuration_error(CLUSTER_BACKEND, "127.0.0.1:11211", **{option: True})
+        assert repr(option) in message
+        for valid in ("no_delay", "socket_keepalive", "tls_context", "retry_attempts"):
+            assert repr(valid) in message
+
+    def test_timeouts_reach_the_connections(self, memcached_1: list[MemcachedServer]) -> None:
         cache = configured(CLUSTER_BACKEND, memcached_1[0].spec, connect_timeout=0.7, timeout=1.3)
         cache.get("anything")
         (node,) = cache.store._nodes.values()
-        assert [(c.connect_timeout, c.timeout) for c in node.pool.free] == [(0.7, 1.3)]
+        assert [(c.options.connect_timeout, c.options.timeout) for c in node.pool.free] == [
+            (0.7, 1.3)
+        ]
 
 
 # -- OPTIONS of the embedded store ----------------------------------------------------

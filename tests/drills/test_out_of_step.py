@@ -42,9 +42,7 @@ def out_of_step(cluster: Cluster, stray: bytes) -> None:
     """Leave memcached's reply to ``stray`` unread on the pooled connection."""
     (node,) = cluster._nodes.values()
     client = node.pool.get()
-    if client.sock is None:
-        client._connect()
-    assert client.sock is not None
+    client.connect()
     client.sock.sendall(stray)
     readable, _, _ = select.select([client.sock], [], [], 5)
     assert readable, "memcached did not answer the stray request"
