@@ -32,6 +32,8 @@ import pytest
 from mirakuru import TCPExecutor
 from pymemcache.client.base import Client
 
+from django_mcpatterns.core.keys import Key, placed
+
 if TYPE_CHECKING:
     from django_mcpatterns.core.cluster import Cluster
 
@@ -261,8 +263,9 @@ def server_ttl(server: MemcachedServer, key: str) -> int | None:
     return int(flag[1:])
 
 
-def servers_holding(servers: Iterable[MemcachedServer], key: str | bytes) -> list[str]:
-    """The specs of the servers that hold ``key``, read directly."""
+def servers_holding(servers: Iterable[MemcachedServer], key: Key) -> list[str]:
+    """The specs of the servers that hold ``key`` (a routed key: its bytes), read directly."""
+    key = placed(key)[0]
     found = []
     for server in servers:
         client = raw_client(server)

@@ -3,10 +3,12 @@
 Routing
     Every key goes to the server the :class:`~.ketama.Continuum` names for the
     key's final bytes, so pylibmc, PHP, twemproxy and spymemcached peers agree
-    on where it lives.  The one exception is explicit: a key object carrying a
-    ``route`` (:class:`~.namespaces.RoutedKey`, a ``bytes`` subclass) is placed
-    by the route's bytes, so every key of a namespace shares one server;
-    ``str`` and ``bytes`` keys, braces or not, never route differently.
+    on where it lives.  The one exception is explicit: a
+    :class:`~.keys.Routed` key (not ``bytes``: it cannot be converted by
+    accident) is placed by its route's bytes, so every key of a namespace
+    shares one server; ``str`` and ``bytes`` keys, braces or not, never route
+    differently.  The route travels with the command (:func:`~.keys.placed`)
+    to the server choice and the fan-out grouping.
 Connections
     One thread-safe pool of :class:`~.transport.Connection` objects per server
     (:class:`~.transport.Pool`).  Every request is
@@ -74,7 +76,7 @@ from .exceptions import (
 )
 from .health import Admission, HealthSnapshot, NodeEvent, NodeHealth
 from .ketama import Continuum
-from .keys import Key, KeyT, key_bytes
+from .keys import Key, KeyT, Routed, placed
 from .options import ClusterOptions
 from .registry import Registry
 from .serializers import ValueRefused, is_refused
@@ -300,7 +302,7 @@ class Cluster:
         only = self.servers[0].node
         ring_node = self.ring.get_node
         self._locate: Callable[[bytes], str] = (
-            (lambda kb: ring_node(_ring_key(kb))) if len(self.servers) > 1 else lambda kb: only
+            ring_node if len(self.servers) > 1 else lambda ring: only
         )
         self._remap = options.failover == "remap"
         self._deserialize = self.serde.deserialize
@@ -314,16 +316,16 @@ class Cluster:
     # -- single-key commands --
 
     def get(self, key: Key, default: Any = None) -> Any:
-        kb = key_bytes(key)
-        value = self._single(kb, Get((kb,)), self._value, _MISSING)
+        kb, ring = placed(key)
+        value = self._single(ring, Get((kb,)), self._value, _MISSING)
         if value is _MISSING or value is STALE:
             return default  # past its soft expiry: a plain miss, left for get_or_compute
         return default if is_refused(value) else value
 
     def gets(self, key: Key) -> tuple[Any, CasToken | None]:
-        kb = key_bytes(key)
+        kb, ring = placed(key)
         miss: tuple[Any, CasToken | None] = _NO_CAS
-        found = self._single(kb, Get((kb,), cas=True), self._value_cas, miss)
+        found = self._single(ring, Get((kb,), cas=True), self._value_cas, miss)
         if found[0] is STALE or is_refused(found[0]):
             return _NO_CAS  # past its soft expiry, or refused (left in place): a miss
         return found
@@ -341,35 +343,35 @@ class Cluster:
         return self._store("prepend", key, _raw(value), 0)
 
     def cas(self, key: Key, value: Any, cas: CasToken, expire: int = 0) -> bool | None:
-        kb = key_bytes(key)
+        kb, ring = placed(key)
         data, flags = _encoded(self.serde, kb, value)
         request = Store("cas", kb, data, flags, _expire(expire), _cas_token(cas))
         failed: bool | None = False
-        return self._single(kb, request, _cas_stored, failed)
+        return self._single(ring, request, _cas_stored, failed)
 
     def incr(self, key: Key, delta: int = 1) -> int | None:
-        kb = key_bytes(key)
-        value: int | None = self._single(kb, Incr(kb, _delta(delta)), _count, None)
+        kb, ring = placed(key)
+        value: int | None = self._single(ring, Incr(kb, _delta(delta)), _count, None)
         return value
 
     def decr(self, key: Key, delta: int = 1) -> int | None:
-        kb = key_bytes(key)
-        value: int | None = self._single(kb, Incr(kb, _delta(delta), decr=True), _count, None)
+        kb, ring = placed(key)
+        value: int | None = self._single(ring, Incr(kb, _delta(delta), decr=True), _count, None)
         return value
 
     def delete(self, key: Key) -> bool:
-        kb = key_bytes(key)
-        return self._single(kb, Delete(kb), _deleted, False)
+        kb, ring = placed(key)
+        return self._single(ring, Delete(kb), _deleted, False)
 
     def touch(self, key: Key, expire: int = 0) -> bool:
-        kb = key_bytes(key)
-        return self._single(kb, Touch(kb, _expire(expire)), _touched, False)
+        kb, ring = placed(key)
+        return self._single(ring, Touch(kb, _expire(expire)), _touched, False)
 
     def ttl(self, key: Key) -> int | None:
         """Return the seconds the item has left (-1: never expires), None when it is missing."""
-        kb = key_bytes(key)
+        kb, ring = placed(key)
         # Meta get with only the t flag (memcached 1.6+): "HD t<seconds>", or "EN".
-        return self._single(kb, MetaGet(kb, ttl=True), _ttl, None)
+        return self._single(ring, MetaGet(kb, ttl=True), _ttl, None)
 
     def exchange(self, key: Key, requests: Sequence[Request[Any]]) -> list[Any] | None:
         """Send wire requests (:mod:`.wire`) to ``key``'s server in one write; return the replies.
@@ -380,15 +382,15 @@ class Cluster:
         once the requests may have left).  Error replies are returned as
         :class:`~.wire.ErrorReply`, for the caller to judge.
         """
-        kb = key_bytes(key)
+        _, ring = placed(key)
         batch = tuple(requests)
-        replies: list[Any] | None = self._single(kb, batch, None, None)
+        replies: list[Any] | None = self._single(ring, batch, None, None)
         return replies
 
     def _store(self, command: StoreCommand, key: Key, value: Any, expire: int) -> bool:
-        kb = key_bytes(key)
+        kb, ring = placed(key)
         data, flags = _encoded(self.serde, kb, value)
-        return self._single(kb, Store(command, kb, data, flags, _expire(expire)), _stored, False)
+        return self._single(ring, Store(command, kb, data, flags, _expire(expire)), _stored, False)
 
     def _value(self, reply: list[Value] | ErrorReply) -> Any:
         if type(reply) is not list:
@@ -410,11 +412,11 @@ class Cluster:
 
     def get_many(self, keys: Iterable[Key]) -> dict[Key, Any]:
         """Return the hits only, keyed by the keys as given."""
-        given = {key_bytes(key): key for key in keys}
+        given = {placed(key)[0]: key for key in keys}
         return self._hits(self._fan_out(self._fetch, given), given, lambda value: value)
 
     def gets_many(self, keys: Iterable[Key]) -> dict[Key, tuple[Any, CasToken]]:
-        given = {key_bytes(key): key for key in keys}
+        given = {placed(key)[0]: key for key in keys}
         return self._hits(self._fan_out(self._fetch_cas, given), given, lambda pair: pair[0])
 
     def set_many(self, values: Mapping[KeyT, Any], expire: int = 0) -> list[KeyT]:
@@ -425,14 +427,14 @@ class Cluster:
         """
         if isinstance(expire, bool) or not isinstance(expire, int):
             raise ValueError(f"expire must be an integer, not {expire!r}")
-        given = {key_bytes(key): key for key in values}
+        given = {placed(key)[0]: key for key in values}
         # Every value is encoded before anything is sent: one that cannot be raises alone.
         encoded = {kb: _encoded(self.serde, kb, values[key]) for kb, key in given.items()}
         parts = self._fan_out(_StoreMany(encoded, expire), given)
         return [given[kb] for part in parts for kb in part]
 
     def delete_many(self, keys: Iterable[Key]) -> None:
-        given = {key_bytes(key): key for key in keys}
+        given = {placed(key)[0]: key for key in keys}
         self._fan_out(_DELETE_MANY, given)
 
     # -- whole-cluster commands and introspection --
@@ -516,17 +518,18 @@ class Cluster:
 
     def _single(
         self,
-        kb: bytes,
+        ring: bytes,
         request: Request[Any] | tuple[Request[Any], ...],
         decode: Callable[[Any], R] | None,
         failed: R,
     ) -> R:
-        """Send ``request`` to the server owning ``kb`` and decode its reply (None: the
-        replies to a batch as they are); lock-free while the server is healthy."""
-        node = self._nodes[self._locate(kb)]
+        """Send ``request`` to the server the ring names for ``ring`` (a key's route: see
+        :func:`~.keys.placed`) and decode its reply (None: the replies to a batch as they
+        are); lock-free while the server is healthy."""
+        node = self._nodes[self._locate(ring)]
         admission = node.health.open
         if admission is None:
-            picked = self._pick(kb, node, {})
+            picked = self._pick(ring, node, {})
             if picked is None:
                 return self._refused(node, failed)
             node, admission = picked
@@ -542,7 +545,7 @@ class Cluster:
         return self._run(node, request, decode, failed, admission)
 
     def _pick(
-        self, kb: bytes, primary: _Node, admitted: dict[_Node, Admission | None]
+        self, ring: bytes, primary: _Node, admitted: dict[_Node, Admission | None]
     ) -> tuple[_Node, Admission] | None:
         """Choose the server for a key whose own server is failing, or None.
 
@@ -551,9 +554,7 @@ class Cluster:
         be contacted.  ``admitted`` remembers each server's admission for the
         whole operation, so one multi-key call probes a server only once.
         """
-        names = (
-            self.ring.get_nodes(_ring_key(kb), len(self._nodes)) if self._remap else (primary.name,)
-        )
+        names = self.ring.get_nodes(ring, len(self._nodes)) if self._remap else (primary.name,)
         for name in names:
             node = self._nodes[name]
             if node not in admitted:
@@ -669,11 +670,12 @@ class Cluster:
         granted: dict[_Node, Admission] = {}  # one admission per server contacted
         admitted: dict[_Node, Admission | None] = {}  # what failing servers said (_pick)
         nodes, locate = self._nodes, self._locate
-        for kb in given:
-            node = nodes[locate(kb)]
+        for kb, key in given.items():
+            ring = key.route if type(key) is Routed else kb  # as placed(key) says, unvalidated
+            node = nodes[locate(ring)]
             admission = granted.get(node) or node.health.open
             if admission is None:
-                picked = self._pick(kb, node, admitted)
+                picked = self._pick(ring, node, admitted)
                 if picked is None:
                     skipped[node].append(kb)
                     continue
@@ -747,11 +749,6 @@ def _connection_factory(server: Server, options: SocketOptions) -> Callable[[], 
         return Connection(server.address, options)
 
     return make_connection
-
-
-def _ring_key(kb: bytes) -> bytes:
-    """The bytes ``kb`` is placed by on the ring: its ``route`` if it carries one."""
-    return getattr(kb, "route", kb)
 
 
 def _encoded(serde: Serde, kb: bytes, value: Any) -> tuple[bytes, int]:

@@ -3,35 +3,75 @@
 The text protocol separates tokens with spaces and ends lines with ``\\r\\n``, so a
 key with whitespace or control bytes could inject commands; keys are limited to
 250 bytes (``KEY_MAX_LENGTH`` in memcached.h).
+
+Routing is data, not a property of the key's type: a plain key (``str`` or
+``bytes``) is placed on the ketama ring by its own final bytes, as every other
+ketama client places it; a :class:`Routed` key names the bytes that place it
+(a namespace's keys all route by their root's version key).  A ``Routed`` is
+not ``bytes``: a conversion that would drop its route (``bytes(...)``, ``+``,
+slicing, :func:`key_bytes`) raises instead of sending the key elsewhere.
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import TypeVar
 
 from .exceptions import InvalidKeyError
 
-Key = str | bytes
-# A key of the caller's own type (str, bytes, a RoutedKey): answers name keys as given.
+
+@dataclass(frozen=True, slots=True)
+class Routed:
+    """A memcached key stored as ``key`` on the server the ring names for ``route``.
+
+    Stores with one place (the embedded store) accept it and ignore the route.
+    """
+
+    key: bytes
+    route: bytes
+
+    def __post_init__(self) -> None:
+        if type(self.key) is not bytes or type(self.route) is not bytes:
+            raise TypeError(
+                "Routed(key, route) takes bytes for both, not "
+                f"{type(self.key).__name__} and {type(self.route).__name__}"
+            )
+
+
+PlainKey = str | bytes
+Key = PlainKey | Routed
+# A key of the caller's own type (str, bytes, a Routed): answers name keys as given.
 KeyT = TypeVar("KeyT", bound=Key)
 
 MAX_KEY_LENGTH = 250
 _FORBIDDEN = re.compile(rb"[\x00-\x20\x7f]")
 
 
-def key_bytes(key: Key) -> bytes:
-    """Return the key as the bytes sent to memcached (str is UTF-8), or raise.
+def placed(key: Key) -> tuple[bytes, bytes]:
+    """Return ``(wire, ring)``: the bytes sent to memcached and the bytes that pick its server.
+
+    Raise as :func:`key_bytes` does for an invalid key.
+    """
+    if isinstance(key, Routed):
+        return key_bytes(key.key), key.route
+    raw = key_bytes(key)
+    return raw, raw
+
+
+def key_bytes(key: PlainKey) -> bytes:
+    """Return a plain key as the bytes sent to memcached (str is UTF-8), or raise.
 
     Raise :class:`InvalidKeyError` for an empty key, a key over 250 bytes, or one
-    holding whitespace or control bytes.
+    holding whitespace or control bytes, and ``TypeError`` for a :class:`Routed`
+    key, whose route the bytes would lose (:func:`placed` keeps it).
     """
     if isinstance(key, str):
         raw = key.encode("utf-8")
     elif isinstance(key, bytes):
         raw = key
     else:
-        raise InvalidKeyError(f"memcached keys are str or bytes, not {type(key).__name__}")
+        raise _not_plain(key)
     if not raw:
         raise InvalidKeyError("memcached keys cannot be empty")
     if len(raw) > MAX_KEY_LENGTH:
@@ -43,3 +83,10 @@ def key_bytes(key: Key) -> bytes:
             f"key {raw!r} contains whitespace or control characters, which memcached forbids"
         )
     return raw
+
+
+def _not_plain(key: object) -> Exception:
+    """The error for a key that is neither str nor bytes: a Routed one is a type error."""
+    if type(key) is Routed:
+        return TypeError(f"{key!r} is not bytes: its route would be lost (use placed())")
+    return InvalidKeyError(f"memcached keys are str or bytes, not {type(key).__name__}")

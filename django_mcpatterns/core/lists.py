@@ -28,7 +28,7 @@ from .codec import (
     removal_record,
 )
 from .exceptions import CollectionTooLargeError
-from .keys import Key, key_bytes
+from .keys import PlainKey, key_bytes
 from .store import CasToken
 
 __all__ = ["AppendLists"]
@@ -82,7 +82,7 @@ class AppendLists(AppendCollections):
         self._last_stamp = 0
         self._stamp_lock = threading.Lock()
 
-    def rpush(self, key: Key, *values: Member, expire: int = 0) -> int:
+    def rpush(self, key: PlainKey, *values: Member, expire: int = 0) -> int:
         """Append values (creating the list with ``expire``); return how many were pushed."""
         listed = check_members(values)
         if listed:
@@ -98,7 +98,7 @@ class AppendLists(AppendCollections):
             self._modify(kb, push_records(stamp, listed), create, expire, fold, prepend=False)
         return len(listed)
 
-    def lrem(self, key: Key, count: int, value: Member) -> int:
+    def lrem(self, key: PlainKey, count: int, value: Member) -> int:
         """Remove like Redis ``LREM`` (``count`` > 0 from the head, < 0 from the tail,
         0 all); return 1 once the removal is recorded, 0 when the list is missing."""
         check_members([value])
@@ -110,7 +110,7 @@ class AppendLists(AppendCollections):
         record = removal_record(stamp, count, value)
         return int(self._modify(key_bytes(key), record, None, 0, fold, prepend=True))
 
-    def lrange(self, key: Key, start: int, end: int) -> list[Member]:
+    def lrange(self, key: PlainKey, start: int, end: int) -> list[Member]:
         """Values from ``start`` to ``end`` inclusive; negative indexes count from the end."""
         items = self._items(key_bytes(key))
         size = len(items)
@@ -118,7 +118,7 @@ class AppendLists(AppendCollections):
         last = min(end if end >= 0 else size + end, size - 1)
         return items[first : last + 1] if first <= last else []
 
-    def llen(self, key: Key) -> int:
+    def llen(self, key: PlainKey) -> int:
         return len(self._items(key_bytes(key)))
 
     def _stamp(self) -> int:

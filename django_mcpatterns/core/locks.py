@@ -69,7 +69,7 @@ from .exceptions import (
     LockTimeoutError,
     NodeUnavailableError,
 )
-from .keys import Key, key_bytes
+from .keys import Key, placed
 from .store import MAX_RELATIVE_EXPIRE, Store
 
 __all__ = [
@@ -280,7 +280,7 @@ class Lock:
         on_event: EventHook | None = None,
         thread_local: bool = True,
     ) -> None:
-        key_bytes(key)  # an invalid key fails here, not on first use
+        placed(key)  # an invalid key fails here, not on first use
         _check_positive("lock timeout", timeout, maximum=MAX_TIMEOUT)
         if blocking_timeout is not None:
             _check_positive("blocking_timeout", blocking_timeout, zero=True)

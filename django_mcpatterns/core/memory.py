@@ -46,7 +46,7 @@ from typing import Any, Protocol
 
 from .envelope import STALE, with_envelopes
 from .exceptions import ConfigurationError, NonNumericValueError, ValueTooLargeError
-from .keys import Key, KeyT, key_bytes
+from .keys import Key, KeyT, PlainKey, Routed, placed
 from .registry import Registry
 from .serializers import SerdeOptions, ValueRefused, ValueSerde, is_refused
 from .store import MAX_RELATIVE_EXPIRE, CasToken
@@ -166,14 +166,14 @@ class MemoryStore:
     # -- reads -------------------------------------------------------------
 
     def get(self, key: Key, default: Any = None) -> Any:
-        raw = key_bytes(key)
+        raw = placed(key)[0]
         with self._lock:
             item = self._read(raw, self._now())
         value = _MISS if item is None else self._deserialize(key, item)
         return default if value is _MISS else value
 
     def gets(self, key: Key) -> tuple[Any, CasToken | None]:
-        raw = key_bytes(key)
+        raw = placed(key)[0]
         with self._lock:
             item = self._read(raw, self._now())
         value = _MISS if item is None else self._deserialize(key, item)
@@ -191,7 +191,7 @@ class MemoryStore:
         On the whole-second clock, as memcached's ``mg <key> t``: an item lives
         until the clock reaches its deadline, so a live one has at least 1 left.
         """
-        raw = key_bytes(key)
+        raw = placed(key)[0]
         with self._lock:
             now = self._now()
             item = self._read(raw, now)
@@ -215,7 +215,7 @@ class MemoryStore:
         """
         expire = _exptime(expire)
         prepared = [
-            (key, key_bytes(key), *self._serialize(key, value)) for key, value in values.items()
+            (key, placed(key)[0], *self._serialize(key, value)) for key, value in values.items()
         ]
         too_large: list[KeyT] = []
         with self._lock:
@@ -269,7 +269,7 @@ class MemoryStore:
     def touch(self, key: Key, expire: int = 0) -> bool:
         """Give the item a new exptime; its CAS token is kept, as memcached does."""
         expire = _exptime(expire)
-        raw = key_bytes(key)
+        raw = placed(key)[0]
         with self._lock:
             now = self._now()
             item = self._live(raw, now)
@@ -280,12 +280,12 @@ class MemoryStore:
         return True
 
     def delete(self, key: Key) -> bool:
-        raw = key_bytes(key)
+        raw = placed(key)[0]
         with self._lock:
             return self._live(raw, self._now()) is not None and self._discard(raw)
 
     def delete_many(self, keys: Iterable[Key]) -> None:
-        raws = [key_bytes(key) for key in keys]
+        raws = [placed(key)[0] for key in keys]
         with self._lock:
             for raw in raws:
                 self._discard(raw)
@@ -326,7 +326,7 @@ class MemoryStore:
         return math.floor(self._clock())
 
     def _serialize(self, key: Key, value: Any) -> tuple[bytes, int]:
-        data, flags = self._serde.serialize(key, value)
+        data, flags = self._serde.serialize(_plain(key), value)
         # pymemcache sends non-bytes serialiser output (e.g. "%d" for ints) as text.
         return (data if isinstance(data, bytes) else str(data).encode()), flags
 
@@ -336,7 +336,7 @@ class MemoryStore:
         A refused item is left in place, as ``Cluster`` leaves it: it may be
         another client's value.
         """
-        value = self._serde.deserialize(key, item.data, item.flags)
+        value = self._serde.deserialize(_plain(key), item.data, item.flags)
         if value is STALE:
             return _MISS  # past its soft expiry: a plain miss, left for get_or_compute
         return _MISS if is_refused(value) else value
@@ -347,7 +347,7 @@ class MemoryStore:
 
     def _prepare(self, key: Key, value: Any) -> tuple[bytes, bytes, int]:
         """Validate and serialise; raise :class:`ValueTooLargeError` (keeping the old item)."""
-        raw = key_bytes(key)
+        raw = placed(key)[0]
         data, flags = self._serialize(key, value)
         if item_size(raw, data, flags) > self._max_item_size:
             raise self._too_large(repr(key))
@@ -360,14 +360,14 @@ class MemoryStore:
         )
 
     def _fetch(self, keys: Iterable[Key]) -> list[tuple[Key, _Item]]:
-        pairs = [(key, key_bytes(key)) for key in keys]
+        pairs = [(key, placed(key)[0]) for key in keys]
         with self._lock:
             now = self._now()
             found = [(key, self._read(raw, now)) for key, raw in pairs]
         return [(key, item) for key, item in found if item is not None]
 
     def _concat(self, key: Key, value: bytes, *, at_end: bool) -> bool:
-        raw = key_bytes(key)
+        raw = placed(key)[0]
         if not isinstance(value, bytes):
             # The item keeps its own flags, so only raw bytes make sense (store.py).
             raise TypeError(f"append/prepend take bytes, not {type(value).__name__}")
@@ -383,7 +383,7 @@ class MemoryStore:
         return True
 
     def _add_delta(self, key: Key, delta: int, *, increment: bool) -> int | None:
-        raw = key_bytes(key)
+        raw = placed(key)[0]
         if isinstance(delta, bool) or not isinstance(delta, int) or not 0 <= delta <= MAX_COUNTER:
             # memcached answers "CLIENT_ERROR invalid numeric delta argument".
             raise ValueError(f"incr/decr delta must be an integer in [0, 2**64), not {delta!r}")
@@ -489,6 +489,11 @@ def _deadline(expire: int, now: int) -> int | None:
     if expire > MAX_RELATIVE_EXPIRE:
         return expire  # an absolute Unix time
     return now + expire
+
+
+def _plain(key: Key) -> PlainKey:
+    """The key the serde sees: the one stored (a routed key's bytes, as a Cluster sends them)."""
+    return key.key if isinstance(key, Routed) else key
 
 
 def _token(item: _Item) -> bytes:

@@ -8,8 +8,8 @@ of an older version are never returned again and fall off the LRU.
 One request per read, not the recipe's two
     The recipe reads the version, then the value.  Here every key of a
     namespace, and of the namespaces nested in it, is routed to the server of
-    the *root* namespace's version key (:class:`RoutedKey`, honoured by the
-    :class:`~.cluster.Cluster` only), the value carries the versions it was
+    the *root* namespace's version key (a :class:`~.keys.Routed` key, honoured
+    by the :class:`~.cluster.Cluster` only), the value carries the versions it was
     written under, and one multi-get to that one server reads the versions and
     the value together.  A value whose versions are not the current ones is a
     miss.  A nested namespace's value carries every level's version, so
@@ -106,7 +106,7 @@ from urllib.parse import quote
 
 from .envelope import STALE, Envelope, Serde, with_envelopes
 from .exceptions import ContentionError, EncodingError, ValueTooLargeError
-from .keys import Key, key_bytes
+from .keys import Key, PlainKey, Routed, key_bytes
 from .locks import authoritative
 from .serializers import is_refused
 from .stampede import Fetched, Stampede, StampedePolicy
@@ -118,7 +118,6 @@ __all__ = [
     "REMEMBERED_PATHS",
     "Namespace",
     "Namespaces",
-    "RoutedKey",
     "namespace_id",
     "part_text",
 ]
@@ -128,7 +127,7 @@ logger = logging.getLogger("django_mcpatterns.namespaces")
 T = TypeVar("T")
 Part = str | int
 Path = tuple[tuple[str, ...], ...]
-KeyMaker = Callable[[str, Any], Key]
+KeyMaker = Callable[[str, Any], PlainKey]
 """``(local key, version) -> final key``: the host's key rules (prefix, version)."""
 
 MAX_READABLE_ID: Final = 64
@@ -147,26 +146,6 @@ class _Missing:
 
 
 _MISSING: Final = _Missing()
-
-
-class RoutedKey(bytes):
-    """A memcached key placed on the ring by ``route`` instead of by its own bytes.
-
-    The :class:`~.cluster.Cluster` honours ``route`` (that is how every key of
-    a namespace lands on one server); every other Store ignores it, and plain
-    ``str``/``bytes`` keys never have one, so ordinary keys route exactly as
-    other ketama clients route them.
-    """
-
-    route: bytes
-
-    def __new__(cls, key: bytes, route: bytes) -> RoutedKey:
-        self = super().__new__(cls, key)
-        self.route = route
-        return self
-
-    def __repr__(self) -> str:
-        return f"RoutedKey({bytes(self)!r}, route={self.route!r})"
 
 
 # -- key derivation ------------------------------------------------------------------
@@ -296,7 +275,7 @@ class Namespaces:
         self.serde = with_envelopes(serde or getattr(store, "serde", None), clock=clock)
         self.clock = clock
         self.stampede = stampede
-        self._paths: dict[Path, tuple[str, tuple[RoutedKey, ...]]] = {}
+        self._paths: dict[Path, tuple[str, tuple[Routed, ...]]] = {}
 
     def namespace(self, *parts: Part, soft: bool = False) -> Namespace:
         """The namespace named by ``parts`` (see :class:`Namespace`)."""
@@ -310,14 +289,14 @@ class Namespaces:
         """A first version for a (re)created namespace: microseconds since the epoch."""
         return int(self.clock() * 1_000_000)
 
-    def keys_of(self, path: Path) -> tuple[str, tuple[RoutedKey, ...]]:
+    def keys_of(self, path: Path) -> tuple[str, tuple[Routed, ...]]:
         """The id of the namespace ``path`` and the version key of each of its levels."""
         found = self._paths.get(path)
         if found is None:
             ids = [namespace_id(path[: level + 1]) for level in range(len(path))]
             made = [key_bytes(self.make_key(f"ns:{i}", None)) for i in ids]
             # The root's version key routes every key below it.
-            found = ids[-1], tuple(RoutedKey(key, made[0]) for key in made)
+            found = ids[-1], tuple(Routed(key, made[0]) for key in made)
             if len(self._paths) >= REMEMBERED_PATHS:
                 self._paths.clear()  # forget them all: simple, and safe under threads
             self._paths[path] = found
@@ -361,15 +340,15 @@ class Namespace:
             self._ctx, (*self.path, _segment(parts)), self.soft if soft is None else soft
         )
 
-    def key(self, key: Any, *, version: Any = None) -> RoutedKey:
-        """The final memcached key of ``key`` in this namespace, carrying its route.
+    def key(self, key: Any, *, version: Any = None) -> Routed:
+        """The final memcached key of ``key`` in this namespace, routed by the root's version key.
 
-        Pass it to the store as it is: as ``str`` or plain ``bytes`` it routes
-        on its own bytes, to another server than the namespace's.
+        A :class:`~.keys.Routed`, not bytes: it cannot be turned into a key that
+        routes on its own bytes (to another server than the namespace's) by accident.
         """
         made = self._ctx.make_key(f"ns:{self._id}|{key}", version)
-        # Validated where it is used: every Store runs key_bytes() before any I/O.
-        return RoutedKey(made.encode() if isinstance(made, str) else made, self._route)
+        # Validated where it is used: every Store runs placed() before any I/O.
+        return Routed(made.encode() if isinstance(made, str) else made, self._route)
 
     def versions(self) -> tuple[int | None, ...]:
         """The current version of each level, outermost first (None: not created yet)."""
@@ -544,7 +523,7 @@ class Namespace:
         return tuple([_version(found.get(k), k) for k in self._version_keys]), found
 
     def _open(
-        self, key: Key, raw: Any, versions: tuple[int | None, ...], *, soft: bool = False
+        self, key: Routed, raw: Any, versions: tuple[int | None, ...], *, soft: bool = False
     ) -> Any:
         """The value in ``raw`` if its versions are current, else a miss (soft: stale)."""
         if raw is _MISSING:
@@ -553,7 +532,8 @@ class Namespace:
         current = fields[5:] == versions
         if not current and not soft:
             return _MISSING
-        value = self._ctx.serde.deserialize(key, raw[self._layout.size :], fields[4])
+        # The serde sees the key memcached stores (a signature binds those bytes).
+        value = self._ctx.serde.deserialize(key.key, raw[self._layout.size :], fields[4])
         if value is STALE:
             return _MISSING  # past its soft expiry: plain reads miss (get_or_compute sees it)
         if is_refused(value):
@@ -571,7 +551,7 @@ class Namespace:
             for key, found in zip(self._version_keys, versions, strict=True)
         )
 
-    def _create(self, key: RoutedKey) -> int:
+    def _create(self, key: Routed) -> int:
         store = self._ctx.store
         created = self._ctx.new_version()
         if store.add(key, b"%d" % created):
@@ -581,14 +561,14 @@ class Namespace:
         found = _version(store.get(key), key)
         return created if found is None else found
 
-    def _pack(self, key: Key, value: Any, versions: tuple[int, ...]) -> bytes:
-        data, flags = self._ctx.serde.serialize(key, value)
+    def _pack(self, key: Routed, value: Any, versions: tuple[int, ...]) -> bytes:
+        data, flags = self._ctx.serde.serialize(key.key, value)
         if not isinstance(data, bytes):
             data = str(data).encode()  # pymemcache sends non-bytes output (ints) as text
         depth = len(versions)
         return _layout(depth).pack(MAGIC, FORMAT, depth, self._ctx.clock(), flags, *versions) + data
 
-    def _store(self, key: RoutedKey, value: Any, versions: tuple[int, ...], expire: int) -> bool:
+    def _store(self, key: Routed, value: Any, versions: tuple[int, ...], expire: int) -> bool:
         try:
             return self._ctx.store.set(key, self._pack(key, value, versions), expire)
         except ValueTooLargeError:
@@ -610,7 +590,7 @@ class _Slot:
     def __init__(
         self,
         namespace: Namespace,
-        key: RoutedKey,
+        key: Routed,
         store: Store,
         seen: tuple[int, ...] | None = None,
     ) -> None:

@@ -62,7 +62,7 @@ from .codec import (
     set_records,
 )
 from .exceptions import CollectionTooLargeError, EncodingError, IncompleteSetError
-from .keys import Key, key_bytes
+from .keys import PlainKey, key_bytes
 from .lists import AppendLists
 from .shards import LayoutCache, shard_expire, shard_items, shard_key, shard_keys
 from .store import CasToken
@@ -149,7 +149,7 @@ class AppendSets(AppendCollections):
     # -- writes --------------------------------------------------------------
 
     def sadd(
-        self, key: Key, *members: Member, expire: int = 0, loader: Loader | None = None
+        self, key: PlainKey, *members: Member, expire: int = 0, loader: Loader | None = None
     ) -> int:
         """Add members; return the number of distinct members written.
 
@@ -162,14 +162,16 @@ class AppendSets(AppendCollections):
             self._modify(key_bytes(key), set_records(ADD, unique), creating, loader)
         return len(unique)
 
-    def srem(self, key: Key, *members: Member, loader: Loader | None = None) -> int:
+    def srem(self, key: PlainKey, *members: Member, loader: Loader | None = None) -> int:
         """Remove members; return the number of distinct members written."""
         unique = _unique(members)
         if unique:
             self._modify(key_bytes(key), set_records(REMOVE, unique), None, loader)
         return len(unique)
 
-    def smove(self, source: Key, destination: Key, member: Member, *, expire: int = 0) -> bool:
+    def smove(
+        self, source: PlainKey, destination: PlainKey, member: Member, *, expire: int = 0
+    ) -> bool:
         """Move ``member``: one read of ``source``, then two appends (not atomic).
 
         The member is added to ``destination`` first, so a crash between the two
@@ -183,7 +185,12 @@ class AppendSets(AppendCollections):
         return True
 
     def spop(
-        self, key: Key, count: int | None = None, *, loader: Loader | None = None, expire: int = 0
+        self,
+        key: PlainKey,
+        count: int | None = None,
+        *,
+        loader: Loader | None = None,
+        expire: int = 0,
     ) -> Member | set[Member] | None:
         """Remove and return a random member (``count``: a set of up to ``count``).
 
@@ -202,7 +209,7 @@ class AppendSets(AppendCollections):
                 return chosen[0] if count is None else set(chosen)
         raise self._contention(kb, "spop of")
 
-    def compact(self, key: Key) -> bool:
+    def compact(self, key: PlainKey) -> bool:
         """Compact a set now; return whether this call rewrote it."""
         kb = key_bytes(key)
         view = self._read(kb, None)
@@ -210,27 +217,34 @@ class AppendSets(AppendCollections):
 
     # -- reads ---------------------------------------------------------------
 
-    def smembers(self, key: Key, *, loader: Loader | None = None, expire: int = 0) -> set[Member]:
+    def smembers(
+        self, key: PlainKey, *, loader: Loader | None = None, expire: int = 0
+    ) -> set[Member]:
         return self._members(key_bytes(key), loader, expire)
 
     def sismember(
-        self, key: Key, member: Member, *, loader: Loader | None = None, expire: int = 0
+        self, key: PlainKey, member: Member, *, loader: Loader | None = None, expire: int = 0
     ) -> bool:
         return self.smismember(key, member, loader=loader, expire=expire)[0]
 
     def smismember(
-        self, key: Key, *members: Member, loader: Loader | None = None, expire: int = 0
+        self, key: PlainKey, *members: Member, loader: Loader | None = None, expire: int = 0
     ) -> list[bool]:
         """Membership of each member; a sharded set reads only their shards."""
         listed = check_members(members)
         found = self._members(key_bytes(key), loader, expire, only=listed)
         return [member in found for member in listed]
 
-    def scard(self, key: Key, *, loader: Loader | None = None, expire: int = 0) -> int:
+    def scard(self, key: PlainKey, *, loader: Loader | None = None, expire: int = 0) -> int:
         return len(self._members(key_bytes(key), loader, expire))
 
     def srandmember(
-        self, key: Key, count: int | None = None, *, loader: Loader | None = None, expire: int = 0
+        self,
+        key: PlainKey,
+        count: int | None = None,
+        *,
+        loader: Loader | None = None,
+        expire: int = 0,
     ) -> Member | list[Member] | None:
         """A random member, or a list: ``count`` distinct ones, or ``-count`` with repeats."""
         members = list(self._members(key_bytes(key), loader, expire))
@@ -242,24 +256,24 @@ class AppendSets(AppendCollections):
 
     # -- algebra -------------------------------------------------------------
 
-    def sunion(self, *keys: Key) -> set[Member]:
+    def sunion(self, *keys: PlainKey) -> set[Member]:
         return set().union(*self._many(keys))
 
-    def sinter(self, *keys: Key) -> set[Member]:
+    def sinter(self, *keys: PlainKey) -> set[Member]:
         sets = sorted(self._many(keys), key=len)
         return sets[0].intersection(*sets[1:]) if sets else set()
 
-    def sdiff(self, *keys: Key) -> set[Member]:
+    def sdiff(self, *keys: PlainKey) -> set[Member]:
         sets = self._many(keys)
         return sets[0].difference(*sets[1:]) if sets else set()
 
-    def sunionstore(self, destination: Key, *keys: Key, expire: int = 0) -> int:
+    def sunionstore(self, destination: PlainKey, *keys: PlainKey, expire: int = 0) -> int:
         return self._store_result(destination, self.sunion(*keys), expire)
 
-    def sinterstore(self, destination: Key, *keys: Key, expire: int = 0) -> int:
+    def sinterstore(self, destination: PlainKey, *keys: PlainKey, expire: int = 0) -> int:
         return self._store_result(destination, self.sinter(*keys), expire)
 
-    def sdiffstore(self, destination: Key, *keys: Key, expire: int = 0) -> int:
+    def sdiffstore(self, destination: PlainKey, *keys: PlainKey, expire: int = 0) -> int:
         return self._store_result(destination, self.sdiff(*keys), expire)
 
     # -- the write path --------------------------------------------------------
@@ -407,7 +421,7 @@ class AppendSets(AppendCollections):
         fresh = header.with_(nonce=self._rng.randbytes(8), pending=pending, shards=0, snapshot=0)
         return bool(self.store.cas(lost.kb, fresh.pack(), lost.token, expire))
 
-    def _many(self, keys: Iterable[Key]) -> list[set[Member]]:
+    def _many(self, keys: Iterable[PlainKey]) -> list[set[Member]]:
         """Read every set in one parallel multi-get (plus one for unknown shards)."""
         kbs = [key_bytes(key) for key in keys]
         for _ in range(self.options.attempts):
@@ -555,7 +569,7 @@ class AppendSets(AppendCollections):
         root = header.with_(shards=len(shards), generation=generation, snapshot=0).pack()
         return root, shards
 
-    def _store_result(self, destination: Key, members: set[Member], expire: int) -> int:
+    def _store_result(self, destination: PlainKey, members: set[Member], expire: int) -> int:
         """Replace ``destination`` by ``members`` (the ``*store`` commands); empty: delete it.
 
         The shards the destination had are deleted once its root certainly no

@@ -71,7 +71,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Final, Generic, Literal, TypeVar
+from typing import Any, Final, Generic, Literal, TypeVar, overload
 
 from .envelope import Envelope, envelopes_visible
 from .exceptions import (
@@ -83,7 +83,7 @@ from .exceptions import (
     ValueTooLargeError,
 )
 from .keepalive import Keepalive
-from .keys import MAX_KEY_LENGTH, Key, key_bytes
+from .keys import MAX_KEY_LENGTH, Key, PlainKey, Routed, placed
 from .locks import (
     Backoff,
     EventHook,
@@ -319,7 +319,7 @@ class _Held:
     """
 
     store: Store  # the strict view
-    key: bytes
+    key: Key
     token: bytes
     timeout: float
     taken_at: float  # by the Stampede's clock
@@ -374,12 +374,25 @@ def read_failure_marker(found: object) -> tuple[bytes, str] | None:
     return token, described.decode("utf-8", "replace")
 
 
-def lock_key(key: Key) -> bytes:
-    """The key of ``key``'s recompute lock: the key plus a suffix, or a digest if too long."""
-    raw = key_bytes(key)
+@overload
+def lock_key(key: PlainKey) -> bytes: ...
+
+
+@overload
+def lock_key(key: Routed) -> Routed: ...
+
+
+def lock_key(key: Key) -> Key:
+    """The key of ``key``'s recompute lock: the key plus a suffix, or a digest if too long.
+
+    A routed key's lock keeps its route: it lives on the value's server.
+    """
+    raw, ring = placed(key)
     if len(raw) + len(LOCK_SUFFIX) <= MAX_KEY_LENGTH:
-        return raw + LOCK_SUFFIX
-    return hashlib.sha256(raw).hexdigest().encode() + LOCK_SUFFIX
+        made = raw + LOCK_SUFFIX
+    else:
+        made = hashlib.sha256(raw).hexdigest().encode() + LOCK_SUFFIX
+    return Routed(made, ring) if isinstance(key, Routed) else made
 
 
 # -- the algorithm ---------------------------------------------------------------------

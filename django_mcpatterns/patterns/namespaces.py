@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable, Mapping
 from functools import cached_property
 from typing import Any, TypeVar, cast
 
-from django_mcpatterns.core.keys import key_bytes
+from django_mcpatterns.core.keys import placed
 from django_mcpatterns.core.namespaces import Namespace, Namespaces, Part
 from django_mcpatterns.core.stampede import Fetched, Stampede, StampedePolicy
 from django_mcpatterns.core.store import Store
@@ -96,7 +96,7 @@ class CacheNamespace:
         The namespace's prefix counts towards memcached's 250 bytes, so a key
         valid on the cache may be too long here.
         """
-        key_bytes(self._ns.key(key, version=version))
+        placed(self._ns.key(key, version=version))
 
     # -- reads --
 

@@ -26,14 +26,13 @@ from django_mcpatterns.core.exceptions import (
     InvalidKeyError,
     NodeUnavailableError,
 )
-from django_mcpatterns.core.keys import key_bytes
+from django_mcpatterns.core.keys import Routed, placed
 from django_mcpatterns.core.memory import MemoryStore
 from django_mcpatterns.core.namespaces import (
     MAX_READABLE_ID,
     REMEMBERED_PATHS,
     Namespace,
     Namespaces,
-    RoutedKey,
     namespace_id,
     part_text,
 )
@@ -75,10 +74,10 @@ def test_any_parts_make_valid_keys_after_the_backends_prefix(path: list[list[Any
     spaces = Namespaces(MemoryStore(), make_key=prefixed)
     ns = nested(spaces, path)
     for version_key in ns._version_keys:
-        assert key_bytes(version_key) == version_key
+        assert placed(version_key) == (version_key.key, ns._version_keys[0].key)
     made = ns.key(key or "k")
-    assert key_bytes(made) == made  # no whitespace, no control bytes, <= 250 bytes
-    assert made.startswith(PREFIX.encode() + b"ns:")
+    assert placed(made)[0] == made.key  # no whitespace, no control bytes, <= 250 bytes
+    assert made.key.startswith(PREFIX.encode() + b"ns:")
     assert len(ns._id) <= MAX_READABLE_ID + 1
 
 
@@ -128,7 +127,7 @@ def test_long_ids_become_a_digest() -> None:
 def test_an_int_part_is_its_decimal_text() -> None:
     spaces = Namespaces(MemoryStore())
     assert spaces.namespace("user", 42).key("k") == spaces.namespace("user", "42").key("k")
-    assert spaces.namespace(-7).key("k") == b"ns:-7|k"
+    assert spaces.namespace(-7).key("k").key == b"ns:-7|k"
 
 
 @pytest.mark.parametrize("bad", [True, 1.5, None, b"bytes", ("tuple",)])
@@ -596,7 +595,7 @@ def test_every_key_of_a_namespace_lives_on_its_root_version_keys_server(
         inner.set_many(dict.fromkeys(keys, 2))
         (home,) = servers_holding(servers, root._version_keys[0])
         # The root's version key sits where any ketama client would put it...
-        assert home == cluster.ring.get_node(root._version_keys[0])
+        assert home == cluster.ring.get_node(root._version_keys[0].key)
         # ...and everything of the namespace follows it.
         for key in [*inner._version_keys, *(n.key(k) for n in (root, inner) for k in keys)]:
             assert servers_holding(servers, key) == [home]
@@ -607,9 +606,10 @@ def test_ordinary_keys_route_on_their_own_bytes(cluster: Cluster, servers: list[
     for key in keys:
         cluster.set(key, 1)
         assert servers_holding(servers, key.encode()) == [cluster.ring.get_node(key)]
-    routed = RoutedKey(b"anything", route=b"user:1")
-    assert cluster._locate(routed) == cluster.ring.get_node(b"user:1")
-    assert cluster._locate(b"anything") == cluster.ring.get_node(b"anything")
+    home = cluster.ring.get_node(b"user:1")
+    elsewhere = next(k for k in (b"k%d" % i for i in range(99)) if cluster.ring.get_node(k) != home)
+    cluster.set(Routed(elsewhere, route=b"user:1"), 1)  # only an explicit Routed moves a key
+    assert servers_holding(servers, elsewhere) == [home]
 
 
 def test_a_read_is_one_request_to_one_server(
@@ -618,7 +618,7 @@ def test_a_read_is_one_request_to_one_server(
     spaces = Namespaces(cluster)
     ns = spaces.namespace("org", 1).namespace("user", 42)
     ns.set_many({f"k{i}": i for i in range(10)})
-    home = cluster.ring.get_node(ns._version_keys[0])
+    home = cluster.ring.get_node(ns._version_keys[0].key)
     homes = [s.spec == home for s in servers]
     expectations = [
         (lambda: ns.get("k1"), 3),  # 2 version keys + the value
@@ -667,7 +667,7 @@ def test_remap_failover_moves_a_namespace_as_a_whole(
     cluster = Cluster([s.spec for s in servers], options)
     try:
         ns = Namespaces(cluster).namespace("user", 42).namespace("posts")
-        home = cluster.ring.get_node(ns._version_keys[0])
+        home = cluster.ring.get_node(ns._version_keys[0].key)
         next(s for s in servers if s.spec == home).kill()
         ns.get("k")  # the failure that marks the server dead
         ns.set_many({f"k{i}": i for i in range(10)})

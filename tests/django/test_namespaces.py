@@ -23,6 +23,7 @@ from django.core.management.base import CommandError
 from django.test import override_settings
 
 from django_mcpatterns import signals
+from django_mcpatterns.core.keys import Routed
 from django_mcpatterns.core.stampede import lock_key
 from django_mcpatterns.patterns.namespaces import CacheNamespace
 from tests.django.conftest import CLUSTER_BACKEND, WIRE_COUNTERS, Deployment
@@ -30,7 +31,7 @@ from tests.django.test_locks_stampede import received
 from tests.harness import LOOPBACK, free_port
 
 
-def final_key(ns: CacheNamespace, key: str, version: int | None = None) -> bytes:
+def final_key(ns: CacheNamespace, key: str, version: int | None = None) -> Routed:
     """The memcached key of ``key`` in ``ns`` (routed: the namespace hands out none)."""
     return ns._ns.key(key, version=version)
 
@@ -76,8 +77,8 @@ class NamespacesContract:
     def test_keys_follow_the_cache_key_rules(self, cache: Any) -> None:
         prefixed = caches["prefixed"]
         ns = prefixed.namespace("user", 42)
-        assert final_key(ns, "profile") == b"site2:3:ns:user:42|profile"
-        assert final_key(ns, "profile", version=4) == b"site2:4:ns:user:42|profile"
+        assert final_key(ns, "profile").key == b"site2:3:ns:user:42|profile"
+        assert final_key(ns, "profile", version=4).key == b"site2:4:ns:user:42|profile"
         ns.set("profile", "v3")
         ns.set("profile", "v4", version=4)
         assert ns.get("profile") == "v3"
@@ -119,8 +120,8 @@ class NamespacesContract:
         ns.set("default", 1)
         ns.set("forever", 1, None)
         if deployment.has_servers:
-            assert deployment.ttl(final_key(ns, "default").decode()) in (299, 300)
-            assert deployment.ttl(final_key(ns, "forever").decode()) == -1
+            assert deployment.ttl(final_key(ns, "default").key.decode()) in (299, 300)
+            assert deployment.ttl(final_key(ns, "forever").key.decode()) == -1
             assert deployment.ttl(cache.make_key("ns:catalog")) == -1  # versions never expire
 
     def test_get_or_set_and_get_or_compute(self, cache: Any) -> None:

@@ -276,7 +276,7 @@ def test_namespaced_pages_are_cached_in_their_namespace(
         assert page.body == b"1/a?None #1"
         assert cache.cache.get(local) is None  # not a plain key
         made = cache.cache.namespace("user", 1)._ns.key(local)
-        assert made.startswith((PREFIX + "ns:user:1|").encode())
+        assert made.key.startswith((PREFIX + "ns:user:1|").encode())
 
 
 def test_invalidate_namespace_drops_every_variant_of_that_namespace_only(
