@@ -14,7 +14,8 @@
 
 Stampede protection and locks send the following; the sender is the cache
 backend's class, ``cache`` the backend instance, and ``key`` the full memcached
-key (after ``KEY_PREFIX``/``VERSION``):
+key (after ``KEY_PREFIX``/``VERSION``; a namespace's key is a
+:class:`~django_mcpatterns.core.keys.Routed`, whose ``key`` holds those bytes):
 
 ``recomputed``
     ``get_or_compute`` (or ``recompute``) computed and stored a value.
