@@ -25,6 +25,9 @@ the same semantics, proven by one shared contract test suite:
   a live item), ``-1`` when it never expires, ``None`` when it is missing.
   Like ``get`` it counts as a hit or a miss.
 * Invalid keys raise :class:`~.exceptions.InvalidKeyError` before any I/O.
+  A key is plain (``str``/``bytes``: placed by its own bytes) or a
+  :class:`~.keys.Routed` (placed by its route; a store with one place ignores
+  it); stores read keys with :func:`~.keys.placed`, and answers name keys as given.
 * A store never returns partial garbage: on an unreachable server a Cluster
   answers misses and failed writes (or raises
   :class:`~.exceptions.NodeUnavailableError` when configured to).
