@@ -193,9 +193,8 @@ class AppendCollections:
         the item's own (seconds ``left``, -1 for never, a ``touch`` included)
         applies: as read with the item, else asked of the store's ``ttl(key)``.
         Without one (the item is being created, or is gone and the ``cas`` will
-        fail) the expiry recorded
-        at creation applies and, once it has passed, the creation timeout
-        counts again from now.
+        fail) the expiry recorded at creation applies and, once it has passed,
+        the creation timeout counts again from now.
         """
         if left is None:
             left = self.store.ttl(key)
