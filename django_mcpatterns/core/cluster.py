@@ -448,15 +448,15 @@ class Cluster:
         """Delete the item only while its cas token is ``cas``."""
         kb = key_bytes(key)
         token = _cas_token(cas)
-        if self.options.protocol == "meta":
-            return self._single(kb, MetaDelete(kb, cas=int(token)), _meta_deleted, False)
-        # Text: read the item's bytes, then expire exactly that version with a cas.
-        item = self._single(kb, Get((kb,), cas=True), _first_value, None)
-        if item is None or item.cas != token:
-            return False
-        expired = Store("cas", kb, item.data, item.flags, -1, token)
-        failed: bool | None = False
-        return bool(self._single(kb, expired, _cas_stored, failed))
+        if self.options.protocol == "text":
+            # No cas on a text delete: read the item's bytes, then expire that version.
+            item = self._single(kb, Get((kb,), cas=True), _first_value, None)
+            if item is None or item.cas != token:
+                return False
+            expired = Store("cas", kb, item.data, item.flags, -1, token)
+            failed: bool | None = False
+            return bool(self._single(kb, expired, _cas_stored, failed))
+        return self._single(kb, MetaDelete(kb, cas=int(token)), _meta_deleted, False)
 
     def _text_cas(self, kb: bytes, write: Store, data: bytes, flags: int) -> CasToken | None:
         """Send a text storage command and a ``gets`` in one write: the stored item's cas."""

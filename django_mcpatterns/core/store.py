@@ -139,7 +139,9 @@ class Store(Protocol):
         """``cas``; return the new item's cas token, None when it was not stored.
 
         Meta: ``ms <key> C<cas> T<expire> c``; text: ``cas`` and ``gets``
-        written together.  One round trip either way.
+        written together.  One round trip either way.  With a negative
+        ``expire`` (for both of these) the item is gone at once and what they
+        return is unspecified: delete a version with :meth:`delete_cas`.
         """
         ...
 
