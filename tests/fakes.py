@@ -25,6 +25,7 @@ STORE_METHODS = frozenset(
     {
         *("get", "gets", "get_many", "gets_many", "set", "set_many", "add"),
         *("append", "prepend", "cas", "incr", "decr", "delete", "delete_many", "touch", "ttl"),
+        *("gets_ttl", "add_cas", "recas", "delete_cas"),
     }
 )
 

@@ -33,9 +33,11 @@ Unknown outcomes
     (a set's old or new shards) is left in place, to expire.  A rewrite that a
     read decided on (compaction) never fails the read.
 Expiry
-    A rewrite is a ``cas``, which sets a new TTL: it first asks the store the
-    item's own (``ttl``, memcached's ``mg <key> t``), so a touched collection
-    keeps its extended life.  A header also records the expiry given at
+    A rewrite is a ``cas``, which sets a new TTL: it keeps the item's own, so a
+    touched collection keeps its extended life.  Readers get it with the value
+    (``gets_ttl``: meta's ``mg <key> v c t f``, one request); where the store
+    cannot say it there (the text protocol, a multi-key read) the rewrite asks
+    (``ttl``, one more request).  A header also records the expiry given at
     creation, for when the store cannot tell (the item is being created).
 
 :class:`SetOptions` holds the thresholds of both algorithms.
@@ -182,17 +184,20 @@ class AppendCollections:
                 expires_at, timeout = now + expire, expire
         return Header(kind, self._rng.randbytes(8), expires_at, timeout, pending)
 
-    def _rewrite_expiry(self, key: bytes, header: Header) -> tuple[int, Header]:
+    def _rewrite_expiry(
+        self, key: bytes, header: Header, left: int | None = None
+    ) -> tuple[int, Header]:
         """The exptime to rewrite an item with, and the header to store.
 
         memcached has no rewrite that keeps a TTL (``cas`` sets a new one), so
-        the store's ``ttl(key)`` (seconds left, -1 for never: one more request)
-        gives the item's own, a ``touch`` included.  Without one (the item is
-        being created, or is gone and the ``cas`` will fail) the expiry recorded
-        at creation applies and, once it has passed, the creation timeout
-        counts again from now.
+        the item's own (seconds ``left``, -1 for never, a ``touch`` included)
+        applies: as read with the item, else asked of the store's ``ttl(key)``.
+        Without one (the item is being created, or is gone and the ``cas`` will
+        fail) the expiry recorded at creation applies and, once it has passed,
+        the creation timeout counts again from now.
         """
-        left = self.store.ttl(key)
+        if left is None:
+            left = self.store.ttl(key)
         now = int(self._clock())
         if left is None:
             if header.expires_at == 0:

@@ -96,8 +96,10 @@ from .wire import (
     FlushAll,
     Get,
     Incr,
+    MetaDelete,
     MetaGet,
     MetaReply,
+    MetaSet,
     Request,
     Stats,
     Store,
@@ -121,6 +123,7 @@ R_co = TypeVar("R_co", covariant=True)
 Serde = Any  # pymemcache's protocol: serialize(key, value), deserialize(key, data, flags)
 
 _NO_CAS: tuple[None, None] = (None, None)
+_NO_CAS_TTL: tuple[None, None, None] = (None, None, None)
 _MISSING: Any = object()  # a get's miss, told apart from any value
 _MAX_DELTA = 2**64  # incr/decr deltas are unsigned 64-bit (protocol.txt)
 
@@ -386,6 +389,88 @@ class Cluster:
         batch = tuple(requests)
         replies: list[Any] | None = self._single(ring, batch, None, None)
         return replies
+
+    # -- owner primitives (store.py): one meta command, or text commands in one write --
+
+    def gets_ttl(self, key: Key) -> tuple[Any, CasToken | None, int | None]:
+        """Return ``(value, cas_token, ttl)``; over text the TTL is not read (None)."""
+        if self.options.protocol == "text":
+            value, token = self.gets(key)
+            return value, token, None
+        kb, ring = placed(key)
+        request = MetaGet(kb, value=True, cas=True, ttl=True, client_flags=True)
+
+        def decode(reply: MetaReply | ErrorReply) -> tuple[Any, CasToken | None, int | None]:
+            if isinstance(reply, ErrorReply):
+                raise _reply_error(reply)
+            if reply.status == b"EN":
+                return _NO_CAS_TTL
+            if reply.status != b"VA" or reply.data is None or reply.cas is None:
+                raise ProtocolError(f"reply {reply!r} does not answer mg v c t f")
+            value = self._deserialize(kb, reply.data, reply.client_flags or 0)
+            return value, b"%d" % reply.cas, reply.ttl
+
+        miss: tuple[Any, CasToken | None, int | None] = _NO_CAS_TTL
+        found = self._single(ring, request, decode, miss)
+        if found[0] is STALE or is_refused(found[0]):
+            return _NO_CAS_TTL  # as gets: past its soft expiry, or refused, is a miss
+        return found
+
+    def add_cas(self, key: Key, value: Any, expire: int = 0) -> CasToken | None:
+        """``add``, returning the new item's cas token (None: not stored)."""
+        kb, ring = placed(key)
+        data, flags = _encoded(self.serde, kb, value)
+        if self.options.protocol == "text":
+            added = Store("add", kb, data, flags, _expire(expire))
+            return self._text_cas(key, added, data, flags)
+        request = MetaSet(
+            kb, data=data, mode="E", ttl=_expire(expire), client_flags=flags, return_cas=True
+        )
+        return self._single(ring, request, _meta_cas, None)
+
+    def recas(self, key: Key, value: Any, cas: CasToken, expire: int = 0) -> CasToken | None:
+        """``cas``, returning the new item's cas token (None: not stored)."""
+        kb, ring = placed(key)
+        data, flags = _encoded(self.serde, kb, value)
+        token = _cas_token(cas)
+        if self.options.protocol == "text":
+            swapped = Store("cas", kb, data, flags, _expire(expire), token)
+            return self._text_cas(key, swapped, data, flags)
+        request = MetaSet(
+            kb,
+            data=data,
+            cas=int(token),
+            ttl=_expire(expire),
+            client_flags=flags,
+            return_cas=True,
+        )
+        return self._single(ring, request, _meta_cas, None)
+
+    def delete_cas(self, key: Key, cas: CasToken) -> bool:
+        """Delete the item only while its cas token is ``cas``."""
+        kb, ring = placed(key)
+        token = _cas_token(cas)
+        if self.options.protocol == "text":
+            # No cas on a text delete: read the item's bytes, then expire that version.
+            item = self._single(ring, Get((kb,), cas=True), _first_value, None)
+            if item is None or item.cas != token:
+                return False
+            expired = Store("cas", kb, item.data, item.flags, -1, token)
+            failed: bool | None = False
+            return bool(self._single(ring, expired, _cas_stored, failed))
+        return self._single(ring, MetaDelete(kb, cas=int(token)), _meta_deleted, False)
+
+    def _text_cas(self, key: Key, write: Store, data: bytes, flags: int) -> CasToken | None:
+        """Send a text storage command and a ``gets`` in one write: the stored item's cas."""
+        replies = self.exchange(key, (write, Get((write.key,), cas=True)))
+        if replies is None:
+            return None
+        written, read = replies
+        stored = _cas_stored(written) if write.command == "cas" else _stored(written)
+        item = _first_value(read)
+        if not stored or item is None or (item.data, item.flags) != (data, flags):
+            return None  # not stored, or replaced between the two commands
+        return item.cas
 
     def _store(self, command: StoreCommand, key: Key, value: Any, expire: int) -> bool:
         kb, ring = placed(key)
@@ -853,6 +938,29 @@ def _ttl(reply: MetaReply | ErrorReply) -> int | None:
     if reply.status != b"HD" or ttl is None:
         raise ProtocolError(f"reply {reply!r} does not answer mg t")
     return ttl
+
+
+def _meta_cas(reply: MetaReply | ErrorReply) -> CasToken | None:
+    """An ``ms ... c`` reply: the new cas token when stored (``HD``), else None."""
+    if isinstance(reply, ErrorReply):
+        raise _reply_error(reply)
+    if reply.status != b"HD":
+        return None  # NS (add: exists), EX (cas changed), NF (missing)
+    if reply.cas is None:
+        raise ProtocolError(f"reply {reply!r} does not answer ms ... c")
+    return b"%d" % reply.cas
+
+
+def _meta_deleted(reply: MetaReply | ErrorReply) -> bool:
+    if isinstance(reply, ErrorReply):
+        raise _reply_error(reply)
+    return reply.status == b"HD"  # EX: another version; NF: missing
+
+
+def _first_value(reply: list[Value] | ErrorReply) -> Value | None:
+    if type(reply) is not list:
+        raise _reply_error(reply)
+    return reply[0] if reply else None
 
 
 def _stat_value(text: str) -> Any:

@@ -49,6 +49,7 @@ class _ListView:
     header: Header
     removals: list[Removal] = field(default_factory=list)
     pushes: list[tuple[int, Member]] = field(default_factory=list)
+    ttl: int | None = None  # seconds left, as read with the item (None: not read)
 
     def items(self) -> list[tuple[int, Member]]:
         """The pushes that the removals leave, in order."""
@@ -150,11 +151,11 @@ class AppendLists(AppendCollections):
         raise self._contention(kb, "write to list")
 
     def _read(self, kb: bytes) -> _ListView | None:
-        data, token = self.store.gets(kb)
+        data, token, ttl = self.store.gets_ttl(kb)
         if data is None:
             return None
         removals, _, header, pushes = parse_list(data)
-        return _ListView(data, token, header, removals, pushes)
+        return _ListView(data, token, header, removals, pushes, ttl)
 
     def _items(self, kb: bytes) -> list[Member]:
         view = self._read(kb)
@@ -170,7 +171,7 @@ class AppendLists(AppendCollections):
         return [value for _, value in items]
 
     def _rewrite(self, kb: bytes, view: _ListView, items: list[tuple[int, Member]]) -> bool:
-        expire, header = self._rewrite_expiry(kb, view.header)
+        expire, header = self._rewrite_expiry(kb, view.header, view.ttl)
         body = b"".join([push_records(stamp, [value]) for stamp, value in items])
         new = header.pack() + body
         if len(new) > self.options.budget(len(kb)):

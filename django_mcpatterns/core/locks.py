@@ -1,19 +1,27 @@
 """Add-based, owner-safe, expiring locks over any Store (memcached's "ghetto" locks).
 
 The protocol, in memcached's own primitives (reference 004, "Ghetto central
-locking"), and what it costs:
+locking"), and what it costs in round trips (meta protocol / text protocol):
 
 acquire
-    ``add(key, token, exptime)``: stored only when nobody holds the key.  One
-    request; a blocking acquire repeats it with back-off.
+    ``add_cas(key, token, exptime)``: stored only when nobody holds the key,
+    and it hands back the item's cas token (meta: ``ms <key> ME T<ttl> c``;
+    text: ``add`` and ``gets`` in one write).  1 / 1; a blocking acquire
+    repeats it with back-off.
 release
-    ``gets(key)``, then, if the value is still our token,
-    ``cas(key, token, cas_unique, expire=-1)``: memcached stores (and, with a
-    negative exptime, at once expires) the item only if nobody changed it since
-    our ``gets``, so a lock that lapsed and was taken over by another owner is
-    never deleted.  Two requests; an uncontended acquire + release is three.
+    ``delete_cas(key, cas)``: deletes only the version our acquire (or
+    extend) stored, so a lock that lapsed and was taken over by another owner
+    is never deleted.  Meta ``md <key> C<cas>``: 1; text has no such delete,
+    so ``gets`` then ``cas`` of the same bytes with exptime -1: 2.  An
+    uncontended acquire + release costs 2 / 3.
 extend
-    ``gets`` then ``cas(key, token, cas_unique, expire=<new TTL>)``: two requests.
+    ``recas(key, token, cas, <new TTL>)``, returning the new cas (meta
+    ``ms <key> C<cas> T<ttl> c``; text ``cas`` and ``gets`` in one write): 1 / 1.
+fallback
+    Where the cas is not known here (another thread acts with ``token=``) or
+    no longer matches (a keepalive extended the lock), release and extend go
+    by the token instead: :func:`rewrite_owned`, ``gets`` then ``cas``, which
+    rewrites the item only while it holds our token.
 locked, owned
     ``get``: one request.
 
@@ -70,7 +78,7 @@ from .exceptions import (
     NodeUnavailableError,
 )
 from .keys import Key, placed
-from .store import MAX_RELATIVE_EXPIRE, Store
+from .store import MAX_RELATIVE_EXPIRE, CasToken, Store
 
 __all__ = [
     "DEFAULT_TIMEOUT",
@@ -241,9 +249,11 @@ def rewrite_owned(
 
 
 class _Hold:
-    """What a Lock object holds: the token, and when the lock lapses at the earliest."""
+    """What a Lock object holds: the token, the item's cas (None: not known here),
+    and when the lock lapses at the earliest."""
 
     token: bytes | None = None
+    cas: CasToken | None = None
     deadline: float = 0.0  # by the lock's clock
 
 
@@ -251,6 +261,7 @@ class _ThreadHold(threading.local):
     """A :class:`_Hold` per thread (``thread_local=True``)."""
 
     token: bytes | None = None
+    cas: CasToken | None = None
     deadline: float = 0.0
 
 
@@ -374,9 +385,12 @@ class Lock:
         ``token``: release for the owner of that token, from any thread.
         """
         token = self._held("release", token)
+        cas = self._hold.cas if self._hold.token == token else None
         if self._hold.token == token:
-            self._hold.token = None
-        self._replace(token, -1, "release")  # cas with a negative exptime deletes
+            self._hold.token = self._hold.cas = None
+        if cas is not None and self._call("release", self._store.delete_cas, self.key, cas):
+            return
+        self._replace(token, -1, "release")  # by the token; a negative exptime deletes
 
     def extend(
         self, additional_time: float, replace_ttl: bool = False, token: bytes | None = None
@@ -394,7 +408,13 @@ class Lock:
         remaining = max(0.0, hold.deadline - now)
         ttl = additional_time if replace_ttl else remaining + additional_time
         _check_positive("the extended lock time", ttl, maximum=MAX_TIMEOUT)
-        self._replace(token, exptime_for(ttl), "extend")
+        exptime = exptime_for(ttl)
+        cas = None
+        if hold.cas is not None:
+            cas = self._call("extend", self._store.recas, self.key, token, hold.cas, exptime)
+        if cas is None:
+            self._replace(token, exptime, "extend")  # by the token: the new cas is not known
+        hold.cas = cas
         hold.deadline = now + ttl
 
     def locked(self) -> bool:
@@ -432,9 +452,12 @@ class Lock:
 
     def _try_add(self, token: bytes) -> bool:
         now = self._clock()
-        if not self._call("acquire", self._store.add, self.key, token, exptime_for(self.timeout)):
+        exptime = exptime_for(self.timeout)
+        cas = self._call("acquire", self._store.add_cas, self.key, token, exptime)
+        if cas is None:
             return False
         self._hold.token = token
+        self._hold.cas = cas
         self._hold.deadline = now + self.timeout
         return True
 

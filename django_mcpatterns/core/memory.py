@@ -290,6 +290,50 @@ class MemoryStore:
             for raw in raws:
                 self._discard(raw)
 
+    # -- owner primitives (store.py): each one step under the lock ----------
+
+    def gets_ttl(self, key: Key) -> tuple[Any, CasToken | None, int | None]:
+        raw = placed(key)[0]
+        with self._lock:
+            now = self._now()
+            item = self._read(raw, now)
+        value = _MISS if item is None else self._deserialize(key, item)
+        if value is _MISS:
+            return None, None, None
+        assert item is not None
+        return value, _token(item), -1 if item.deadline is None else item.deadline - now
+
+    def add_cas(self, key: Key, value: Any, expire: int = 0) -> CasToken | None:
+        expire = _exptime(expire)
+        raw, data, flags = self._prepare(key, value)
+        with self._lock:
+            now = self._now()
+            if self._live(raw, now) is not None:
+                return None
+            item = self._new_item(raw, data, flags, _deadline(expire, now))
+            self._link(raw, item, now)
+        return _token(item)
+
+    def recas(self, key: Key, value: Any, cas: CasToken, expire: int = 0) -> CasToken | None:
+        expire = _exptime(expire)
+        wanted = _token_number(cas)
+        raw, data, flags = self._prepare(key, value)
+        with self._lock:
+            now = self._now()
+            item = self._live(raw, now)
+            if item is None or item.cas != wanted:
+                return None
+            item = self._new_item(raw, data, flags, _deadline(expire, now))
+            self._link(raw, item, now)
+        return _token(item)
+
+    def delete_cas(self, key: Key, cas: CasToken) -> bool:
+        wanted = _token_number(cas)
+        raw = placed(key)[0]
+        with self._lock:
+            item = self._live(raw, self._now())
+            return item is not None and item.cas == wanted and self._discard(raw)
+
     def flush_all(self) -> bool:
         with self._lock:
             self._items.clear()

@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from .exceptions import ConfigurationError
 from .ketama import VARIANTS
@@ -97,6 +97,7 @@ class ClusterOptions:
     signing_key: str | bytes | None = field(default=None, repr=False)
     signing_keys: Any = field(default=(), repr=False)
     client_options: Mapping[str, Any] = field(default_factory=dict)
+    protocol: Literal["meta", "text"] = "meta"
 
     def __post_init__(self) -> None:
         _check_choice("ketama", self.ketama, VARIANTS)

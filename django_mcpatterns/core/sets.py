@@ -3,7 +3,7 @@
 A set is one raw item: members are *added* and *removed* by appending ``+member``
 and ``-member`` records (one ``append`` for any number of members, nothing read),
 a missing set is created with ``add``, and a read that finds too many records
-*compacts* the item with ``gets`` + ``cas``.  The write path (missing or full
+*compacts* the item with ``gets_ttl`` + ``cas``.  The write path (missing or full
 items, rewrites that carry racing appends over) is :mod:`.append`'s, the
 encodings are in :mod:`.codec`, lists are in :mod:`.lists`.  On top of the
 article:
@@ -28,8 +28,10 @@ Loaders (eviction)
 Round trips in steady state (one Store call; a multi-key call is one parallel
 request): ``sadd``/``srem`` 1; ``smembers``/``sismember``/``scard`` 1 (``gets``,
 or the multi-get of a sharded set);
-creating a set 2 (append, add) or 3 (a lost race); a compacting read 3 (``gets``,
-``ttl``, ``cas``; +1 per carried race); ``spop`` 3 (``gets``, ``ttl``, ``cas``);
+creating a set 2 (append, add) or 3 (a lost race); a compacting read and
+``spop`` 2 with the meta protocol (``gets_ttl``: value, cas and TTL in one
+``mg``, then ``cas``), 3 with the text protocol (``gets``, ``ttl``, ``cas``),
++1 per carried race;
 ``smove`` 3 (read, append, append);
 algebra 1 (+1 for shards it did not know of).  The full table is in
 ``docs/sets.md``.
@@ -77,6 +79,10 @@ def _carry_appends(old: bytes, current: bytes, new: bytes) -> bytes | None:
     return new + current[len(old) :] if current.startswith(old) else None
 
 
+# A root as fetched: (data, token, header, shards, partial, ttl or None: not read).
+_Fetched = tuple[bytes, CasToken, Header, list[bytes], bool, "int | None"]
+
+
 class _LostShard(Exception):
     """A shard the root names is missing or stale (internal): the root as read."""
 
@@ -97,6 +103,7 @@ class _SetView:
     log_bytes: int = 0
     snapshot_bytes: int = 0
     partial: bool = False  # only the shards of some members were read
+    ttl: int | None = None  # seconds left, as read with the root (None: not read)
 
     @property
     def complete(self) -> bool:
@@ -318,7 +325,7 @@ class AppendSets(AppendCollections):
         if len(view.data) + len(records) > self.options.budget(len(kb)):
             self._rewrite(kb, view)  # make room, then pop from a fresh read
             return False
-        expire, header = self._rewrite_expiry(kb, view.header)
+        expire, header = self._rewrite_expiry(kb, view.header, view.ttl)
         old = view.data
         fresh = header.pack() + old[Header.SIZE :]
 
@@ -443,16 +450,20 @@ class AppendSets(AppendCollections):
 
     def _fetch(
         self, kbs: list[bytes], only: dict[bytes, Sequence[Member]] | None
-    ) -> dict[bytes, tuple[bytes, CasToken, Header, list[bytes], bool]]:
-        """Fetch roots and their shards: ``root -> (data, token, header, shards, partial)``."""
+    ) -> dict[bytes, _Fetched]:
+        """Fetch roots and their shards: ``root -> (data, token, header, shards, partial, ttl)``.
+
+        One root alone is read with its TTL (``gets_ttl``), for a rewrite that follows.
+        """
         only = only or {}
         keys = [*kbs]
         for kb in kbs:
             layout = self._layouts.get(kb)
             if layout is not None:
                 keys += shard_keys(kb, *layout, only.get(kb))
+        ttl: int | None = None
         if len(keys) == 1:
-            data, token = self.store.gets(keys[0])
+            data, token, ttl = self.store.gets_ttl(keys[0])
             got: dict[Any, tuple[Any, Any]] = {} if data is None else {keys[0]: (data, token)}
         else:
             got = self.store.gets_many(keys)
@@ -478,15 +489,14 @@ class AppendSets(AppendCollections):
                 raise _LostShard(kb, data, token, header)
             if header.shards:
                 self._layouts.remember(kb, (header.generation, header.shards))
-            fetched[kb] = (data, token, header, shards, bool(only.get(kb)) and bool(header.shards))
+            partial = bool(only.get(kb)) and bool(header.shards)
+            fetched[kb] = (data, token, header, shards, partial, ttl)
         return fetched
 
-    def _view(
-        self, item: tuple[bytes, CasToken, Header, list[bytes], bool] | None
-    ) -> _SetView | None:
+    def _view(self, item: _Fetched | None) -> _SetView | None:
         if item is None:
             return None
-        data, token, header, shards, partial = item
+        data, token, header, shards, partial, ttl = item
         start = Header.SIZE + header.snapshot
         members = decode_snapshot(data, Header.SIZE, start)
         snapshot_bytes = header.snapshot
@@ -503,6 +513,7 @@ class AppendSets(AppendCollections):
             len(data) - start,
             snapshot_bytes,
             partial,
+            ttl,
         )
         _replay(view, data, start)
         return view
@@ -520,7 +531,7 @@ class AppendSets(AppendCollections):
         unknown outcome raises :class:`~.exceptions.OutcomeUnknownError` and
         leaves both generations to expire (:func:`~.shards.shard_expire`).
         """
-        expire, header = self._rewrite_expiry(kb, view.header)
+        expire, header = self._rewrite_expiry(kb, view.header, view.ttl)
         root, shards = self._layout(kb, view, header)
         if shards and self.store.set_many(shards, shard_expire(expire, self._clock())):
             self.store.delete_many(list(shards))  # not stored: nothing names them yet

@@ -115,6 +115,48 @@ class Store(Protocol):
         """
         ...
 
+    # -- owner primitives: a write that hands back its cas, a read with the TTL --
+    #
+    # What locks and rewriters (sets, lists) need in one request each where the
+    # protocol allows it.  Tokens are memcached's cas as ASCII digits (bytes).
+
+    def gets_ttl(self, key: Key) -> tuple[Any, CasToken | None, int | None]:
+        """Return ``(value, cas_token, ttl)``, ``(None, None, None)`` on a miss.
+
+        ``ttl`` as :meth:`ttl` answers it, read in the same request (meta's
+        ``mg <key> v c t f``); None for a hit when the protocol cannot say it
+        there (text), so a caller that needs it asks :meth:`ttl`.
+        """
+        ...
+
+    def add_cas(self, key: Key, value: Any, expire: int = 0) -> CasToken | None:
+        """``add``; return the new item's cas token, None when it was not stored.
+
+        Meta: ``ms <key> ME T<expire> c``, one request.  Text: ``add`` and
+        ``gets`` written together (one round trip); None also when the item
+        read back is not the one added (it was replaced in between).
+        """
+        ...
+
+    def recas(self, key: Key, value: Any, cas: CasToken, expire: int = 0) -> CasToken | None:
+        """``cas``; return the new item's cas token, None when it was not stored.
+
+        Meta: ``ms <key> C<cas> T<expire> c``; text: ``cas`` and ``gets``
+        written together.  One round trip either way.  With a negative
+        ``expire`` (for both of these) the item is gone at once and what they
+        return is unspecified: delete a version with :meth:`delete_cas`.
+        """
+        ...
+
+    def delete_cas(self, key: Key, cas: CasToken) -> bool:
+        """Delete the item only while its cas token is ``cas``; return whether it was deleted.
+
+        Meta: ``md <key> C<cas>``, one request.  Text has no such delete: ``gets``
+        then a ``cas`` of the same bytes with a negative exptime (two requests,
+        exactly as safe: the ``cas`` only matches that version).
+        """
+        ...
+
     def flush_all(self) -> bool: ...
 
     def close(self) -> None:

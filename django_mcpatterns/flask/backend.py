@@ -260,7 +260,7 @@ class _PatternsCache(SetsMixin, LocksMixin, StampedeMixin, NamespacesMixin, Base
     def _swap_delta(self, made: str, delta: int) -> int | None:
         store = self.store
         for attempt in range(CAS_ATTEMPTS):
-            value, token = store.gets(made)
+            value, token, left = store.gets_ttl(made)
             if token is None:
                 if store.add(made, delta, self._expire(None)):
                     return delta
@@ -269,20 +269,22 @@ class _PatternsCache(SetsMixin, LocksMixin, StampedeMixin, NamespacesMixin, Base
                     f"cannot increment or decrement the non-numeric value of {made!r}"
                 )
             else:
-                expire = self._kept_expire(made)
+                expire = self._kept_expire(made, left)
                 if expire is not None and store.cas(made, value + delta, token, expire):
                     return value + delta  # type: ignore[return-value]  # a float counter stays float
             self._sleep(CAS_BACKOFF.delay(attempt, self._rng))  # someone else wrote first
         return None
 
-    def _kept_expire(self, made: str) -> int | None:
+    def _kept_expire(self, made: str, left: int | None) -> int | None:
         """The exptime that keeps the item's TTL through a ``cas``; None when it is gone.
 
-        ``cas`` sets a new TTL where ``incr`` keeps the old one, so ``dec`` asks
-        the store what is left (``mg <key> t``, one request).  Read after the
-        ``gets``: an item replaced in between fails the ``cas`` and is read again.
+        ``cas`` sets a new TTL where ``incr`` keeps the old one: ``left`` was
+        read with the value (meta's ``mg v c t f``), or, where the protocol
+        cannot say it there (text), the store is asked (``ttl``, one request;
+        an item replaced in between fails the ``cas`` and is read again).
         """
-        left = self.store.ttl(made)
+        if left is None:
+            left = self.store.ttl(made)
         if left is None:
             return None
         return 0 if left < 0 else memcached_exptime(max(left, 1), self._clock())

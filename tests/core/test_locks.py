@@ -35,10 +35,11 @@ from django_mcpatterns.core.locks import (
     exptime_for,
 )
 from django_mcpatterns.core.memory import MemoryStore
+from django_mcpatterns.core.options import ClusterOptions
 from django_mcpatterns.core.store import MAX_RELATIVE_EXPIRE
 from tests.conftest import flush
 from tests.fakes import START, FakeClock, Hooked, near
-from tests.harness import MemcachedServer, free_port, server_requests
+from tests.harness import MemcachedServer, free_port
 
 
 @pytest.fixture
@@ -173,7 +174,7 @@ def test_releasing_a_lapsed_lock_nobody_took_raises(
         lock.release()
 
 
-def test_a_takeover_between_gets_and_cas_is_detected(
+def test_a_takeover_before_the_release_is_detected(
     clock: FakeClock, store: MemoryStore, make_lock: Callable[..., Lock]
 ) -> None:
     hooked = Hooked(store)
@@ -184,20 +185,50 @@ def test_a_takeover_between_gets_and_cas_is_detected(
         assert new.acquire(blocking=False)
 
     late.acquire()
-    hooked.before["cas"] = lapse_and_take_over  # after late's gets saw its own token
-    with pytest.raises(LockNotOwnedError):
+    hooked.before["delete_cas"] = lapse_and_take_over  # the new owner's item has a new cas
+    with pytest.raises(LockNotOwnedError, match="another owner may hold it"):
         late.release()
     assert new.owned()
 
 
-def test_release_uses_gets_then_cas_with_a_negative_exptime(
+def test_a_takeover_between_gets_and_cas_of_a_release_by_token_is_detected(
+    clock: FakeClock, store: MemoryStore, make_lock: Callable[..., Lock]
+) -> None:
+    hooked = Hooked(store)
+    late, helper, new = make_lock(timeout=1), make_lock(store=hooked), make_lock()
+
+    def lapse_and_take_over(*args: Any) -> None:
+        clock.advance(3)
+        assert new.acquire(blocking=False)
+
+    late.acquire()
+    hooked.before["cas"] = lapse_and_take_over  # after the helper's gets saw the token
+    with pytest.raises(LockNotOwnedError):
+        helper.release(token=late.token)  # the helper does not know the cas: by the token
+    assert new.owned()
+
+
+def test_release_deletes_only_the_version_acquire_stored(
     store: MemoryStore, make_lock: Callable[..., Lock]
 ) -> None:
     hooked = Hooked(store)
     lock = make_lock(store=hooked)
     lock.acquire()
+    lock.extend(5)
     lock.release()
-    assert [name for name, _ in hooked.calls] == ["add", "gets", "cas"]
+    assert [name for name, _ in hooked.calls] == ["add_cas", "recas", "delete_cas"]
+
+
+def test_release_after_a_helper_extended_goes_by_the_token(
+    store: MemoryStore, make_lock: Callable[..., Lock]
+) -> None:
+    hooked = Hooked(store)
+    lock, helper = make_lock(store=hooked), make_lock()
+    lock.acquire()
+    helper.extend(5, token=lock.token)  # a keepalive: the item's cas changed under the owner
+    lock.release()
+    assert [name for name, _ in hooked.calls] == ["add_cas", "delete_cas", "gets", "cas"]
+    assert store.get("lock:report") is None
 
 
 # -- extend ---------------------------------------------------------------------------
@@ -299,7 +330,7 @@ def test_non_blocking_acquire_tries_once(
     make_lock().acquire()
     hooked = Hooked(store)
     assert make_lock(store=hooked, blocking=False).acquire() is False
-    assert hooked.calls == [("add", "lock:report")]
+    assert hooked.calls == [("add_cas", "lock:report")]
     assert clock.sleeps == []
 
 
@@ -384,10 +415,12 @@ def test_memory_store_is_its_own_authoritative_view(store: MemoryStore) -> None:
     assert authoritative(store) is store
 
 
-@pytest.fixture
-def cluster(memcached_1: list[MemcachedServer]) -> Iterator[Cluster]:
+@pytest.fixture(params=["meta", "text"])
+def cluster(
+    memcached_1: list[MemcachedServer], request: pytest.FixtureRequest
+) -> Iterator[Cluster]:
     flush(memcached_1)
-    cluster = Cluster([memcached_1[0].spec])
+    cluster = Cluster([memcached_1[0].spec], ClusterOptions(protocol=request.param))
     yield cluster
     cluster.close()
 
@@ -409,14 +442,17 @@ def test_real_memcached_release_deletes_with_cas_and_negative_exptime(cluster: C
     assert cluster.get("lock:real") is None
 
 
-def test_uncontended_acquire_and_release_is_three_requests(
-    cluster: Cluster, memcached_1: list[MemcachedServer]
-) -> None:
-    lock = Lock(cluster, "lock:count", 10)
-    before = server_requests(memcached_1)
-    assert lock.acquire()
-    lock.release()
-    assert server_requests(memcached_1) - before == 3
+def test_real_memcached_never_deletes_a_lapsed_lock_another_owner_took(cluster: Cluster) -> None:
+    late, new = Lock(cluster, "lock:lapsed", 1), Lock(cluster, "lock:lapsed", 10)
+    assert late.acquire(blocking=False)
+    late.extend(1, replace_ttl=True)  # the fast path's new cas, then a lapse
+    time.sleep(2.1)  # exptime ceil(1) + 1: gone on memcached's whole-second clock
+    assert new.acquire(blocking=False)
+    with pytest.raises(LockNotOwnedError, match="another owner may hold it"):
+        late.release()
+    assert new.owned()
+    new.release()
+    assert cluster.get("lock:lapsed") is None
 
 
 def test_unreachable_server_raises_instead_of_looking_held() -> None:

@@ -22,6 +22,7 @@ import pytest
 from django_mcpatterns.core.cluster import Cluster
 from django_mcpatterns.core.exceptions import LockNotOwnedError
 from django_mcpatterns.core.locks import Lock
+from django_mcpatterns.core.options import ClusterOptions
 from tests.conftest import flush
 from tests.harness import MemcachedServer
 
@@ -33,9 +34,10 @@ OWNER = textwrap.dedent(
     import sys, time
     from django_mcpatterns.core.cluster import Cluster
     from django_mcpatterns.core.locks import Lock
+    from django_mcpatterns.core.options import ClusterOptions
 
-    spec, key, timeout = sys.argv[1], sys.argv[2], float(sys.argv[3])
-    lock = Lock(Cluster([spec]), key, timeout)
+    spec, key, timeout, protocol = sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[4]
+    lock = Lock(Cluster([spec], ClusterOptions(protocol=protocol)), key, timeout)
     for command in sys.stdin:
         command = command.strip()
         try:
@@ -57,9 +59,10 @@ CONTENDER = textwrap.dedent(
     import sys, time
     from django_mcpatterns.core.cluster import Cluster
     from django_mcpatterns.core.locks import Lock
+    from django_mcpatterns.core.options import ClusterOptions
 
     spec, rounds, start_at = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
-    cluster = Cluster([spec])
+    cluster = Cluster([spec], ClusterOptions(protocol=sys.argv[4]))
     time.sleep(max(0.0, start_at - time.time()))
     for _ in range(rounds):
         with Lock(cluster, "lock:counter", 10):
@@ -87,8 +90,8 @@ def python(code: str, *args: object, stdin: bool = False) -> subprocess.Popen[st
 class Owner:
     """A lock owner in another process."""
 
-    def __init__(self, spec: str, key: str, timeout: float) -> None:
-        self.process = python(OWNER, spec, key, timeout, stdin=True)
+    def __init__(self, spec: str, key: str, timeout: float, protocol: str) -> None:
+        self.process = python(OWNER, spec, key, timeout, protocol, stdin=True)
 
     def do(self, command: str) -> str:
         assert self.process.stdin is not None
@@ -120,9 +123,15 @@ def server(memcached_1: list[MemcachedServer]) -> MemcachedServer:
     return memcached_1[0]
 
 
+@pytest.fixture(params=["meta", "text"])
+def protocol(request: pytest.FixtureRequest) -> str:
+    """Every drill runs over both protocols: the lock's commands differ (core/locks.py)."""
+    return str(request.param)
+
+
 @pytest.fixture
-def cluster(server: MemcachedServer) -> Iterator[Cluster]:
-    cluster = Cluster([server.spec])
+def cluster(server: MemcachedServer, protocol: str) -> Iterator[Cluster]:
+    cluster = Cluster([server.spec], ClusterOptions(protocol=protocol))  # type: ignore[arg-type]
     yield cluster
     cluster.close()
 
@@ -135,11 +144,15 @@ def owners() -> Iterator[list[Owner]]:
         owner.close()
 
 
-def test_contending_processes_never_overlap(server: MemcachedServer, cluster: Cluster) -> None:
+def test_contending_processes_never_overlap(
+    server: MemcachedServer, cluster: Cluster, protocol: str
+) -> None:
     processes, rounds = 4, 15
     cluster.set("counter", 0)
     start_at = time.time() + 1.0  # every process imported and connected by then
-    contenders = [python(CONTENDER, server.spec, rounds, start_at) for _ in range(processes)]
+    contenders = [
+        python(CONTENDER, server.spec, rounds, start_at, protocol) for _ in range(processes)
+    ]
     intervals = []
     for process in contenders:
         out, _ = process.communicate(timeout=60)
@@ -153,9 +166,9 @@ def test_contending_processes_never_overlap(server: MemcachedServer, cluster: Cl
 
 
 def test_a_sigkilled_holder_frees_the_lock_after_its_ttl(
-    server: MemcachedServer, cluster: Cluster, owners: list[Owner]
+    server: MemcachedServer, cluster: Cluster, owners: list[Owner], protocol: str
 ) -> None:
-    holder = Owner(server.spec, "lock:crash", 1)
+    holder = Owner(server.spec, "lock:crash", 1, protocol)
     owners.append(holder)
     asked = time.monotonic()  # the add happens after this
     assert holder.do("acquire") == "True"
@@ -171,9 +184,9 @@ def test_a_sigkilled_holder_frees_the_lock_after_its_ttl(
 
 
 def test_a_late_release_leaves_the_new_owners_lock_alone(
-    server: MemcachedServer, cluster: Cluster, owners: list[Owner]
+    server: MemcachedServer, cluster: Cluster, owners: list[Owner], protocol: str
 ) -> None:
-    late = Owner(server.spec, "lock:late", 1)
+    late = Owner(server.spec, "lock:late", 1, protocol)
     owners.append(late)
     assert late.do("acquire") == "True"
     mine = Lock(cluster, "lock:late", 30)

@@ -141,6 +141,10 @@ KEYED_CALLS: dict[str, Callable[[Store, Any], object]] = {
     "delete_many": lambda s, k: s.delete_many(["fine", k]),
     "touch": lambda s, k: s.touch(k, 10),
     "ttl": lambda s, k: s.ttl(k),
+    "gets_ttl": lambda s, k: s.gets_ttl(k),
+    "add_cas": lambda s, k: s.add_cas(k, 1),
+    "recas": lambda s, k: s.recas(k, 1, b"1"),
+    "delete_cas": lambda s, k: s.delete_cas(k, b"1"),
 }
 
 
@@ -503,6 +507,75 @@ class TestStoreContract:
         assert 3598 <= store.ttl("absolute") <= 3601  # type: ignore[operator]
         store.delete("absolute")
         assert store.ttl("absolute") is None
+
+    # -- owner primitives: writes that hand back their cas, a read with the TTL --
+
+    @pytest.fixture(params=["meta", "text"])
+    def protocol_store(
+        self, request: pytest.FixtureRequest, store: Store, servers: list[MemcachedServer]
+    ) -> Iterator[Store]:
+        """``store``, and for a cluster the same servers over the text protocol too."""
+        if request.param == "meta":
+            yield store
+            return
+        if not servers:
+            pytest.skip("the embedded store speaks no protocol")
+        from django_mcpatterns.core.options import ClusterOptions
+
+        cluster = cluster_class()(
+            [server.spec for server in servers], ClusterOptions(protocol="text")
+        )
+        yield cluster
+        cluster.close()
+
+    def test_gets_ttl_reads_value_cas_and_ttl_together(self, protocol_store: Store) -> None:
+        store = protocol_store
+        assert store.gets_ttl("missing") == (None, None, None)
+        store.set("minute", {"a": [1]}, expire=60)
+        value, token, ttl = store.gets_ttl("minute")
+        assert value == {"a": [1]}
+        assert token == store.gets("minute")[1]
+        # Meta (and the embedded store) read the TTL with the value; text cannot.
+        assert ttl in (59, 60) or (ttl is None and store.ttl("minute") in (59, 60))
+        store.set("forever", b"x")
+        assert store.gets_ttl("forever")[2] in (-1, None)
+
+    def test_add_cas_returns_the_new_items_cas(self, protocol_store: Store) -> None:
+        store = protocol_store
+        token = store.add_cas("k", Point(1, 2), expire=60)
+        assert token is not None
+        assert store.gets("k") == (Point(1, 2), token)
+        assert store.add_cas("k", "other") is None  # exists: not stored
+        assert store.get("k") == Point(1, 2)
+        assert store.ttl("k") in (59, 60)
+
+    def test_recas_stores_only_over_that_version_and_returns_the_new_cas(
+        self, protocol_store: Store
+    ) -> None:
+        store = protocol_store
+        first = store.add_cas("k", b"v1", expire=60)
+        assert first is not None
+        second = store.recas("k", b"v2", first, expire=1000)
+        assert second is not None
+        assert second != first
+        assert store.gets("k") == (b"v2", second)
+        assert store.ttl("k") in (999, 1000)
+        assert store.recas("k", b"v3", first) is None  # an older version: not stored
+        assert store.get("k") == b"v2"
+        assert store.recas("missing", b"v", first) is None
+
+    def test_delete_cas_deletes_only_that_version(self, protocol_store: Store) -> None:
+        store = protocol_store
+        first = store.add_cas("k", b"mine", expire=60)
+        assert first is not None
+        store.set("k", b"theirs")  # another writer: a new version
+        assert store.delete_cas("k", first) is False
+        assert store.get("k") == b"theirs"
+        _, current = store.gets("k")
+        assert current is not None
+        assert store.delete_cas("k", current) is True
+        assert store.get("k") is None
+        assert store.delete_cas("k", current) is False  # missing
 
     def test_reads_count_hits_and_misses_per_key(
         self, store: Store, servers: list[MemcachedServer]

@@ -14,7 +14,9 @@ moves the clock; ``retry_timeout=0`` lets the re-read through at once.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
+from typing import Literal
 
 import pytest
 
@@ -49,10 +51,14 @@ def proxied(memcached_3: list[MemcachedServer]) -> Iterator[Proxy]:
 
 
 def cluster_through(
-    proxy: Proxy, servers: list[MemcachedServer], clock: FakeClock, retry_timeout: float = 1.0
+    proxy: Proxy,
+    servers: list[MemcachedServer],
+    clock: FakeClock,
+    retry_timeout: float = 1.0,
+    protocol: Literal["meta", "text"] = "meta",
 ) -> Cluster:
     specs = [proxy.spec, *(server.spec for server in servers[1:])]
-    options = ClusterOptions(timeout=TIMEOUT, retry_timeout=retry_timeout)
+    options = ClusterOptions(timeout=TIMEOUT, retry_timeout=retry_timeout, protocol=protocol)
     return Cluster(specs, options, clock=clock)
 
 
@@ -198,13 +204,39 @@ def test_a_pop_that_cannot_be_settled_says_so(
 # -- locks: a release whose reply was lost is not "released" nor "not owned" ----------------
 
 
+# The command that carries each lock step, per protocol (core/locks.py).
+LOCK_STEPS = {
+    "meta": {"acquire": b"ms ", "extend": b"ms ", "release": b"md "},
+    "text": {"acquire": b"add ", "extend": b"cas ", "release": b"cas "},  # release: gets + cas
+}
+
+
+@pytest.mark.parametrize("protocol", ["meta", "text"])
 def test_a_lock_release_whose_reply_is_lost_is_unknown(
-    proxied: Proxy, memcached_3: list[MemcachedServer]
+    proxied: Proxy, memcached_3: list[MemcachedServer], protocol: Literal["meta", "text"]
 ) -> None:
-    cluster = cluster_through(proxied, memcached_3, FakeClock())
-    lock = Lock(cluster, key_on(cluster, proxied.spec, "lock"), timeout=30)
+    cluster = cluster_through(proxied, memcached_3, FakeClock(), protocol=protocol)
+    key = key_on(cluster, proxied.spec, "lock")
+    lock = Lock(cluster, key, timeout=30)
     assert lock.acquire(blocking=False)
-    proxied.withhold(b"cas ")  # release is gets + cas(exptime -1)
+    proxied.withhold(LOCK_STEPS[protocol]["release"])
     with pytest.raises(OutcomeUnknownError):
         lock.release()  # freed on the server, but the caller cannot know
+    assert proxied.withheld == 1
+    assert Cluster([memcached_3[0].spec]).get(key) is None  # it was
+
+
+@pytest.mark.parametrize("protocol", ["meta", "text"])
+@pytest.mark.parametrize("step", ["acquire", "extend"])
+def test_a_lock_write_whose_reply_is_lost_is_unknown(
+    proxied: Proxy, memcached_3: list[MemcachedServer], protocol: Literal["meta", "text"], step: str
+) -> None:
+    cluster = cluster_through(proxied, memcached_3, FakeClock(), protocol=protocol)
+    lock = Lock(cluster, key_on(cluster, proxied.spec, "lock"), timeout=30)
+    if step == "extend":
+        assert lock.acquire(blocking=False)
+    act = functools.partial(lock.extend, 10) if step == "extend" else lock.acquire
+    proxied.withhold(LOCK_STEPS[protocol][step])
+    with pytest.raises(OutcomeUnknownError):
+        act()  # an acquire answers neither True nor False: it may hold the lock now
     assert proxied.withheld == 1

@@ -9,12 +9,18 @@ counts a burst of client bytes after a reply as one round trip (see
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
+from django.core.cache import caches
+from django.test import override_settings
 
-from django_mcpatterns.core.cluster import Cluster
+from django_mcpatterns.core.cluster import Cluster, reset_shared_clusters
 from django_mcpatterns.core.locks import Lock
+from django_mcpatterns.core.namespaces import Namespaces
 from django_mcpatterns.core.options import ClusterOptions
+from django_mcpatterns.core.sets import AppendLists, AppendSets, SetOptions
+from django_mcpatterns.flask import KetamaMemcachedCache
 from tests.conftest import flush
 from tests.drills.proxy import Proxy
 from tests.harness import MemcachedServer
@@ -46,8 +52,152 @@ def test_plain_commands_cost_one_round_trip_each(cluster: Cluster, proxy: Proxy)
     assert proxy.round_trips == 4
 
 
-def test_a_lock_cycle_costs_at_most_three_round_trips(cluster: Cluster, proxy: Proxy) -> None:
-    lock = Lock(cluster, "lock:rt", timeout=10)
+# -- per protocol: what the meta commands save -----------------------------------------
+
+# The cost of each operation by protocol, as docs/locks.md and docs/sets.md quote it.
+LOCK_CYCLE = {"meta": 2, "text": 3}  # add_cas; delete_cas (text: gets + cas)
+COMPACTING_READ = {"meta": 2, "text": 3}  # mg v c t f + cas; text: gets, mg t, cas
+
+
+@pytest.fixture(params=["meta", "text"])
+def protocol(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def spoken(proxy: Proxy, protocol: str) -> Cluster:
+    """A cluster through the proxy speaking ``protocol``, its connection already open."""
+    cluster = Cluster([proxy.spec], ClusterOptions(timeout=2.0, protocol=protocol))  # type: ignore[arg-type]
+    cluster.set("warm", b"up")
+    proxy.forget()
+    return cluster
+
+
+def test_a_lock_cycle_costs_two_round_trips_over_meta(
+    spoken: Cluster, proxy: Proxy, protocol: str
+) -> None:
+    lock = Lock(spoken, "lock:rt", timeout=10)
     assert lock.acquire(blocking=False)
+    assert proxy.round_trips == 1  # the add hands back the cas
     lock.release()
-    assert proxy.round_trips <= 3
+    assert proxy.round_trips == LOCK_CYCLE[protocol]
+    assert spoken.get("lock:rt") is None
+
+
+def test_extending_a_lock_costs_one_round_trip(
+    spoken: Cluster, proxy: Proxy, protocol: str
+) -> None:
+    lock = Lock(spoken, "lock:rt", timeout=10)
+    assert lock.acquire(blocking=False)
+    proxy.forget()
+    lock.extend(20)
+    assert proxy.round_trips == 1  # a cas that hands back the new cas
+    assert 28 <= (spoken.ttl("lock:rt") or 0) <= 31
+    proxy.forget()
+    lock.release()  # with the extend's cas: still the fast path
+    assert proxy.round_trips == LOCK_CYCLE[protocol] - 1
+
+
+def dirty_set(cluster: Cluster) -> AppendSets:
+    sets = AppendSets(cluster, SetOptions(compact_min_bytes=0, compact_ratio=0.5))
+    sets.sadd("set:rt", *range(50), expire=600)
+    sets.srem("set:rt", *range(40))  # a log twice its snapshot: the next read compacts
+    return sets
+
+
+def test_a_compacting_set_read_costs_two_round_trips_over_meta(
+    spoken: Cluster, proxy: Proxy, protocol: str
+) -> None:
+    sets = dirty_set(spoken)
+    before = len(spoken.get("set:rt"))
+    proxy.forget()
+    assert sets.smembers("set:rt") == set(range(40, 50))
+    assert proxy.round_trips == COMPACTING_READ[protocol]
+    assert len(spoken.get("set:rt")) < before  # compacted
+    assert 590 <= (spoken.ttl("set:rt") or 0) <= 600  # keeping its TTL
+    proxy.forget()
+    assert sets.smembers("set:rt") == set(range(40, 50))
+    assert proxy.round_trips == 1  # clean now: a plain read
+
+
+def test_spop_costs_two_round_trips_over_meta(spoken: Cluster, proxy: Proxy, protocol: str) -> None:
+    sets = AppendSets(spoken)
+    sets.sadd("set:pop", *range(5), expire=600)
+    proxy.forget()
+    popped = sets.spop("set:pop")
+    assert proxy.round_trips == COMPACTING_READ[protocol]
+    assert sets.smembers("set:pop") == set(range(5)) - {popped}
+    assert 590 <= (spoken.ttl("set:pop") or 0) <= 600
+
+
+def test_a_compacting_list_read_costs_two_round_trips_over_meta(
+    spoken: Cluster, proxy: Proxy, protocol: str
+) -> None:
+    lists = AppendLists(spoken, SetOptions(compact_min_bytes=0, compact_ratio=0.5))
+    lists.rpush("list:rt", *range(20), expire=600)
+    for value in range(15):
+        lists.lrem("list:rt", 1, value)
+    proxy.forget()
+    assert lists.lrange("list:rt", 0, -1) == list(range(15, 20))
+    assert proxy.round_trips == COMPACTING_READ[protocol]
+
+
+def test_a_namespaced_read_and_an_invalidation_cost_one_round_trip_each(
+    spoken: Cluster, proxy: Proxy
+) -> None:
+    ns = Namespaces(spoken).namespace("user", 42)
+    ns.set("profile", {"name": "Ada"})
+    proxy.forget()
+    assert ns.get("profile") == {"name": "Ada"}
+    assert proxy.round_trips == 1  # versions and value in one multi-get
+    ns.invalidate()
+    assert proxy.round_trips == 2  # one incr
+    assert ns.get("profile") is None
+    assert proxy.round_trips == 3
+
+
+@pytest.fixture
+def django_cache(proxy: Proxy, protocol: str) -> Iterator[Any]:
+    reset_shared_clusters()
+    entry = {
+        "BACKEND": "django_mcpatterns.backend.KetamaMemcacheCache",
+        "LOCATION": [proxy.spec],
+        "OPTIONS": {"protocol": protocol, "timeout": 2.0},
+    }
+    with override_settings(CACHES={"default": entry}):
+        cache = caches["default"]
+        cache.set("warm", "up")
+        proxy.forget()
+        yield cache
+    reset_shared_clusters()
+
+
+def test_django_namespaced_reads_and_invalidations_cost_one_round_trip_each(
+    django_cache: Any, proxy: Proxy
+) -> None:
+    ns = django_cache.namespace("user", 42)
+    ns.set("profile", "Ada")
+    proxy.forget()
+    assert ns.get("profile") == "Ada"
+    assert proxy.round_trips == 1
+    django_cache.invalidate_namespace("user", 42)
+    assert proxy.round_trips == 2
+    assert ns.get("profile") is None
+    assert proxy.round_trips == 3
+
+
+def test_django_lock_cycle_per_protocol(django_cache: Any, proxy: Proxy, protocol: str) -> None:
+    with django_cache.lock("report", timeout=10):
+        pass
+    assert proxy.round_trips == LOCK_CYCLE[protocol]
+
+
+def test_flask_dec_costs_two_round_trips_over_meta(proxy: Proxy, protocol: str) -> None:
+    reset_shared_clusters()
+    cache = KetamaMemcachedCache([proxy.spec], protocol=protocol, timeout=2.0)
+    assert cache.set("n", 10, timeout=60)
+    proxy.forget()
+    assert cache.dec("n", 3) == 7  # value, cas and TTL in one read, then the cas
+    assert proxy.round_trips == COMPACTING_READ[protocol]
+    assert 58 <= (cache.store.ttl("n") or 0) <= 61  # its TTL kept
+    reset_shared_clusters()
