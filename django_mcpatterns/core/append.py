@@ -52,6 +52,7 @@ from typing import Any
 
 from .codec import Header
 from .exceptions import (
+    CommandNotSupportedError,
     ConfigurationError,
     ContentionError,
     NodeUnavailableError,
@@ -188,11 +189,15 @@ class AppendCollections:
         memcached has no rewrite that keeps a TTL (``cas`` sets a new one), so
         the store's ``ttl(key)`` (seconds left, -1 for never: one more request)
         gives the item's own, a ``touch`` included.  Without one (the item is
-        being created, or is gone and the ``cas`` will fail) the expiry recorded
-        at creation applies and, once it has passed, the creation timeout
-        counts again from now.
+        being created, or is gone and the ``cas`` will fail, or the store speaks
+        the text protocol, which cannot read a TTL) the expiry recorded at
+        creation applies and, once it has passed, the creation timeout counts
+        again from now: in text mode a ``touch`` lasts until the next rewrite.
         """
-        left = self.store.ttl(key)
+        try:
+            left = self.store.ttl(key)
+        except CommandNotSupportedError:  # OPTIONS["protocol"] = "text": the header's expiry
+            left = None
         now = int(self._clock())
         if left is None:
             if header.expires_at == 0:

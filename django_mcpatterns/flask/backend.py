@@ -35,6 +35,7 @@ from flask_caching.backends.base import BaseCache
 
 from ..core.cluster import Cluster, shared_cluster
 from ..core.exceptions import (
+    CommandNotSupportedError,
     ConfigurationError,
     InvalidKeyError,
     NonNumericValueError,
@@ -281,8 +282,13 @@ class _PatternsCache(SetsMixin, LocksMixin, StampedeMixin, NamespacesMixin, Base
         ``cas`` sets a new TTL where ``incr`` keeps the old one, so ``dec`` asks
         the store what is left (``mg <key> t``, one request).  Read after the
         ``gets``: an item replaced in between fails the ``cas`` and is read again.
+        In text mode (``"protocol": "text"``: no TTL read) the rewrite gets the
+        cache's default timeout.
         """
-        left = self.store.ttl(made)
+        try:
+            left = self.store.ttl(made)
+        except CommandNotSupportedError:
+            return self._expire(None)
         if left is None:
             return None
         return 0 if left < 0 else memcached_exptime(max(left, 1), self._clock())
