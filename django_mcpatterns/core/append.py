@@ -52,9 +52,9 @@ from typing import Any
 
 from .codec import Header
 from .exceptions import (
-    CommandNotSupportedError,
     ConfigurationError,
     ContentionError,
+    NeedsMetaProtocolError,
     NodeUnavailableError,
     OutcomeUnknownError,
     ValueTooLargeError,
@@ -196,7 +196,7 @@ class AppendCollections:
         """
         try:
             left = self.store.ttl(key)
-        except CommandNotSupportedError:  # OPTIONS["protocol"] = "text": the header's expiry
+        except NeedsMetaProtocolError:  # OPTIONS["protocol"] = "text": the header's expiry
             left = None
         now = int(self._clock())
         if left is None:

@@ -66,6 +66,7 @@ from .envelope import STALE, with_envelopes
 from .exceptions import (
     CommandNotSupportedError,
     ConfigurationError,
+    NeedsMetaProtocolError,
     NodeUnavailableError,
     NonNumericValueError,
     OutcomeUnknownError,
@@ -387,16 +388,14 @@ class Cluster:
         """Return the seconds the item has left (-1: never expires), None when it is missing.
 
         Meta protocol only: in text mode (twemproxy, mcrouter) raise
-        :class:`CommandNotSupportedError` before any I/O; rewriters then keep
+        :class:`NeedsMetaProtocolError` before any I/O; rewriters then keep
         the expiry their items record (:mod:`.append`).
         """
         kb = key_bytes(key)
         if self._text:
-            raise CommandNotSupportedError(
+            raise NeedsMetaProtocolError(
                 "ttl needs memcached's meta protocol (mg <key> t), and "
                 "OPTIONS['protocol'] is 'text'",
-                node=self._locate(kb),
-                command="mg",
                 option="protocol",
             )
         # Meta get with only the t flag (memcached 1.6+): "HD t<seconds>", or "EN".
@@ -416,17 +415,15 @@ class Cluster:
         if self._text:
             meta = next((r for r in batch if isinstance(r, _META_REQUESTS)), None)
             if meta is not None:
-                raise CommandNotSupportedError(
+                raise NeedsMetaProtocolError(
                     f"{_verb(meta)} is a meta command, and OPTIONS['protocol'] is 'text'",
-                    node=self._locate(kb),
-                    command=_verb(meta),
                     option="protocol",
                 )
         replies: list[Any] | None = self._single(kb, batch, None, None)
         if replies is not None:
             for request, reply in zip(batch, replies, strict=True):
                 if type(reply) is ErrorReply and reply.kind == "ERROR":
-                    raise _not_supported(self._locate(kb), request, "answered ERROR")
+                    raise _not_supported(self._locate(kb), request, "answered ERROR to")
         return replies
 
     def _store(self, command: StoreCommand, key: Key, value: Any, expire: int) -> bool:
@@ -658,13 +655,13 @@ class Cluster:
         if refused is None:
             return None
         if isinstance(exc, _UnknownCommand):
-            return _not_supported(node.name, refused, "answered ERROR")
+            return _not_supported(node.name, refused, "answered ERROR to")
         if not isinstance(exc, ConnectionClosedError):
             return None
         probe = MetaNoop() if isinstance(refused, _META_REQUESTS) else refused
         if _answer(node, probe) is not None or _answer(node, Version()) is None:
             return None
-        return _not_supported(node.name, refused, "closed the connection")
+        return _not_supported(node.name, refused, "closed the connection on")
 
     def _done(self, node: _Node, client: Connection) -> None:
         """Return a connection after a complete exchange and record the server's answer."""
@@ -899,14 +896,14 @@ def _not_supported(node: str, request: Request[Any], how: str) -> CommandNotSupp
     verb = _verb(request)
     if isinstance(request, _META_REQUESTS):
         return CommandNotSupportedError(
-            f"memcached at {node} does not speak the meta protocol (it {how} to {verb}); "
+            f"memcached at {node} does not speak the meta protocol (it {how} {verb}); "
             "set OPTIONS['protocol'] = 'text' for twemproxy, mcrouter or memcached before 1.6",
             node=node,
             command=verb,
             option="protocol",
         )
     return CommandNotSupportedError(
-        f"memcached at {node} does not support {verb} (it {how}): a proxy such as "
+        f"memcached at {node} does not support {verb} (it {how} {verb}): a proxy such as "
         "twemproxy passes neither flush_all nor stats; send them to the servers behind it",
         node=node,
         command=verb,

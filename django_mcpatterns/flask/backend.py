@@ -35,9 +35,9 @@ from flask_caching.backends.base import BaseCache
 
 from ..core.cluster import Cluster, shared_cluster
 from ..core.exceptions import (
-    CommandNotSupportedError,
     ConfigurationError,
     InvalidKeyError,
+    NeedsMetaProtocolError,
     NonNumericValueError,
     ValueTooLargeError,
 )
@@ -287,7 +287,7 @@ class _PatternsCache(SetsMixin, LocksMixin, StampedeMixin, NamespacesMixin, Base
         """
         try:
             left = self.store.ttl(made)
-        except CommandNotSupportedError:
+        except NeedsMetaProtocolError:
             return self._expire(None)
         if left is None:
             return None

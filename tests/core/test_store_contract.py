@@ -28,10 +28,12 @@ import pytest
 
 from django_mcpatterns.core.exceptions import (
     InvalidKeyError,
+    NeedsMetaProtocolError,
     NonNumericValueError,
     ValueTooLargeError,
 )
 from django_mcpatterns.core.memory import MemoryStore
+from django_mcpatterns.core.options import ClusterOptions
 from django_mcpatterns.core.store import MAX_RELATIVE_EXPIRE, Store
 from tests.conftest import flush
 from tests.harness import (
@@ -51,7 +53,10 @@ SERVER_FIXTURES: dict[str, str | None] = {
     "memory": None,
     "cluster-1": "memcached_1",
     "cluster-3": "memcached_3",
+    "cluster-3-text": "memcached_3",
 }
+# The protocol of each cluster (OPTIONS["protocol"]); "meta" unless named here.
+PROTOCOLS = {"cluster-3-text": "text"}
 
 
 @dataclass
@@ -157,7 +162,8 @@ class TestStoreContract:
             cluster = cluster_class()
             servers = request.getfixturevalue(fixture)
             flush(servers)  # the server fixtures are shared by the whole session
-            instance = cluster([server.spec for server in servers])
+            protocol = PROTOCOLS.get(request.param, "meta")
+            instance = cluster([s.spec for s in servers], options=ClusterOptions(protocol=protocol))
         yield instance
         instance.close()
 
@@ -166,6 +172,11 @@ class TestStoreContract:
         """The real servers behind ``store`` (none for an in-process store)."""
         fixture = SERVER_FIXTURES[request.node.callspec.params["store"]]
         return [] if fixture is None else request.getfixturevalue(fixture)
+
+    @pytest.fixture
+    def protocol(self, request: pytest.FixtureRequest, store: Store) -> str:
+        """The protocol ``store`` speaks: "text" sends no meta command (no ``ttl``)."""
+        return PROTOCOLS.get(request.node.callspec.params["store"], "meta")
 
     @pytest.fixture
     def wire_commands(self, servers: list[MemcachedServer]) -> Callable[[], int]:
@@ -484,8 +495,10 @@ class TestStoreContract:
         assert store.touch("k", 10) is True
         assert store.get("k") == 1
 
-    def test_ttl_is_the_seconds_left(self, store: Store) -> None:
+    def test_ttl_is_the_seconds_left(self, store: Store, protocol: str) -> None:
         # memcached's mg <key> t: -1 for never, None for a missing item.
+        if protocol == "text":
+            pytest.skip("text mode has no TTL read: test_ttl_needs_the_meta_protocol")
         assert store.ttl("missing") is None
         store.set("forever", 1)
         assert store.ttl("forever") == -1
@@ -504,8 +517,19 @@ class TestStoreContract:
         store.delete("absolute")
         assert store.ttl("absolute") is None
 
+    def test_ttl_needs_the_meta_protocol(
+        self, store: Store, protocol: str, wire_commands: Callable[[], int]
+    ) -> None:
+        if protocol != "text":
+            pytest.skip("meta mode and the embedded store read TTLs")
+        store.set("k", 1, expire=60)
+        before = wire_commands()
+        with pytest.raises(NeedsMetaProtocolError, match="OPTIONS\\['protocol'\\] is 'text'"):
+            store.ttl("k")
+        assert wire_commands() == before  # refused before any I/O
+
     def test_reads_count_hits_and_misses_per_key(
-        self, store: Store, servers: list[MemcachedServer]
+        self, store: Store, servers: list[MemcachedServer], protocol: str
     ) -> None:
         def counts() -> tuple[int, int]:
             # A cluster's servers' counters, or the in-process store's own.
@@ -518,10 +542,11 @@ class TestStoreContract:
         store.gets("missing")
         store.get_many(["a", "b", "missing", "other"])
         store.gets_many(["b"])
-        store.ttl("a")  # a meta get
+        if protocol == "meta":
+            store.ttl("a")  # a meta get
         store.add("a", 3)  # writes count elsewhere
         store.touch("missing", 1)
-        assert counts() == (hits + 5, misses + 3)
+        assert counts() == (hits + 4 + (protocol == "meta"), misses + 3)
 
     def test_delete(self, store: Store) -> None:
         store.set("k", 1)
@@ -630,7 +655,7 @@ class TestStoreContract:
 
     # -- expiry ---------------------------------------------------------------------
 
-    def test_items_expire_in_real_time(self, store: Store) -> None:
+    def test_items_expire_in_real_time(self, store: Store, protocol: str) -> None:
         # One sleep for every TTL rule; expire=2 lives more than 1 s, at most 2 s.
         store.set("set", 1, expire=2)
         store.set_many({"many:1": 1, "many:2": 2}, expire=2)
@@ -653,7 +678,9 @@ class TestStoreContract:
 
         time.sleep(2.1)
         assert sorted(store.get_many([*expiring, *lasting])) == sorted(lasting)
-        assert store.ttl("set") is None
+        assert store.get("set") is None
+        if protocol == "meta":
+            assert store.ttl("set") is None
         assert store.incr("incremented") is None
         assert store.append("appended", b"c") is False
         assert store.touch("set", 100) is False
