@@ -4,9 +4,12 @@ nutcracker passes the text protocol's data commands only: it closes the
 connection on a meta command, ``flush_all`` or ``stats``.  With
 ``OPTIONS["protocol"] = "text"`` every pattern must work through it anyway.
 
-To add a pattern: add a test method to :class:`Patterns`; it runs once through
-Django's backend and once through Flask's (``cache`` is either one, configured
-with LOCATION the nutcracker address), on servers flushed behind the proxy.
+To add a pattern: add a test method to :class:`TestPatterns`; it runs once
+through Django's backend and once through Flask's (``cache`` is either one,
+configured with LOCATION the nutcracker address), on servers flushed behind the
+proxy.  Django's decorators (``stampede_guard``, ``cached``) are in
+:class:`TestDjangoDecorators`.  The session's nutcracker starts in well under a
+second; the whole suite takes a few.
 """
 
 from __future__ import annotations
@@ -18,11 +21,13 @@ from typing import Any
 
 import pytest
 from django.core.cache import caches
-from django.test import override_settings
+from django.http import HttpRequest, HttpResponse
+from django.test import RequestFactory, override_settings
 from flask import Flask
 from flask_caching import Cache
 
 from django_mcpatterns.core.exceptions import CommandNotSupportedError, LockError
+from django_mcpatterns.decorators import cached, stampede_guard
 from tests.harness import MemcachedServer, Nutcracker, raw_client, server_ttl, servers_holding
 
 TEXT = {"protocol": "text", "timeout": 5}
@@ -200,3 +205,48 @@ class TestPatterns:
             cache.clear()
         cache.set("k", 1)
         assert cache.get("k") == 1  # the refusal did not take the proxy out
+
+
+# -- Django's decorators over the same proxy ---------------------------------------
+
+renders: list[int] = []
+
+
+@stampede_guard(60)
+def page(request: HttpRequest) -> HttpResponse:
+    renders.append(1)
+    return HttpResponse(f"render #{len(renders)}")
+
+
+@cached(60)
+def square(n: int) -> int:
+    renders.append(1)
+    return n * n
+
+
+@pytest.fixture
+def django_through_proxy(nutcracker: Nutcracker) -> Iterator[None]:
+    nutcracker.flush()
+    renders.clear()
+    backend = "django_mcpatterns.backend.KetamaMemcacheCache"
+    setting = {"BACKEND": backend, "LOCATION": nutcracker.spec, "OPTIONS": dict(TEXT)}
+    with override_settings(CACHES={"default": setting}):
+        yield
+
+
+@pytest.mark.usefixtures("django_through_proxy")
+class TestDjangoDecorators:
+    def test_stampede_guard_renders_once_and_marks_stale(self) -> None:
+        request = RequestFactory().get("/page")
+        assert page(request).content == b"render #1"
+        assert page(RequestFactory().get("/page")).content == b"render #1"
+        assert page.mark_stale(request)
+        assert page(RequestFactory().get("/page")).content == b"render #2"
+        assert len(renders) == 2
+
+    def test_cached_computes_once_until_invalidated(self) -> None:
+        assert (square(4), square(4)) == (16, 16)
+        assert len(renders) == 1
+        square.invalidate(4)
+        assert square(4) == 16
+        assert len(renders) == 2
