@@ -422,7 +422,8 @@ class Cluster:
         replies: list[Any] | None = self._single(kb, batch, None, None)
         if replies is not None:
             for request, reply in zip(batch, replies, strict=True):
-                if type(reply) is ErrorReply and reply.kind == "ERROR":
+                refused = type(reply) is ErrorReply and reply.kind == "ERROR"
+                if refused and isinstance(request, _REFUSABLE):  # memcached < 1.6: meta
                     raise _not_supported(self._locate(kb), request, "answered ERROR to")
         return replies
 
