@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.harness import MemcachedServer, memcached_cluster
+from tests.harness import MemcachedServer, Nutcracker, memcached_cluster, nutcracker_on
 
 
 @pytest.fixture(scope="session")
@@ -33,3 +33,12 @@ def memcached_4_fresh() -> Iterator[list[MemcachedServer]]:
 def flush(servers: list[MemcachedServer]) -> None:
     for server in servers:
         server.flush()
+
+
+@pytest.fixture(scope="session")
+def nutcracker(
+    memcached_3: list[MemcachedServer], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Nutcracker]:
+    """nutcracker (ketama, md5) in front of the session's three servers, for the session."""
+    with nutcracker_on(memcached_3, tmp_path_factory.mktemp("nutcracker")) as proxy:
+        yield proxy

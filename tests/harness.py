@@ -13,6 +13,7 @@ memcached holds, who holds a key, the ``stats`` counters); and
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import importlib
 import os
 import shutil
@@ -227,6 +228,69 @@ def cluster_on(servers: Sequence[MemcachedServer]) -> Iterator[Cluster]:
         cluster.close()
 
 
+# -- nutcracker (twemproxy): a text-protocol proxy in front of memcached ----------
+
+
+@dataclass
+class Nutcracker:
+    """One nutcracker (twemproxy 0.5.0) process: ketama (``hash: md5``) over ``servers``.
+
+    ``spec`` is the address clients use, with ``OPTIONS["protocol"] = "text"``:
+    nutcracker passes the text protocol's data commands and closes the
+    connection on meta commands, ``flush_all`` and ``stats``.
+    """
+
+    servers: Sequence[MemcachedServer]
+    directory: Path
+    port: int = 0
+    executor: TCPExecutor | None = field(default=None, repr=False)
+
+    @property
+    def spec(self) -> str:
+        return f"{LOOPBACK}:{self.port}"
+
+    def start(self) -> Nutcracker:
+        binary = require_binary("nutcracker")
+        self.port, stats_port = free_port(), free_port()
+        config = self.directory / "nutcracker.yml"
+        config.write_text(
+            "pool:\n"
+            f"  listen: {self.spec}\n"
+            "  hash: md5\n"
+            "  distribution: ketama\n"
+            "  auto_eject_hosts: false\n"
+            "  timeout: 5000\n"
+            "  servers:\n" + "".join(f"    - {server.spec}:1\n" for server in self.servers)
+        )
+        command = [binary, "-c", str(config), "-a", LOOPBACK, "-s", str(stats_port)]
+        command += ["-o", str(self.directory / "nutcracker.log")]
+        command += ["-p", str(self.directory / "nutcracker.pid")]
+        self.executor = TCPExecutor(
+            command, host=LOOPBACK, port=self.port, timeout=10, stop_signal=signal.SIGTERM
+        )
+        self.executor.start()
+        return self
+
+    def stop(self) -> None:
+        if self.executor is not None and self.executor.running():
+            self.executor.stop()
+
+    def flush(self) -> None:
+        """Flush the servers behind it (nutcracker does not pass ``flush_all``)."""
+        for server in self.servers:
+            server.flush()
+
+
+@contextlib.contextmanager
+def nutcracker_on(servers: Sequence[MemcachedServer], directory: Path) -> Iterator[Nutcracker]:
+    """A nutcracker in front of ``servers``, its config and log in ``directory``."""
+    proxy = Nutcracker(servers, directory).start()
+    try:
+        yield proxy
+    finally:
+        proxy.stop()
+
+
 # -- probes: what the servers themselves hold and count -------------------------
 
 # Counters that move once per request: keys fetched count one each, storage
@@ -348,3 +412,21 @@ def serve_example(script: str, **env_vars: str) -> Iterator[tuple[str, str]]:
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGTERM)
             process.wait(timeout=10)
+
+
+def ttl_over_meta(store: Any, key: Key) -> int | None:
+    """The item's TTL read over the meta protocol, also where ``store`` speaks text.
+
+    Text mode cannot read a TTL (``Cluster.ttl`` refuses): tests that check one
+    ask a meta twin of the same servers.
+    """
+    options = getattr(store, "options", None)
+    if options is None or options.protocol != "text":
+        return store.ttl(key)  # type: ignore[no-any-return]
+    from django_mcpatterns.core.cluster import Cluster
+
+    meta = Cluster(store.servers, dataclasses.replace(options, protocol="meta"))
+    try:
+        return meta.ttl(key)
+    finally:
+        meta.close()

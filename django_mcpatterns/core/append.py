@@ -56,6 +56,7 @@ from .codec import Header
 from .exceptions import (
     ConfigurationError,
     ContentionError,
+    NeedsMetaProtocolError,
     NodeUnavailableError,
     OutcomeUnknownError,
     ValueTooLargeError,
@@ -193,11 +194,16 @@ class AppendCollections:
         the item's own (seconds ``left``, -1 for never, a ``touch`` included)
         applies: as read with the item, else asked of the store's ``ttl(key)``.
         Without one (the item is being created, or is gone and the ``cas`` will
-        fail) the expiry recorded at creation applies and, once it has passed,
-        the creation timeout counts again from now.
+        fail, or the store speaks the text protocol, which cannot read a TTL)
+        the expiry recorded at creation applies and, once it has passed, the
+        creation timeout counts again from now: in text mode a ``touch`` lasts
+        until the next rewrite.
         """
         if left is None:
-            left = self.store.ttl(key)
+            try:
+                left = self.store.ttl(key)
+            except NeedsMetaProtocolError:  # OPTIONS["protocol"] = "text": the header's expiry
+                left = None
         now = int(self._clock())
         if left is None:
             if header.expires_at == 0:

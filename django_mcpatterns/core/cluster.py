@@ -66,7 +66,9 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from .envelope import STALE, with_envelopes
 from .exceptions import (
+    CommandNotSupportedError,
     ConfigurationError,
+    NeedsMetaProtocolError,
     NodeUnavailableError,
     NonNumericValueError,
     OutcomeUnknownError,
@@ -81,8 +83,8 @@ from .options import ClusterOptions
 from .registry import Registry
 from .serializers import ValueRefused, is_refused
 from .servers import Server, parse_server, parse_servers
-from .store import CasToken
-from .transport import Connection, Pool, SocketOptions
+from .store import MAX_RELATIVE_EXPIRE, CasToken
+from .transport import Connection, ConnectionClosedError, Pool, SocketOptions
 from .wire import (
     DELETED,
     EXISTS,
@@ -96,8 +98,10 @@ from .wire import (
     FlushAll,
     Get,
     Incr,
+    MetaArithmetic,
     MetaDelete,
     MetaGet,
+    MetaNoop,
     MetaReply,
     MetaSet,
     Request,
@@ -106,6 +110,7 @@ from .wire import (
     StoreCommand,
     Touch,
     Value,
+    Version,
 )
 
 __all__ = ["Cluster", "HealthSnapshot", "NodeEvent", "reset_shared_clusters", "shared_cluster"]
@@ -126,6 +131,13 @@ _NO_CAS: tuple[None, None] = (None, None)
 _NO_CAS_TTL: tuple[None, None, None] = (None, None, None)
 _MISSING: Any = object()  # a get's miss, told apart from any value
 _MAX_DELTA = 2**64  # incr/decr deltas are unsigned 64-bit (protocol.txt)
+_EXPIRED = MAX_RELATIVE_EXPIRE + 1  # an absolute Unix time long past
+
+# Commands a text-only server may not know.  memcached before 1.6 answers a meta
+# command ERROR ("a nonexistent command name", protocol.txt); twemproxy closes
+# the connection on meta commands, flush_all and stats.
+_META_REQUESTS = (MetaGet, MetaSet, MetaDelete, MetaArithmetic, MetaNoop)
+_REFUSABLE = (*_META_REQUESTS, FlushAll, Stats)
 
 
 class _Node:
@@ -178,6 +190,10 @@ class _Node:
             lock=lock,
         )
         self.pid = os.getpid()
+
+    def connect_aside(self) -> Connection:
+        """A new connection outside the pool, for a probe; the caller closes it."""
+        return self._make_client()
 
     def checkout(self) -> Connection:
         """Take a connection of this process's pool; the caller releases or destroys it."""
@@ -308,6 +324,7 @@ class Cluster:
             ring_node if len(self.servers) > 1 else lambda ring: only
         )
         self._remap = options.failover == "remap"
+        self._text = options.protocol == "text"
         self._deserialize = self.serde.deserialize
         self._fetch = _Fetch(self.serde)
         self._fetch_cas = _Fetch(self.serde, cas=True)
@@ -371,8 +388,19 @@ class Cluster:
         return self._single(ring, Touch(kb, _expire(expire)), _touched, False)
 
     def ttl(self, key: Key) -> int | None:
-        """Return the seconds the item has left (-1: never expires), None when it is missing."""
+        """Return the seconds the item has left (-1: never expires), None when it is missing.
+
+        Meta protocol only: in text mode (twemproxy, mcrouter) raise
+        :class:`NeedsMetaProtocolError` before any I/O; rewriters then keep
+        the expiry their items record (:mod:`.append`).
+        """
         kb, ring = placed(key)
+        if self._text:
+            raise NeedsMetaProtocolError(
+                "ttl needs memcached's meta protocol (mg <key> t), and "
+                "OPTIONS['protocol'] is 'text'",
+                option="protocol",
+            )
         # Meta get with only the t flag (memcached 1.6+): "HD t<seconds>", or "EN".
         return self._single(ring, MetaGet(kb, ttl=True), _ttl, None)
 
@@ -387,14 +415,26 @@ class Cluster:
         """
         _, ring = placed(key)
         batch = tuple(requests)
+        if self._text:
+            meta = next((r for r in batch if isinstance(r, _META_REQUESTS)), None)
+            if meta is not None:
+                raise NeedsMetaProtocolError(
+                    f"{_verb(meta)} is a meta command, and OPTIONS['protocol'] is 'text'",
+                    option="protocol",
+                )
         replies: list[Any] | None = self._single(ring, batch, None, None)
+        if replies is not None:
+            for request, reply in zip(batch, replies, strict=True):
+                refused = type(reply) is ErrorReply and reply.kind == "ERROR"
+                if refused and isinstance(request, _REFUSABLE):  # memcached < 1.6: meta
+                    raise _not_supported(self._locate(ring), request, "answered ERROR to")
         return replies
 
     # -- owner primitives (store.py): one meta command, or text commands in one write --
 
     def gets_ttl(self, key: Key) -> tuple[Any, CasToken | None, int | None]:
         """Return ``(value, cas_token, ttl)``; over text the TTL is not read (None)."""
-        if self.options.protocol == "text":
+        if self._text:
             value, token = self.gets(key)
             return value, token, None
         kb, ring = placed(key)
@@ -420,7 +460,7 @@ class Cluster:
         """``add``, returning the new item's cas token (None: not stored)."""
         kb, ring = placed(key)
         data, flags = _encoded(self.serde, kb, value)
-        if self.options.protocol == "text":
+        if self._text:
             added = Store("add", kb, data, flags, _expire(expire))
             return self._text_cas(key, added, data, flags)
         request = MetaSet(
@@ -433,7 +473,7 @@ class Cluster:
         kb, ring = placed(key)
         data, flags = _encoded(self.serde, kb, value)
         token = _cas_token(cas)
-        if self.options.protocol == "text":
+        if self._text:
             swapped = Store("cas", kb, data, flags, _expire(expire), token)
             return self._text_cas(key, swapped, data, flags)
         request = MetaSet(
@@ -450,12 +490,12 @@ class Cluster:
         """Delete the item only while its cas token is ``cas``."""
         kb, ring = placed(key)
         token = _cas_token(cas)
-        if self.options.protocol == "text":
+        if self._text:
             # No cas on a text delete: read the item's bytes, then expire that version.
             item = self._single(ring, Get((kb,), cas=True), _first_value, None)
             if item is None or item.cas != token:
                 return False
-            expired = Store("cas", kb, item.data, item.flags, -1, token)
+            expired = Store("cas", kb, item.data, item.flags, _EXPIRED, token)
             failed: bool | None = False
             return bool(self._single(ring, expired, _cas_stored, failed))
         return self._single(ring, MetaDelete(kb, cas=int(token)), _meta_deleted, False)
@@ -515,7 +555,7 @@ class Cluster:
         given = {placed(key)[0]: key for key in values}
         # Every value is encoded before anything is sent: one that cannot be raises alone.
         encoded = {kb: _encoded(self.serde, kb, values[key]) for kb, key in given.items()}
-        parts = self._fan_out(_StoreMany(encoded, expire), given)
+        parts = self._fan_out(_StoreMany(encoded, _expire(expire)), given)
         return [given[kb] for part in parts for kb in part]
 
     def delete_many(self, keys: Iterable[Key]) -> None:
@@ -535,8 +575,8 @@ class Cluster:
         for node in self._nodes.values():
             try:
                 stats = self._on_node(node, Stats(), _stats, None)
-            except NodeUnavailableError:
-                continue
+            except (NodeUnavailableError, CommandNotSupportedError):
+                continue  # down, or a proxy that does not pass stats (twemproxy)
             if stats is not None:
                 result[node.name] = stats
         return result
@@ -668,12 +708,45 @@ class Cluster:
             else:
                 result = decode(client.request(request))  # type: ignore[arg-type]
         except BaseException as exc:
+            refusal = self._refusal(node, request, exc) if sent else None
+            if refusal is not None:  # a setting, not a failing server: health untouched
+                node.pool.destroy(client)  # type: ignore[arg-type]  # sent: checked out
+                if admission.probe:
+                    node.health.released()
+                raise refusal from exc
             error = self._judge(node, client, exc, admission, sent)
             if error is None:
                 return failed
             raise error from error.__cause__  # _translate/_unavailable chained it to exc
         self._done(node, client)
         return result  # type: ignore[no-any-return]
+
+    def _refusal(
+        self,
+        node: _Node,
+        request: Request[Any] | tuple[Request[Any], ...],
+        exc: BaseException,
+    ) -> CommandNotSupportedError | None:
+        """The error for a command the server does not know, or None: it is failing.
+
+        memcached before 1.6 answers a meta command ``ERROR``: certain.
+        twemproxy closes the connection instead, which a failing server does
+        too, so the server is asked again on fresh connections: the same
+        refusal of the command (``mn`` for a meta one) while ``version`` is
+        answered means the server is up and does not know the command.
+        """
+        batch = request if isinstance(request, tuple) else (request,)
+        refused = next((r for r in batch if isinstance(r, _REFUSABLE)), None)
+        if refused is None:
+            return None
+        if isinstance(exc, _UnknownCommand):
+            return _not_supported(node.name, refused, "answered ERROR to")
+        if not isinstance(exc, ConnectionClosedError):
+            return None
+        probe = MetaNoop() if isinstance(refused, _META_REQUESTS) else refused
+        if _answer(node, probe) is not None or _answer(node, Version()) is None:
+            return None
+        return _not_supported(node.name, refused, "closed the connection on")
 
     def _done(self, node: _Node, client: Connection) -> None:
         """Return a connection after a complete exchange and record the server's answer."""
@@ -858,7 +931,9 @@ def _delta(delta: int) -> int:
 def _expire(expire: int) -> int:
     if not isinstance(expire, int):
         raise ValueError(f"expire must be an integer, not {expire!r}")
-    return int(expire)
+    # "Expired at once" as an absolute time in 1970, which memcached treats as
+    # it treats a negative exptime: twemproxy closes the connection on those.
+    return _EXPIRED if expire < 0 else int(expire)
 
 
 def _cas_token(cas: CasToken | str) -> bytes:
@@ -884,7 +959,50 @@ def _reply_error(reply: object) -> BaseException:
     if reply.non_numeric:
         # "CLIENT_ERROR cannot increment or decrement non-numeric value"
         return NonNumericValueError(reply.message)
+    if reply.kind == "ERROR":
+        return _UnknownCommand(f"memcached answered an error: {reply.message or reply}")
     return ServerError(f"memcached answered an error: {reply.message or reply}")
+
+
+class _UnknownCommand(ServerError):
+    """memcached's plain ``ERROR``: the command's name is unknown (protocol.txt)."""
+
+
+def _verb(request: Request[Any]) -> str:
+    """The command's name on the wire (``mg``, ``flush_all``...)."""
+    return request.encode().split(maxsplit=1)[0].decode("ascii")
+
+
+def _not_supported(node: str, request: Request[Any], how: str) -> CommandNotSupportedError:
+    verb = _verb(request)
+    if isinstance(request, _META_REQUESTS):
+        return CommandNotSupportedError(
+            f"memcached at {node} does not speak the meta protocol (it {how} {verb}); "
+            "set OPTIONS['protocol'] = 'text' for twemproxy, mcrouter or memcached before 1.6",
+            node=node,
+            command=verb,
+            option="protocol",
+        )
+    return CommandNotSupportedError(
+        f"memcached at {node} does not support {verb} (it {how} {verb}): a proxy such as "
+        "twemproxy passes neither flush_all nor stats; send them to the servers behind it",
+        node=node,
+        command=verb,
+    )
+
+
+def _answer(node: _Node, request: Request[Any]) -> Any:
+    """``request``'s reply on a new connection; None when refused (ERROR or closed) or down."""
+    connection = node.connect_aside()
+    try:
+        reply = connection.request(request)
+    except (OSError, ProtocolError):
+        return None
+    finally:
+        connection.close()
+    if type(reply) is ErrorReply and reply.kind == "ERROR":
+        return None
+    return reply
 
 
 def _stored(reply: bytes | ErrorReply) -> bool:

@@ -4,6 +4,9 @@
 
     McPatternsError
     ├── ConfigurationError      an option or server spec is invalid (also ValueError)
+    │   ├── CommandNotSupportedError  the server does not know a command (meta on a
+    │   │                             text-only server: OPTIONS["protocol"])
+    │   └── NeedsMetaProtocolError    a meta-only operation in text mode, before any I/O
     ├── InvalidKeyError         a key memcached would reject, raised before I/O (also ValueError)
     ├── ValueTooLargeError      the value is over the item size limit (also ValueError)
     │   └── CollectionTooLargeError   a set or list would pass its configured maximum
@@ -46,6 +49,29 @@ class ConfigurationError(McPatternsError, ValueError):
         super().__init__(message)
         self.option = option
         self.choices = choices
+
+
+class CommandNotSupportedError(ConfigurationError):
+    """The server (or proxy) does not know a command the configuration makes us send.
+
+    memcached before 1.6 answers a meta command ``ERROR``; twemproxy closes the
+    connection on meta commands, ``flush_all`` and ``stats``.  A setting, not
+    a failing server: the server's health is not touched.  ``node`` names the
+    server, ``command`` the refused command.
+    """
+
+    def __init__(self, message: str, *, node: str, command: str, option: str | None = None):
+        super().__init__(message, option=option)
+        self.node = node
+        self.command = command
+
+
+class NeedsMetaProtocolError(ConfigurationError):
+    """An operation only the meta protocol offers, on a store set to ``"protocol": "text"``.
+
+    Raised before anything is sent.  Patterns that can do without (a rewrite
+    that would read the item's TTL) catch it and take their text-mode way.
+    """
 
 
 class InvalidKeyError(McPatternsError, ValueError):

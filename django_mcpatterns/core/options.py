@@ -21,6 +21,7 @@ from .ketama import VARIANTS
 from .serializers import DEFAULT_SERIALIZER, SerdeOptions
 
 FAILOVER_POLICIES = ("miss", "remap")
+PROTOCOLS = ("meta", "text")
 
 # pymemcache Client arguments that this project decides itself: accepting them
 # would break the patterns (noreply) or bypass our routing and serialisation.
@@ -48,6 +49,10 @@ class ClusterOptions:
     ketama
         Which implementation's key→server mapping to reproduce (see
         :data:`~django_mcpatterns.core.ketama.VARIANTS`).
+    protocol
+        ``"meta"`` (memcached 1.6 and later) or ``"text"``: servers and proxies
+        that know only the text protocol (twemproxy, mcrouter, memcached before
+        1.6).  Text mode sends no meta command at all (see docs/twemproxy.md).
     failover
         ``"miss"``: a dead server's keys read as misses and writes to them fail.
         ``"remap"``: its keys go to the next live server on the ring.
@@ -92,16 +97,18 @@ class ClusterOptions:
     max_pool_size: int | None = None
     pool_idle_timeout: float = 0.0
     raise_errors: bool = False
+    # Which protocol the servers are spoken to in (PROTOCOLS).
+    protocol: Literal["meta", "text"] = "meta"
     serializer: str = DEFAULT_SERIALIZER
     signed: bool | None = None
     signing_key: str | bytes | None = field(default=None, repr=False)
     signing_keys: Any = field(default=(), repr=False)
     client_options: Mapping[str, Any] = field(default_factory=dict)
-    protocol: Literal["meta", "text"] = "meta"
 
     def __post_init__(self) -> None:
         _check_choice("ketama", self.ketama, VARIANTS)
         _check_choice("failover", self.failover, FAILOVER_POLICIES)
+        _check_choice("protocol", self.protocol, PROTOCOLS)
         _check_number("retry_attempts", self.retry_attempts, integer=True, minimum=1)
         _check_number("retry_timeout", self.retry_timeout, minimum=0)
         _check_number("dead_timeout", self.dead_timeout, minimum=0)

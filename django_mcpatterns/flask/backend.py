@@ -37,6 +37,7 @@ from ..core.cluster import Cluster, shared_cluster
 from ..core.exceptions import (
     ConfigurationError,
     InvalidKeyError,
+    NeedsMetaProtocolError,
     NonNumericValueError,
     ValueTooLargeError,
 )
@@ -280,11 +281,16 @@ class _PatternsCache(SetsMixin, LocksMixin, StampedeMixin, NamespacesMixin, Base
 
         ``cas`` sets a new TTL where ``incr`` keeps the old one: ``left`` was
         read with the value (meta's ``mg v c t f``), or, where the protocol
-        cannot say it there (text), the store is asked (``ttl``, one request;
-        an item replaced in between fails the ``cas`` and is read again).
+        cannot say it there, the store is asked (``ttl``, one request; an item
+        replaced in between fails the ``cas`` and is read again).  In text mode
+        (``"protocol": "text"``: no TTL read) the rewrite gets the cache's
+        default timeout.
         """
         if left is None:
-            left = self.store.ttl(made)
+            try:
+                left = self.store.ttl(made)
+            except NeedsMetaProtocolError:
+                return self._expire(None)
         if left is None:
             return None
         return 0 if left < 0 else memcached_exptime(max(left, 1), self._clock())

@@ -39,7 +39,7 @@ from django_mcpatterns.core.options import ClusterOptions
 from django_mcpatterns.core.store import MAX_RELATIVE_EXPIRE
 from tests.conftest import flush
 from tests.fakes import START, FakeClock, Hooked, near
-from tests.harness import MemcachedServer, free_port
+from tests.harness import MemcachedServer, free_port, ttl_over_meta
 
 
 @pytest.fixture
@@ -545,7 +545,7 @@ def test_a_helper_thread_extends_and_releases_with_the_owners_token(cluster: Clu
     token = lock.token
     assert token is not None
     in_thread(lambda: lock.extend(20, replace_ttl=True, token=token))
-    assert 18 <= (cluster.ttl("lock:handed-over") or 0) <= 22
+    assert 18 <= (ttl_over_meta(cluster, "lock:handed-over") or 0) <= 22
     in_thread(lambda: lock.release(token=token))
     assert cluster.get("lock:handed-over") is None
     with pytest.raises(LockNotOwnedError):

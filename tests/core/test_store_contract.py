@@ -28,10 +28,12 @@ import pytest
 
 from django_mcpatterns.core.exceptions import (
     InvalidKeyError,
+    NeedsMetaProtocolError,
     NonNumericValueError,
     ValueTooLargeError,
 )
 from django_mcpatterns.core.memory import MemoryStore
+from django_mcpatterns.core.options import ClusterOptions
 from django_mcpatterns.core.store import MAX_RELATIVE_EXPIRE, Store
 from tests.conftest import flush
 from tests.harness import (
@@ -39,6 +41,7 @@ from tests.harness import (
     MemcachedServer,
     missing,
     server_counters,
+    ttl_over_meta,
 )
 
 ITEM_SIZE_MAX = 1024 * 1024  # memcached's default -I
@@ -51,7 +54,10 @@ SERVER_FIXTURES: dict[str, str | None] = {
     "memory": None,
     "cluster-1": "memcached_1",
     "cluster-3": "memcached_3",
+    "cluster-3-text": "memcached_3",
 }
+# The protocol of each cluster (OPTIONS["protocol"]); "meta" unless named here.
+PROTOCOLS = {"cluster-3-text": "text"}
 
 
 @dataclass
@@ -161,7 +167,8 @@ class TestStoreContract:
             cluster = cluster_class()
             servers = request.getfixturevalue(fixture)
             flush(servers)  # the server fixtures are shared by the whole session
-            instance = cluster([server.spec for server in servers])
+            protocol = PROTOCOLS.get(request.param, "meta")
+            instance = cluster([s.spec for s in servers], options=ClusterOptions(protocol=protocol))
         yield instance
         instance.close()
 
@@ -170,6 +177,11 @@ class TestStoreContract:
         """The real servers behind ``store`` (none for an in-process store)."""
         fixture = SERVER_FIXTURES[request.node.callspec.params["store"]]
         return [] if fixture is None else request.getfixturevalue(fixture)
+
+    @pytest.fixture
+    def protocol(self, request: pytest.FixtureRequest, store: Store) -> str:
+        """The protocol ``store`` speaks: "text" sends no meta command (no ``ttl``)."""
+        return PROTOCOLS.get(request.node.callspec.params["store"], "meta")
 
     @pytest.fixture
     def wire_commands(self, servers: list[MemcachedServer]) -> Callable[[], int]:
@@ -488,8 +500,10 @@ class TestStoreContract:
         assert store.touch("k", 10) is True
         assert store.get("k") == 1
 
-    def test_ttl_is_the_seconds_left(self, store: Store) -> None:
+    def test_ttl_is_the_seconds_left(self, store: Store, protocol: str) -> None:
         # memcached's mg <key> t: -1 for never, None for a missing item.
+        if protocol == "text":
+            pytest.skip("text mode has no TTL read: test_ttl_needs_the_meta_protocol")
         assert store.ttl("missing") is None
         store.set("forever", 1)
         assert store.ttl("forever") == -1
@@ -512,9 +526,15 @@ class TestStoreContract:
 
     @pytest.fixture(params=["meta", "text"])
     def protocol_store(
-        self, request: pytest.FixtureRequest, store: Store, servers: list[MemcachedServer]
+        self,
+        request: pytest.FixtureRequest,
+        store: Store,
+        servers: list[MemcachedServer],
+        protocol: str,
     ) -> Iterator[Store]:
         """``store``, and for a cluster the same servers over the text protocol too."""
+        if protocol == "text":
+            pytest.skip("a text store: covered by the text case of every other store")
         if request.param == "meta":
             yield store
             return
@@ -536,7 +556,7 @@ class TestStoreContract:
         assert value == {"a": [1]}
         assert token == store.gets("minute")[1]
         # Meta (and the embedded store) read the TTL with the value; text cannot.
-        assert ttl in (59, 60) or (ttl is None and store.ttl("minute") in (59, 60))
+        assert ttl in (59, 60) or (ttl is None and ttl_over_meta(store, "minute") in (59, 60))
         store.set("forever", b"x")
         assert store.gets_ttl("forever")[2] in (-1, None)
 
@@ -547,7 +567,7 @@ class TestStoreContract:
         assert store.gets("k") == (Point(1, 2), token)
         assert store.add_cas("k", "other") is None  # exists: not stored
         assert store.get("k") == Point(1, 2)
-        assert store.ttl("k") in (59, 60)
+        assert ttl_over_meta(store, "k") in (59, 60)
 
     def test_recas_stores_only_over_that_version_and_returns_the_new_cas(
         self, protocol_store: Store
@@ -559,7 +579,7 @@ class TestStoreContract:
         assert second is not None
         assert second != first
         assert store.gets("k") == (b"v2", second)
-        assert store.ttl("k") in (999, 1000)
+        assert ttl_over_meta(store, "k") in (999, 1000)
         assert store.recas("k", b"v3", first) is None  # an older version: not stored
         assert store.get("k") == b"v2"
         assert store.recas("missing", b"v", first) is None
@@ -577,8 +597,19 @@ class TestStoreContract:
         assert store.get("k") is None
         assert store.delete_cas("k", current) is False  # missing
 
+    def test_ttl_needs_the_meta_protocol(
+        self, store: Store, protocol: str, wire_commands: Callable[[], int]
+    ) -> None:
+        if protocol != "text":
+            pytest.skip("meta mode and the embedded store read TTLs")
+        store.set("k", 1, expire=60)
+        before = wire_commands()
+        with pytest.raises(NeedsMetaProtocolError, match="OPTIONS\\['protocol'\\] is 'text'"):
+            store.ttl("k")
+        assert wire_commands() == before  # refused before any I/O
+
     def test_reads_count_hits_and_misses_per_key(
-        self, store: Store, servers: list[MemcachedServer]
+        self, store: Store, servers: list[MemcachedServer], protocol: str
     ) -> None:
         def counts() -> tuple[int, int]:
             # A cluster's servers' counters, or the in-process store's own.
@@ -591,10 +622,11 @@ class TestStoreContract:
         store.gets("missing")
         store.get_many(["a", "b", "missing", "other"])
         store.gets_many(["b"])
-        store.ttl("a")  # a meta get
+        if protocol == "meta":
+            store.ttl("a")  # a meta get
         store.add("a", 3)  # writes count elsewhere
         store.touch("missing", 1)
-        assert counts() == (hits + 5, misses + 3)
+        assert counts() == (hits + 4 + (protocol == "meta"), misses + 3)
 
     def test_delete(self, store: Store) -> None:
         store.set("k", 1)
@@ -703,7 +735,7 @@ class TestStoreContract:
 
     # -- expiry ---------------------------------------------------------------------
 
-    def test_items_expire_in_real_time(self, store: Store) -> None:
+    def test_items_expire_in_real_time(self, store: Store, protocol: str) -> None:
         # One sleep for every TTL rule; expire=2 lives more than 1 s, at most 2 s.
         store.set("set", 1, expire=2)
         store.set_many({"many:1": 1, "many:2": 2}, expire=2)
@@ -726,7 +758,9 @@ class TestStoreContract:
 
         time.sleep(2.1)
         assert sorted(store.get_many([*expiring, *lasting])) == sorted(lasting)
-        assert store.ttl("set") is None
+        assert store.get("set") is None
+        if protocol == "meta":
+            assert store.ttl("set") is None
         assert store.incr("incremented") is None
         assert store.append("appended", b"c") is False
         assert store.touch("set", 100) is False

@@ -804,6 +804,14 @@ class TestSingleServer(CacheContract):
         return Deployment.cluster(memcached_1)
 
 
+class TestTextProtocol(CacheContract):
+    """``OPTIONS["protocol"] = "text"``: the whole contract without a meta command."""
+
+    @pytest.fixture
+    def deployment(self, memcached_3: list[Any]) -> Deployment:
+        return Deployment.cluster(memcached_3, protocol="text")
+
+
 class TestKetamaVariants(CacheContract):
     """Every compatibility variant must keep the whole contract, not only routing."""
 

@@ -148,6 +148,7 @@ def test_e004_twemproxy_names_with_another_variant():
     [
         (CLUSTER_BACKEND, LOCAL, {"retry_attempts": 0}),
         (CLUSTER_BACKEND, LOCAL, {"failover": "retry"}),
+        (CLUSTER_BACKEND, LOCAL, {"protocol": "binary"}),
         (CLUSTER_BACKEND, LOCAL, {"timeout": -1}),
         (CLUSTER_BACKEND, LOCAL, {"retry_attemps": 3}),  # misspelt: not a pymemcache argument
         (CLUSTER_BACKEND, LOCAL, {"default_noreply": True}),  # ours to manage

@@ -110,6 +110,11 @@ def test_apps_with_the_same_servers_share_one_cluster(memcached_1: Any) -> None:
             r"CACHE_OPTIONS: invalid value 'md5' for .*'ketama'",
         ),
         ({"CACHE_OPTIONS": {"failover": "retry"}}, r"CACHE_OPTIONS: .*'failover'.*'miss', 'remap'"),
+        (
+            {"CACHE_OPTIONS": {"protocol": "binary"}},
+            r"CACHE_OPTIONS: invalid value 'binary' for option 'protocol'; "
+            r"valid choices: 'meta', 'text'",
+        ),
         ({"CACHE_OPTIONS": {"retry_atempts": 3}}, r"CACHE_OPTIONS: unknown option 'retry_atempts'"),
         ({"CACHE_OPTIONS": {"timeout": -1}}, r"CACHE_OPTIONS: option 'timeout' must be"),
         ({"CACHE_OPTIONS": {"serde": object()}}, r"CACHE_OPTIONS: option 'serde' is managed"),

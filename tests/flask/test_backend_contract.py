@@ -462,6 +462,26 @@ class TestSingleServer(ServerContractTests):
         return FlaskDeployment.cluster(memcached_1)
 
 
+class TestTextProtocol(ServerContractTests):
+    """``CACHE_OPTIONS = {"protocol": "text"}``: no meta command, so no TTL read."""
+
+    @pytest.fixture
+    def deployment(self, memcached_3: Any) -> FlaskDeployment:
+        return FlaskDeployment.cluster(memcached_3, protocol="text")
+
+    def test_dec_keeps_the_ttl_as_inc_does(self, c: Any, deployment: FlaskDeployment) -> None:
+        # The text protocol cannot read a TTL: dec's compare-and-swap stores the
+        # counter with the default timeout (docs/twemproxy.md); inc keeps it.
+        c.set("n", 5, timeout=60)
+        assert c.inc("n") == 6
+        assert_ttl_near(deployment.ttl(PREFIX + "n"), 60)
+        assert c.dec("n", 10) == -4
+        assert_ttl_near(deployment.ttl(PREFIX + "n"), c.default_timeout)
+        c.set("forever", 5, timeout=0)
+        assert c.dec("forever") == 4
+        assert_ttl_near(deployment.ttl(PREFIX + "forever"), c.default_timeout)
+
+
 class TestEmbedded(ContractTests):
     @pytest.fixture
     def deployment(self) -> FlaskDeployment:

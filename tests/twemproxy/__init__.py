@@ -1,0 +1,1 @@
+"""Every pattern through a real twemproxy (nutcracker), in text mode."""
