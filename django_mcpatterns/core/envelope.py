@@ -124,6 +124,11 @@ class Envelope:
     def fresh(self, now: float) -> bool:
         return now < self.soft_expiry
 
+    @property
+    def pending(self) -> bool:
+        """Whether this is a lease placeholder (:mod:`.leases`): a miss with a fill under way."""
+        return self.soft_expiry == -math.inf
+
     def __reduce__(self) -> Any:
         # Pickled by a serde that does not know envelopes, it would come back
         # from a plain get as this object: refuse instead of leaking it.

@@ -107,6 +107,7 @@ from urllib.parse import quote
 from .envelope import STALE, Envelope, Serde, with_envelopes
 from .exceptions import ContentionError, EncodingError, ValueTooLargeError
 from .keys import Key, key_bytes
+from .leases import PLACEHOLDER, fill_missing
 from .locks import authoritative
 from .serializers import is_refused
 from .stampede import Fetched, Stampede, StampedePolicy
@@ -454,11 +455,8 @@ class Namespace:
         value = self._open(made, found.get(made, _MISSING), versions)
         if value is not _MISSING:
             return value
-        tags = self._complete(versions)
-        if callable(default):
-            default = default()
-        self._store(made, default, tags, expire)
-        return default
+        slot = _Slot(self, made, self._ctx.store, seen=self._complete(versions))
+        return fill_missing(slot, made, default, expire)  # type: ignore[arg-type]
 
     def get_or_compute(
         self,
@@ -642,19 +640,34 @@ class _Slot:
     def set(self, key: Key, value: Any, expire: int = 0) -> bool:
         if key != self._key:
             return self._store.set(key, value, expire)
-        seen = self._ns._current() if self._seen is None else self._seen
-        return self._ns._store(self._key, value, seen, expire)
+        return self._ns._store(self._key, value, self._tags(), expire)
 
-    # The recompute lock's commands (see core/locks.py): never on the value's key.
+    # The lease on the value's key (core/leases.py) and the recompute lock's commands.
 
     def add(self, key: Key, value: Any, expire: int = 0) -> bool:
-        return self._store.add(self._other(key), value, expire)
+        if key != self._key:
+            return self._store.add(key, value, expire)
+        return self._store.add(key, self._ns._pack(key, value, self._tags()), expire)
 
     def gets(self, key: Key) -> tuple[Any, CasToken | None]:
-        return self._store.gets(self._other(key))
+        """The value's key: its value through the namespace, and the item's cas.
+
+        An item there that reads as a miss (invalidated, or another reader's
+        placeholder) comes back as the lease placeholder, with its cas: a fill
+        may replace it.
+        """
+        if key != self._key:
+            return self._store.gets(key)
+        raw, cas = self._store.gets(key)
+        if cas is None:
+            return None, None
+        value = self._ns._open(key, raw, self._tags(), soft=self._ns.soft)
+        return (PLACEHOLDER if value is _MISSING else value), cas
 
     def cas(self, key: Key, value: Any, cas: CasToken, expire: int = 0) -> bool | None:
-        return self._store.cas(self._other(key), value, cas, expire)
+        if key != self._key:
+            return self._store.cas(key, value, cas, expire)
+        return self._store.cas(key, self._ns._pack(key, value, self._tags()), cas, expire)
 
     def delete(self, key: Key) -> bool:
         return self._store.delete(self._other(key))
@@ -666,3 +679,9 @@ class _Slot:
         if key == self._key:
             raise TypeError("a namespaced value is written through the namespace only")
         return key
+
+    def _tags(self) -> tuple[int, ...]:
+        """The versions a write is tagged with: those read before the compute began."""
+        if self._seen is None:
+            self._seen = self._ns._current()
+        return self._seen

@@ -84,6 +84,7 @@ from .exceptions import (
 )
 from .keepalive import Keepalive
 from .keys import MAX_KEY_LENGTH, Key, key_bytes
+from .leases import fill, take
 from .locks import (
     Backoff,
     EventHook,
@@ -96,7 +97,7 @@ from .locks import (
     new_token,
     rewrite_owned,
 )
-from .store import Store
+from .store import CasToken, Store
 
 __all__ = [
     "NO_VALUE",
@@ -309,6 +310,17 @@ class _Claim(enum.Enum):
     UNREACHABLE = "unreachable"
 
 
+class _Overwrite(enum.Enum):
+    """A fill without a lease: a plain ``set`` (:meth:`Stampede.recompute`, no lock server)."""
+
+    OVERWRITE = "overwrite"
+
+
+_OVERWRITE: Final = _Overwrite.OVERWRITE
+Lease = CasToken | None | _Overwrite
+"""The cas a fill must match (:mod:`.leases`); None: it may not land; _OVERWRITE: ``set``."""
+
+
 @dataclass(frozen=True)
 class _Held:
     """The recompute lock, won: the token travels with it.
@@ -467,7 +479,7 @@ class Stampede:
     ) -> T:
         """Compute and store the value now, whatever is cached (no lock); return it."""
         job = _Job(key, compute, _soft_timeout(timeout), policy or self.policy, should_cache)
-        return self._compute(job, "refresh").value
+        return self._compute(job, "refresh", _OVERWRITE).value
 
     def mark_stale(self, key: Key) -> bool:
         """Make the cached value stale now, keeping it servable until its hard expiry.
@@ -479,7 +491,7 @@ class Stampede:
         for _ in range(_MARK_STALE_ATTEMPTS):
             with envelopes_visible():
                 found, cas = self.store.gets(key)
-            if type(found) is not Envelope or cas is None:
+            if type(found) is not Envelope or cas is None or found.pending:
                 return False
             now = self._clock()
             if not found.fresh(now):
@@ -504,15 +516,15 @@ class Stampede:
         held = self._claim(job)
         if not isinstance(held, _Held):
             return self._serve(job, seen, reason)  # recomputing, failed moments ago, or unreachable
-        current = self._read(job.key)
+        current, lease = self._lease(job, missing=False)
         if current is not NO_VALUE and current.soft_expiry > seen.soft_expiry:
             self._release(held)  # another caller refreshed it between our get and our add
             return Fetched(current.value, "fresh", current)
         if job.policy.runner is not None:
-            self._dispatch(job, held, reason)
+            self._dispatch(job, held, reason, lease)
             return self._serve(job, seen, reason)
         try:
-            return self._recompute_locked(job, held, reason)
+            return self._recompute_locked(job, held, reason, lease)
         except Exception:
             if reason == "stale" and not job.policy.serve_stale_on_error:
                 raise
@@ -526,13 +538,14 @@ class Stampede:
         while True:
             held = self._claim(job)
             if held is _Claim.UNREACHABLE:
-                return self._compute(job, "miss")  # no lock to share the work through
+                # No lock to share the work through (and likely no lease either).
+                return self._compute(job, "miss", _OVERWRITE)
             if isinstance(held, _Held):
-                current = self._read(job.key)
+                current, lease = self._lease(job, missing=True)
                 if current is not NO_VALUE:
                     self._release(held)  # stored between our get and our add
                     return Fetched(current.value, "fresh", current)
-                return self._recompute_locked(job, held, "miss")
+                return self._recompute_locked(job, held, "miss", lease)
             while True:  # lost: poll until the value appears, the lock goes, or it failed
                 remaining = start + job.policy.wait - self._clock()
                 if remaining <= 0:
@@ -556,7 +569,7 @@ class Stampede:
             raise LockTimeoutError(
                 f"gave up after {waited:.3g}s waiting for another caller to compute {job.key!r}"
             )
-        return self._compute(job, "miss")
+        return self._compute(job, "miss", self._lease(job, missing=False)[1])
 
     def _shared_failure(self, job: _Job[Any], token: bytes, error: str) -> ComputeFailedError:
         """The error for a caller that found another caller's failure marker."""
@@ -571,24 +584,26 @@ class Stampede:
 
     # -- steps --
 
-    def _compute(self, job: _Job[T], reason: Reason, background: bool = False) -> Fetched[T]:
+    def _compute(
+        self, job: _Job[T], reason: Reason, lease: Lease = None, background: bool = False
+    ) -> Fetched[T]:
         start = self._clock()
         value = job.compute()
         end = self._clock()
         compute_time = max(0.0, end - start)
         envelope = None
         if job.timeout != 0 and (job.should_cache is None or job.should_cache(value)):
-            envelope = self._store(job, value, end, compute_time)
+            envelope = self._store(job, value, end, compute_time, lease)
         emit(self._on_event, Recomputed(job.key, compute_time, reason, background))
         return Fetched(value, "computed", envelope)
 
     def _recompute_locked(
-        self, job: _Job[T], held: _Held, reason: Reason, background: bool = False
+        self, job: _Job[T], held: _Held, reason: Reason, lease: Lease, background: bool = False
     ) -> Fetched[T]:
         """Compute under the lock, kept alive meanwhile; release it, or leave a failure marker."""
         try:
             with self._keepalive(job, held):
-                fetched = self._compute(job, reason, background)
+                fetched = self._compute(job, reason, lease, background)
         except Exception as exc:
             logger.warning("computing the value of %r failed", job.key, exc_info=True)
             emit(self._on_event, ComputeFailed(job.key, exc, background))
@@ -616,13 +631,13 @@ class Stampede:
             name=f"recompute lock {held.key!r}",
         )
 
-    def _dispatch(self, job: _Job[Any], held: _Held, reason: Reason) -> None:
-        """Hand the recompute (which owns the lock from now on) to the runner."""
+    def _dispatch(self, job: _Job[Any], held: _Held, reason: Reason, lease: Lease) -> None:
+        """Hand the recompute (which owns the lock and the lease from now on) to the runner."""
 
         def refresh() -> None:
             if self._still_held(job, held):
                 with contextlib.suppress(Exception):  # logged and signalled already
-                    self._recompute_locked(job, held, reason, background=True)
+                    self._recompute_locked(job, held, reason, lease, background=True)
 
         runner = job.policy.runner
         assert runner is not None
@@ -655,20 +670,38 @@ class Stampede:
         emit(self._on_event, RefreshDropped(job.key, reason))
 
     def _store(
-        self, job: _Job[Any], value: Any, now: float, compute_time: float
+        self, job: _Job[Any], value: Any, now: float, compute_time: float, lease: Lease
     ) -> Envelope | None:
+        """Store the value: a fill under ``lease`` (:mod:`.leases`), or a plain ``set``."""
         if job.timeout is None:
             soft = hard = math.inf
         else:
             soft = now + job.timeout
             hard = soft + job.policy.grace_for(job.timeout)
         envelope = Envelope(value, soft, hard, compute_time)
+        exptime = exptime_for(hard - now, now=now)
+        if lease is not _OVERWRITE:
+            return envelope if fill(self.store, job.key, envelope, lease, exptime) else None
         try:
-            stored = self.store.set(job.key, envelope, exptime_for(hard - now, now=now))
+            stored = self.store.set(job.key, envelope, exptime)
         except ValueTooLargeError:
             logger.warning("the value of %r is over the item size limit; not cached", job.key)
             return None
         return envelope if stored else None
+
+    def _lease(self, job: _Job[Any], *, missing: bool) -> tuple[Envelope | _NoValue, Lease]:
+        """What the key holds now, and the lease a fill must match (:func:`.leases.take`).
+
+        The placeholder outlives the longest computation the lock allows.  An
+        unreadable item is overwritten (it would never read again otherwise).
+        """
+        ttl = exptime_for(max(job.policy.lock_timeout, job.policy.max_lock_time))
+        try:
+            found, cas = take(self.store, job.key, ttl, missing=missing)
+        except EncodingError:
+            logger.warning("unreadable cached value at %r; recomputing it", job.key, exc_info=True)
+            return NO_VALUE, _OVERWRITE
+        return (NO_VALUE if cas is None else _as_envelope(found)), cas
 
     def _serve(self, job: _Job[T], seen: Envelope, reason: Reason) -> Fetched[T]:
         if reason == "early":
@@ -749,7 +782,9 @@ class Stampede:
 
 
 def _as_envelope(found: Any) -> Envelope | _NoValue:
-    if found is NO_VALUE or type(found) is Envelope:
+    if type(found) is Envelope:
+        return NO_VALUE if found.pending else found  # a lease placeholder: a fill under way
+    if found is NO_VALUE:
         return found
     return Envelope(found)  # stored with a plain set: the user's value and TTL
 
