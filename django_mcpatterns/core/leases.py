@@ -103,11 +103,17 @@ def get_or_set(
 def fill_missing(
     store: Store, key: Key, default: Any, expire: int, *, ttl: int = PLACEHOLDER_TTL
 ) -> Any:
-    """The miss half of :func:`get_or_set`: lease, compute ``default``, fill; return it."""
+    """The miss half of :func:`get_or_set`: lease, compute ``default``, fill; return it.
+
+    As Django's ``get_or_set`` does after its ``add``: when the fill does not
+    land, return what the cache holds then (a racing writer's value), or
+    ``default`` when it holds nothing.
+    """
     current, lease = take(store, key, ttl, missing=True)
     if not (type(current) is Envelope and current.pending):
         lease = None  # filled by another caller since our read: theirs stays
     if callable(default):
         default = default()
-    fill(store, key, default, lease, expire)
-    return default
+    if fill(store, key, default, lease, expire):
+        return default
+    return store.get(key, default)

@@ -698,10 +698,14 @@ class Stampede:
         ttl = exptime_for(max(job.policy.lock_timeout, job.policy.max_lock_time))
         try:
             found, cas = take(self.store, job.key, ttl, missing=missing)
+            if cas is None:  # deleted between our add and gets, or an item nobody can read
+                found, cas = take(self.store, job.key, ttl)
         except EncodingError:
             logger.warning("unreadable cached value at %r; recomputing it", job.key, exc_info=True)
             return NO_VALUE, _OVERWRITE
-        return (NO_VALUE if cas is None else _as_envelope(found)), cas
+        if cas is None:
+            return NO_VALUE, _OVERWRITE  # refused by the serde (or unreachable): overwrite it
+        return _as_envelope(found), cas
 
     def _serve(self, job: _Job[T], seen: Envelope, reason: Reason) -> Fetched[T]:
         if reason == "early":
