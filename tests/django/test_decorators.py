@@ -749,7 +749,7 @@ class TestThreeServers(DecoratorsContract):
         cold = server_requests(servers) - before
         value()
         # Cold: get, add (lock), add + gets (lease), cas (fill), gets + cas (release).
-    assert (cold, server_requests(servers) - before - cold) == (7, 1)
+        assert (cold, server_requests(servers) - before - cold) == (7, 1)
 
 
 class TestEmbedded(DecoratorsContract):
