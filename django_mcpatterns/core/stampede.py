@@ -494,12 +494,12 @@ class Stampede:
             if type(found) is not Envelope or cas is None or found.pending:
                 return False
             now = self._clock()
-            if not found.fresh(now):
-                return True
             remaining = found.hard_expiry - now
             if remaining <= 0:
                 return True  # memcached drops it any moment
-            stale = dataclasses.replace(found, soft_expiry=now)
+            # Rewritten even when already stale: the new cas voids the lease of a
+            # recompute under way, which may have read the data before this change.
+            stale = dataclasses.replace(found, soft_expiry=min(found.soft_expiry, now))
             if self.store.cas(key, stale, cas, exptime_for(remaining, now=now)):
                 return True
         return False  # rewritten under us every time: someone keeps refreshing it
