@@ -88,7 +88,8 @@ Requests (steady state; ``d`` = nesting depth, all keys on one server)
     ``get``, ``get_many``, ``get_or_set`` hit, ``get_or_compute`` fresh: 1
     multi-get of ``d`` + n keys.  ``set``, ``set_many``: 2 (versions, then the
     write).  ``add``: 2 (``gets`` of versions and value, ``add``/``cas``).
-    ``delete``, ``delete_many``, ``invalidate``: 1.  ``get_or_set`` miss: 2.
+    ``delete``, ``delete_many``, ``invalidate``: 1.  ``get_or_set`` miss: 4 (the
+    lease of :mod:`.leases`: ``add`` of a placeholder, ``gets``, then a ``cas`` fill).
     A missing version key adds one ``add`` to the first write.
 """
 
