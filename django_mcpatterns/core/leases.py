@@ -32,7 +32,7 @@ import logging
 import math
 from typing import Any, Final
 
-from .envelope import Envelope, envelopes_visible
+from .envelope import Envelope
 from .exceptions import ValueTooLargeError
 from .keys import Key
 from .store import CasToken, Store
@@ -50,8 +50,7 @@ PLACEHOLDER_TTL: Final = 301
 
 def read(store: Store, key: Key) -> tuple[Any, CasToken | None]:
     """``gets`` of ``key`` with envelopes as :class:`~.envelope.Envelope` (placeholders too)."""
-    with envelopes_visible():
-        return store.gets(key)
+    return store.gets_envelope(key)
 
 
 def take(store: Store, key: Key, ttl: int, *, missing: bool = False) -> tuple[Any, CasToken | None]:

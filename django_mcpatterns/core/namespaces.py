@@ -543,16 +543,28 @@ class Namespace:
         return tuple([_version(found.get(k), k) for k in self._version_keys]), found
 
     def _open(
-        self, key: Key, raw: Any, versions: tuple[int | None, ...], *, soft: bool = False
+        self,
+        key: Key,
+        raw: Any,
+        versions: tuple[int | None, ...],
+        *,
+        soft: bool = False,
+        envelopes: bool = False,
     ) -> Any:
-        """The value in ``raw`` if its versions are current, else a miss (soft: stale)."""
+        """The value in ``raw`` if its versions are current, else a miss (soft: stale).
+
+        ``envelopes``: a soft-expiry envelope inside as an :class:`Envelope`
+        (the stampede reader's explicit path, :mod:`.envelope`).
+        """
         if raw is _MISSING:
             return _MISSING
         fields = _unpack(key, raw, self.depth, self._layout)
         current = fields[5:] == versions
         if not current and not soft:
             return _MISSING
-        value = self._ctx.serde.deserialize(key, raw[self._layout.size :], fields[4])
+        serde = self._ctx.serde
+        decode = serde.deserialize_envelope if envelopes else serde.deserialize
+        value = decode(key, raw[self._layout.size :], fields[4])
         if value is STALE:
             return _MISSING  # past its soft expiry: plain reads miss (get_or_compute sees it)
         if is_refused(value):
@@ -624,6 +636,12 @@ class _Slot:
         return self.get_many([key]).get(key, default)
 
     def get_many(self, keys: Iterable[Key]) -> dict[Key, Any]:
+        return self._read_many(keys, envelopes=False)
+
+    def get_many_envelopes(self, keys: Iterable[Key]) -> dict[Key, Any]:
+        return self._read_many(keys, envelopes=True)
+
+    def _read_many(self, keys: Iterable[Key], *, envelopes: bool) -> dict[Key, Any]:
         keys = list(keys)
         if self._key not in keys:
             return self._store.get_many(keys)
@@ -632,7 +650,11 @@ class _Slot:
         self._seen = self._ns._complete(versions)
         hits = {k: found[k] for k in others if k in found}
         value = self._ns._open(
-            self._key, found.get(self._key, _MISSING), versions, soft=self._ns.soft
+            self._key,
+            found.get(self._key, _MISSING),
+            versions,
+            soft=self._ns.soft,
+            envelopes=envelopes,
         )
         if value is not _MISSING:
             hits[self._key] = value
@@ -651,6 +673,9 @@ class _Slot:
         return self._store.add(key, self._ns._pack(key, value, self._tags()), expire)
 
     def gets(self, key: Key) -> tuple[Any, CasToken | None]:
+        return self._store.gets(self._other(key))
+
+    def gets_envelope(self, key: Key) -> tuple[Any, CasToken | None]:
         """The value's key: its value through the namespace, and the item's cas.
 
         An item there that reads as a miss (invalidated, or another reader's
@@ -658,11 +683,16 @@ class _Slot:
         may replace it.
         """
         if key != self._key:
-            return self._store.gets(key)
-        raw, cas = self._store.gets(key)
-        if cas is None:
+            return self._store.gets_envelope(key)
+        # One request, as every namespaced read: the version keys and the value, with its cas.
+        version_keys = self._ns._version_keys
+        found = self._store.gets_many([*version_keys, key])
+        versions = tuple(_version(found[k][0] if k in found else None, k) for k in version_keys)
+        self._seen = self._ns._complete(versions)
+        if key not in found:
             return None, None
-        value = self._ns._open(key, raw, self._tags(), soft=self._ns.soft)
+        raw, cas = found[key]
+        value = self._ns._open(key, raw, versions, soft=self._ns.soft, envelopes=True)
         return (PLACEHOLDER if value is _MISSING else value), cas
 
     def cas(self, key: Key, value: Any, cas: CasToken, expire: int = 0) -> bool | None:

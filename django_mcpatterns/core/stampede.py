@@ -53,8 +53,8 @@ A value stored under the key with a plain ``set`` is returned as is, fresh until
 its own TTL.  Plain reads (``get``, ``get_many``, everything that is not this
 reader) see an envelope's value until its soft expiry and a miss after it, as
 if it had been stored with a plain ``set`` for ``timeout`` (:mod:`.envelope`):
-only this reader, which opts in with :func:`~.envelope.envelopes_visible`,
-serves a stale value, and only while one caller recomputes it.
+only this reader, which reads with the stores' explicit ``gets_envelope`` and
+``get_many_envelopes``, serves a stale value, and only while one caller recomputes it.
 """
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final, Generic, Literal, TypeVar
 
-from .envelope import Envelope, envelopes_visible
+from .envelope import Envelope
 from .exceptions import (
     ComputeFailedError,
     ConfigurationError,
@@ -489,8 +489,7 @@ class Stampede:
         Return False when there is no envelope to mark (a miss, or a plain value).
         """
         for _ in range(_MARK_STALE_ATTEMPTS):
-            with envelopes_visible():
-                found, cas = self.store.gets(key)
+            found, cas = self.store.gets_envelope(key)
             if type(found) is not Envelope or cas is None or found.pending:
                 return False
             now = self._clock()
@@ -767,18 +766,16 @@ class Stampede:
 
     def _read(self, key: Key) -> Envelope | _NoValue:
         try:
-            with envelopes_visible():
-                found = self.store.get(key, NO_VALUE)
+            found, cas = self.store.gets_envelope(key)
         except EncodingError:
             logger.warning("unreadable cached value at %r; recomputing it", key, exc_info=True)
             return NO_VALUE
-        return _as_envelope(found)
+        return NO_VALUE if cas is None else _as_envelope(found)
 
     def _poll(self, key: Key, lock: Key) -> tuple[Envelope | _NoValue, object]:
         """Read the value and its lock in one pipelined request: (value, the lock item or None)."""
         try:
-            with envelopes_visible():
-                found = self.store.get_many([key, lock])
+            found = self.store.get_many_envelopes([key, lock])
         except EncodingError:
             # Unreadable: race for the lock; its winner reads it again and overwrites it.
             return NO_VALUE, None
