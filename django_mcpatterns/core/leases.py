@@ -109,10 +109,12 @@ def fill_missing(
     ``default`` when it holds nothing.
     """
     current, lease = take(store, key, ttl, missing=True)
-    if not (type(current) is Envelope and current.pending):
-        lease = None  # filled by another caller since our read: theirs stays
     if callable(default):
         default = default()
-    if fill(store, key, default, lease, expire):
-        return default
-    return store.get(key, default)
+    if type(current) is Envelope and current.pending:
+        if fill(store, key, default, lease, expire):
+            return default
+        return store.get(key, default)  # a racing writer's value, or nothing
+    if lease is None:
+        return default  # nothing readable there (unreachable, refused): not cached
+    return store.get(key, default)  # filled by another caller since our read: theirs

@@ -25,6 +25,11 @@ miss
     (``policy.on_wait_timeout="raise"``, the default) or, opted in with
     ``"compute"``, compute without the lock.
 
+Every fill holds a lease (:mod:`.leases`): the winner's re-read is a ``gets``
+(on a miss after an ``add`` of a placeholder) and the value is stored with a
+``cas`` against it, so a delete, set or :meth:`Stampede.mark_stale` of the key
+while ``compute`` runs wins: the computed value is returned, not stored.
+
 While ``compute`` runs, a daemon thread keeps the lock alive (:mod:`.keepalive`:
 extended every third of ``lock_timeout``, for at most ``policy.max_lock_time``
 seconds), so a slow computation is never joined by a second one.
