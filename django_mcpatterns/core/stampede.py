@@ -12,9 +12,10 @@ fresh (now < soft expiry)
     hot keys are refreshed before anyone sees them stale.
 stale (soft expiry <= now < hard expiry)
     Try the recompute lock (``add``, see :mod:`.locks`).  Losers return the
-    stale value at once (two requests).  The winner reads the key again (a
-    caller that finished just before may have refreshed it: then it returns
-    that), computes, stores and releases the lock (six requests in all), or
+    stale value at once (two requests).  The winner reads the key again with
+    its cas, the lease (a caller that finished just before may have refreshed
+    it: then it returns that), computes, fills it by ``cas`` and releases the
+    lock (six requests in all; seven on a miss, whose lease adds a placeholder), or
     hands the recompute to ``policy.runner`` and returns the stale value.
 miss
     Try the recompute lock.  The winner computes; every other caller polls the
