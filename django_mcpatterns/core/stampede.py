@@ -90,7 +90,7 @@ from .exceptions import (
 )
 from .keepalive import Keepalive
 from .keys import MAX_KEY_LENGTH, Key, key_bytes
-from .leases import fill, take
+from .leases import PLACEHOLDER, fill, take
 from .locks import (
     Backoff,
     EventHook,
@@ -323,7 +323,16 @@ class _Overwrite(enum.Enum):
 
 
 _OVERWRITE: Final = _Overwrite.OVERWRITE
-Lease = CasToken | None | _Overwrite
+
+
+@dataclass(frozen=True, slots=True)
+class _OnPlaceholder:
+    """A lease on a placeholder (a miss): deleted again when no value is stored."""
+
+    cas: CasToken
+
+
+Lease = CasToken | None | _Overwrite | _OnPlaceholder
 """The cas a fill must match (:mod:`.leases`); None: it may not land; _OVERWRITE: ``set``."""
 
 
@@ -593,12 +602,18 @@ class Stampede:
         self, job: _Job[T], reason: Reason, lease: Lease = None, background: bool = False
     ) -> Fetched[T]:
         start = self._clock()
-        value = job.compute()
+        try:
+            value = job.compute()
+        except BaseException:
+            self._drop_placeholder(job, lease)
+            raise
         end = self._clock()
         compute_time = max(0.0, end - start)
         envelope = None
         if job.timeout != 0 and (job.should_cache is None or job.should_cache(value)):
             envelope = self._store(job, value, end, compute_time, lease)
+        else:
+            self._drop_placeholder(job, lease)
         emit(self._on_event, Recomputed(job.key, compute_time, reason, background))
         return Fetched(value, "computed", envelope)
 
@@ -686,7 +701,8 @@ class Stampede:
         envelope = Envelope(value, soft, hard, compute_time)
         exptime = exptime_for(hard - now, now=now)
         if lease is not _OVERWRITE:
-            return envelope if fill(self.store, job.key, envelope, lease, exptime) else None
+            cas = lease.cas if isinstance(lease, _OnPlaceholder) else lease
+            return envelope if fill(self.store, job.key, envelope, cas, exptime) else None
         try:
             stored = self.store.set(job.key, envelope, exptime)
         except ValueTooLargeError:
@@ -710,7 +726,13 @@ class Stampede:
             return NO_VALUE, _OVERWRITE
         if cas is None:
             return NO_VALUE, _OVERWRITE  # refused by the serde (or unreachable): overwrite it
-        return _as_envelope(found), cas
+        current = _as_envelope(found)
+        return current, (_OnPlaceholder(cas) if current is NO_VALUE else cas)
+
+    def _drop_placeholder(self, job: _Job[Any], lease: Lease) -> None:
+        """No value will fill the placeholder: delete it (if unchanged), so ``add`` works again."""
+        if isinstance(lease, _OnPlaceholder):
+            self.store.cas(job.key, PLACEHOLDER, lease.cas, -1)  # a negative exptime deletes
 
     def _serve(self, job: _Job[T], seen: Envelope, reason: Reason) -> Fetched[T]:
         if reason == "early":

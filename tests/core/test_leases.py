@@ -17,7 +17,7 @@ import pytest
 from django_mcpatterns.core.leases import get_or_set
 from django_mcpatterns.core.memory import MemoryStore
 from django_mcpatterns.core.namespaces import Namespaces
-from django_mcpatterns.core.stampede import Stampede
+from django_mcpatterns.core.stampede import Stampede, StampedePolicy
 from django_mcpatterns.core.store import Store
 from tests.harness import MemcachedServer, cluster_on
 
@@ -141,3 +141,23 @@ class _Through:
 
     def set(self, key: str, value: Any, expire: int = 0) -> bool:
         return bool(self._ns.set(key, value, expire))
+
+
+@pytest.mark.parametrize("outcome", ["raises", "not cached"])
+def test_a_fill_that_stores_nothing_removes_its_placeholder(target: Store, outcome: str) -> None:
+    def compute() -> str:
+        if outcome == "raises":
+            raise RuntimeError("the database is down")
+        return "uncacheable"
+
+    stampede = Stampede(target, StampedePolicy(failure_backoff=0))
+    if outcome == "raises":
+        with pytest.raises(RuntimeError):
+            stampede.get_or_compute(KEY, compute, 60)
+    else:
+        assert stampede.get_or_compute(KEY, compute, 60, should_cache=lambda v: False) == (
+            "uncacheable"
+        )
+    # Nothing left behind: the key is free for add, as before the call.
+    assert target.gets_envelope(KEY) == (None, None)
+    assert target.add(KEY, "added")
