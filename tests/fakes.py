@@ -24,6 +24,7 @@ START = 1_700_000_000.0  # a Unix time: exptimes over 30 days are absolute, as i
 STORE_METHODS = frozenset(
     {
         *("get", "gets", "get_many", "gets_many", "set", "set_many", "add"),
+        *("gets_envelope", "get_many_envelopes"),
         *("append", "prepend", "cas", "incr", "decr", "delete", "delete_many", "touch", "ttl"),
         *("gets_ttl", "add_cas", "recas", "delete_cas"),
     }

@@ -328,6 +328,7 @@ class Cluster:
         self._deserialize = self.serde.deserialize
         self._fetch = _Fetch(self.serde)
         self._fetch_cas = _Fetch(self.serde, cas=True)
+        self._fetch_envelopes = _Fetch(self.serde, envelopes=True)
         self._strict: Cluster | None = None
 
     def __repr__(self) -> str:
@@ -532,6 +533,26 @@ class Cluster:
             return _NO_CAS
         item = reply[0]
         return self._deserialize(item.key, item.data, item.flags), item.cas
+
+    # -- the soft-expiry envelope's explicit read path (see Store.gets_envelope) --
+
+    def gets_envelope(self, key: Key) -> tuple[Any, CasToken | None]:
+        kb, ring = placed(key)
+        miss: tuple[Any, CasToken | None] = _NO_CAS
+        found = self._single(ring, Get((kb,), cas=True), self._envelope_cas, miss)
+        return _NO_CAS if is_refused(found[0]) else found
+
+    def get_many_envelopes(self, keys: Iterable[Key]) -> dict[Key, Any]:
+        given = {placed(key)[0]: key for key in keys}
+        return self._hits(self._fan_out(self._fetch_envelopes, given), given, lambda value: value)
+
+    def _envelope_cas(self, reply: list[Value] | ErrorReply) -> tuple[Any, CasToken | None]:
+        if type(reply) is not list:
+            raise _reply_error(reply)
+        if not reply:
+            return _NO_CAS
+        item = reply[0]
+        return self.serde.deserialize_envelope(item.key, item.data, item.flags), item.cas
 
     # -- multi-key commands (pipelined fan-out) --
 
@@ -1122,6 +1143,7 @@ class _Exchange(Protocol[R_co]):
 class _Fetch:
     serde: Serde
     cas: bool = False
+    envelopes: bool = False  # soft-expiry envelopes as Envelope (Store.get_many_envelopes)
 
     def requests(self, kbs: list[bytes]) -> Sequence[Request[Any]]:
         return (Get(kbs, self.cas),)
@@ -1130,7 +1152,8 @@ class _Fetch:
         (reply,) = replies
         if isinstance(reply, ErrorReply):
             raise _reply_error(reply)
-        deserialize = self.serde.deserialize
+        serde = self.serde
+        deserialize = serde.deserialize_envelope if self.envelopes else serde.deserialize
         if self.cas:
             return {v.key: (deserialize(v.key, v.data, v.flags), v.cas) for v in reply}
         return {v.key: deserialize(v.key, v.data, v.flags) for v in reply}

@@ -29,9 +29,10 @@ Why a serde layer
     with :class:`EnvelopeSerde` makes *every* read path unwrap envelopes:
     ``get``, ``get_many``, ``gets``, the Django and Flask backends and user code
     calling the store directly, so the envelope never leaks to users.  The one
-    reader that wants the metadata, :mod:`.stampede`, opts in for the duration
-    of its own reads with :func:`envelopes_visible` (a ``ContextVar``, so other
-    threads and asyncio tasks keep getting plain values).
+    reader that wants the metadata, :mod:`.stampede`, asks for it explicitly:
+    the stores' ``gets_envelope`` and ``get_many_envelopes`` decode with
+    :meth:`EnvelopeSerde.deserialize_envelope`; no other read returns an
+    :class:`Envelope`.
 
 Plain reads honour the soft expiry
     A plain read of an envelope whose soft expiry has passed (on the serde's
@@ -54,9 +55,7 @@ from __future__ import annotations
 import math
 import struct
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from contextvars import ContextVar
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
@@ -70,16 +69,12 @@ __all__ = [
     "VERSION",
     "Envelope",
     "EnvelopeSerde",
-    "envelopes_visible",
     "with_envelopes",
 ]
 
 FLAG_ENVELOPE = 1 << 16
 VERSION = 1
 _HEADER = struct.Struct(">Bddd")  # version, soft_expiry, hard_expiry, compute_time
-
-# True while the current thread/task reads envelopes as such (see envelopes_visible).
-_VISIBLE: ContextVar[bool] = ContextVar("django_mcpatterns_envelopes_visible", default=False)
 
 
 class _Stale:
@@ -124,6 +119,11 @@ class Envelope:
     def fresh(self, now: float) -> bool:
         return now < self.soft_expiry
 
+    @property
+    def pending(self) -> bool:
+        """Whether this is a lease placeholder (:mod:`.leases`): a miss with a fill under way."""
+        return self.soft_expiry == -math.inf
+
     def __reduce__(self) -> Any:
         # Pickled by a serde that does not know envelopes, it would come back
         # from a plain get as this object: refuse instead of leaking it.
@@ -136,10 +136,11 @@ class Envelope:
 class EnvelopeSerde:
     """A serde that stores :class:`Envelope` objects in the envelope format.
 
-    Every other value goes to ``inner`` unchanged.  Reading an envelope returns
-    its plain value while it is fresh on ``clock`` (Unix seconds) and
-    :data:`STALE` after, or the :class:`Envelope` itself, fresh or stale,
-    inside :func:`envelopes_visible`.
+    Every other value goes to ``inner`` unchanged.  :meth:`deserialize` (every
+    plain read) returns an envelope's plain value while it is fresh on
+    ``clock`` (Unix seconds) and :data:`STALE` after;
+    :meth:`deserialize_envelope` (the stampede reader's explicit path) returns
+    the :class:`Envelope` itself, fresh, stale or a lease placeholder.
     """
 
     __slots__ = ("clock", "inner")
@@ -164,20 +165,21 @@ class EnvelopeSerde:
         return header + data, flags | FLAG_ENVELOPE
 
     def deserialize(self, key: Any, value: bytes, flags: int) -> Any:
+        """The plain value; :data:`STALE` for an envelope past its soft expiry."""
         if not flags & FLAG_ENVELOPE:
             return self.inner.deserialize(key, value, flags)
-        if len(value) < _HEADER.size or value[0] != VERSION:
-            found = f"version {value[0]}" if value else "no header"
-            raise EncodingError(
-                f"cache key {key!r} holds a soft-expiry envelope with {found} "
-                f"({len(value)} bytes); this release reads version {VERSION}"
-            )
-        _, soft_expiry, hard_expiry, compute_time = _HEADER.unpack_from(value)
-        visible = _VISIBLE.get()
-        if not visible and self.clock() >= soft_expiry:
+        soft_expiry = _header(key, value)[1]
+        if self.clock() >= soft_expiry:
             return STALE  # past its timeout: only the stampede reader may serve it
+        return self.inner.deserialize(key, value[_HEADER.size :], flags & ~FLAG_ENVELOPE)
+
+    def deserialize_envelope(self, key: Any, value: bytes, flags: int) -> Any:
+        """An envelope as :class:`Envelope`, fresh or not; any other value as itself."""
+        if not flags & FLAG_ENVELOPE:
+            return self.inner.deserialize(key, value, flags)
+        _, soft_expiry, hard_expiry, compute_time = _header(key, value)
         inner = self.inner.deserialize(key, value[_HEADER.size :], flags & ~FLAG_ENVELOPE)
-        return Envelope(inner, soft_expiry, hard_expiry, compute_time) if visible else inner
+        return Envelope(inner, soft_expiry, hard_expiry, compute_time)
 
     def __repr__(self) -> str:
         return f"EnvelopeSerde({self.inner!r})"
@@ -196,11 +198,13 @@ def with_envelopes(
     return EnvelopeSerde(pickle_serde if serde is None else serde, clock=clock)
 
 
-@contextmanager
-def envelopes_visible() -> Iterator[None]:
-    """Within this block, reads in this thread or task return envelopes as :class:`Envelope`."""
-    token = _VISIBLE.set(True)
-    try:
-        yield
-    finally:
-        _VISIBLE.reset(token)
+def _header(key: Any, value: bytes) -> tuple[int, float, float, float]:
+    """The envelope header of ``value``; :class:`EncodingError` for an unknown layout."""
+    if len(value) < _HEADER.size or value[0] != VERSION:
+        found = f"version {value[0]}" if value else "no header"
+        raise EncodingError(
+            f"cache key {key!r} holds a soft-expiry envelope with {found} "
+            f"({len(value)} bytes); this release reads version {VERSION}"
+        )
+    header: tuple[int, float, float, float] = _HEADER.unpack_from(value)
+    return header

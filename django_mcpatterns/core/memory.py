@@ -44,7 +44,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from .envelope import STALE, with_envelopes
+from .envelope import STALE, EnvelopeSerde, with_envelopes
 from .exceptions import ConfigurationError, NonNumericValueError, ValueTooLargeError
 from .keys import Key, KeyT, PlainKey, Routed, placed
 from .registry import Registry
@@ -149,7 +149,7 @@ class MemoryStore:
         self._max_item_size = max_item_size
         self._max_bytes = max_bytes
         # Every read unwraps soft-expiry envelopes (core/envelope.py).
-        self._serde: Serde = with_envelopes(
+        self._serde: EnvelopeSerde = with_envelopes(
             serde if serde is not None else ValueSerde(), clock=clock
         )
         self._clock = clock
@@ -184,6 +184,18 @@ class MemoryStore:
 
     def gets_many(self, keys: Iterable[Key]) -> dict[Key, tuple[Any, CasToken]]:
         return {key: (value, _token(item)) for key, value, item in self._decoded(keys)}
+
+    # -- the soft-expiry envelope's explicit read path (see Store.gets_envelope) --
+
+    def gets_envelope(self, key: Key) -> tuple[Any, CasToken | None]:
+        raw = placed(key)[0]
+        with self._lock:
+            item = self._read(raw, self._now())
+        value = _MISS if item is None else self._deserialize(key, item, envelopes=True)
+        return (None, None) if value is _MISS else (value, _token(item))  # type: ignore[arg-type]
+
+    def get_many_envelopes(self, keys: Iterable[Key]) -> dict[Key, Any]:
+        return {key: value for key, value, _ in self._decoded(keys, envelopes=True)}
 
     def ttl(self, key: Key) -> int | None:
         """Return the seconds the item has left (-1: never expires), None when it is missing.
@@ -374,19 +386,26 @@ class MemoryStore:
         # pymemcache sends non-bytes serialiser output (e.g. "%d" for ints) as text.
         return (data if isinstance(data, bytes) else str(data).encode()), flags
 
-    def _deserialize(self, key: Key, item: _Item) -> Any:
+    def _deserialize(self, key: Key, item: _Item, *, envelopes: bool = False) -> Any:
         """The item's value, or ``_MISS`` for an item the serde refused (serializers.py).
 
         A refused item is left in place, as ``Cluster`` leaves it: it may be
-        another client's value.
+        another client's value.  ``envelopes``: soft-expiry envelopes as such.
         """
-        value = self._serde.deserialize(_plain(key), item.data, item.flags)
+        serde = self._serde
+        decode = serde.deserialize_envelope if envelopes else serde.deserialize
+        value = decode(_plain(key), item.data, item.flags)
         if value is STALE:
             return _MISS  # past its soft expiry: a plain miss, left for get_or_compute
         return _MISS if is_refused(value) else value
 
-    def _decoded(self, keys: Iterable[Key]) -> list[tuple[Key, Any, _Item]]:
-        found = [(key, self._deserialize(key, item), item) for key, item in self._fetch(keys)]
+    def _decoded(
+        self, keys: Iterable[Key], *, envelopes: bool = False
+    ) -> list[tuple[Key, Any, _Item]]:
+        found = [
+            (key, self._deserialize(key, item, envelopes=envelopes), item)
+            for key, item in self._fetch(keys)
+        ]
         return [hit for hit in found if hit[1] is not _MISS]
 
     def _prepare(self, key: Key, value: Any) -> tuple[bytes, bytes, int]:

@@ -88,7 +88,8 @@ Requests (steady state; ``d`` = nesting depth, all keys on one server)
     ``get``, ``get_many``, ``get_or_set`` hit, ``get_or_compute`` fresh: 1
     multi-get of ``d`` + n keys.  ``set``, ``set_many``: 2 (versions, then the
     write).  ``add``: 2 (``gets`` of versions and value, ``add``/``cas``).
-    ``delete``, ``delete_many``, ``invalidate``: 1.  ``get_or_set`` miss: 2.
+    ``delete``, ``delete_many``, ``invalidate``: 1.  ``get_or_set`` miss: 4 (the
+    lease of :mod:`.leases`: ``add`` of a placeholder, ``gets``, then a ``cas`` fill).
     A missing version key adds one ``add`` to the first write.
 """
 
@@ -107,6 +108,7 @@ from urllib.parse import quote
 from .envelope import STALE, Envelope, Serde, with_envelopes
 from .exceptions import ContentionError, EncodingError, ValueTooLargeError
 from .keys import Key, PlainKey, Routed, key_bytes
+from .leases import PLACEHOLDER, fill_missing
 from .locks import authoritative
 from .serializers import is_refused
 from .stampede import Fetched, Stampede, StampedePolicy
@@ -433,11 +435,8 @@ class Namespace:
         value = self._open(made, found.get(made, _MISSING), versions)
         if value is not _MISSING:
             return value
-        tags = self._complete(versions)
-        if callable(default):
-            default = default()
-        self._store(made, default, tags, expire)
-        return default
+        slot = _Slot(self, made, self._ctx.store, seen=self._complete(versions))
+        return fill_missing(slot, made, default, expire)  # type: ignore[arg-type]
 
     def get_or_compute(
         self,
@@ -523,9 +522,19 @@ class Namespace:
         return tuple([_version(found.get(k), k) for k in self._version_keys]), found
 
     def _open(
-        self, key: Routed, raw: Any, versions: tuple[int | None, ...], *, soft: bool = False
+        self,
+        key: Routed,
+        raw: Any,
+        versions: tuple[int | None, ...],
+        *,
+        soft: bool = False,
+        envelopes: bool = False,
     ) -> Any:
-        """The value in ``raw`` if its versions are current, else a miss (soft: stale)."""
+        """The value in ``raw`` if its versions are current, else a miss (soft: stale).
+
+        ``envelopes``: a soft-expiry envelope inside as an :class:`Envelope`
+        (the stampede reader's explicit path, :mod:`.envelope`).
+        """
         if raw is _MISSING:
             return _MISSING
         fields = _unpack(key, raw, self.depth, self._layout)
@@ -533,7 +542,9 @@ class Namespace:
         if not current and not soft:
             return _MISSING
         # The serde sees the key memcached stores (a signature binds those bytes).
-        value = self._ctx.serde.deserialize(key.key, raw[self._layout.size :], fields[4])
+        serde = self._ctx.serde
+        decode = serde.deserialize_envelope if envelopes else serde.deserialize
+        value = decode(key.key, raw[self._layout.size :], fields[4])
         if value is STALE:
             return _MISSING  # past its soft expiry: plain reads miss (get_or_compute sees it)
         if is_refused(value):
@@ -605,6 +616,12 @@ class _Slot:
         return self.get_many([key]).get(key, default)
 
     def get_many(self, keys: Iterable[Key]) -> dict[Key, Any]:
+        return self._read_many(keys, envelopes=False)
+
+    def get_many_envelopes(self, keys: Iterable[Key]) -> dict[Key, Any]:
+        return self._read_many(keys, envelopes=True)
+
+    def _read_many(self, keys: Iterable[Key], *, envelopes: bool) -> dict[Key, Any]:
         keys = list(keys)
         if self._key not in keys:
             return self._store.get_many(keys)
@@ -613,7 +630,11 @@ class _Slot:
         self._seen = self._ns._complete(versions)
         hits = {k: found[k] for k in others if k in found}
         value = self._ns._open(
-            self._key, found.get(self._key, _MISSING), versions, soft=self._ns.soft
+            self._key,
+            found.get(self._key, _MISSING),
+            versions,
+            soft=self._ns.soft,
+            envelopes=envelopes,
         )
         if value is not _MISSING:
             hits[self._key] = value
@@ -622,19 +643,42 @@ class _Slot:
     def set(self, key: Key, value: Any, expire: int = 0) -> bool:
         if key != self._key:
             return self._store.set(key, value, expire)
-        seen = self._ns._current() if self._seen is None else self._seen
-        return self._ns._store(self._key, value, seen, expire)
+        return self._ns._store(self._key, value, self._tags(), expire)
 
-    # The recompute lock's commands (see core/locks.py): never on the value's key.
+    # The lease on the value's key (core/leases.py) and the recompute lock's commands.
 
     def add(self, key: Key, value: Any, expire: int = 0) -> bool:
-        return self._store.add(self._other(key), value, expire)
+        if key != self._key:
+            return self._store.add(key, value, expire)
+        return self._store.add(key, self._ns._pack(key, value, self._tags()), expire)
 
     def gets(self, key: Key) -> tuple[Any, CasToken | None]:
         return self._store.gets(self._other(key))
 
+    def gets_envelope(self, key: Key) -> tuple[Any, CasToken | None]:
+        """The value's key: its value through the namespace, and the item's cas.
+
+        An item there that reads as a miss (invalidated, or another reader's
+        placeholder) comes back as the lease placeholder, with its cas: a fill
+        may replace it.
+        """
+        if key != self._key:
+            return self._store.gets_envelope(key)
+        # One request, as every namespaced read: the version keys and the value, with its cas.
+        version_keys = self._ns._version_keys
+        found = self._store.gets_many([*version_keys, key])
+        versions = tuple(_version(found[k][0] if k in found else None, k) for k in version_keys)
+        self._seen = self._ns._complete(versions)
+        if key not in found:
+            return None, None
+        raw, cas = found[key]
+        value = self._ns._open(key, raw, versions, soft=self._ns.soft, envelopes=True)
+        return (PLACEHOLDER if value is _MISSING else value), cas
+
     def cas(self, key: Key, value: Any, cas: CasToken, expire: int = 0) -> bool | None:
-        return self._store.cas(self._other(key), value, cas, expire)
+        if key != self._key:
+            return self._store.cas(key, value, cas, expire)
+        return self._store.cas(key, self._ns._pack(key, value, self._tags()), cas, expire)
 
     def delete(self, key: Key) -> bool:
         return self._store.delete(self._other(key))
@@ -646,3 +690,9 @@ class _Slot:
         if key == self._key:
             raise TypeError("a namespaced value is written through the namespace only")
         return key
+
+    def _tags(self) -> tuple[int, ...]:
+        """The versions a write is tagged with: those read before the compute began."""
+        if self._seen is None:
+            self._seen = self._ns._current()
+        return self._seen

@@ -12,9 +12,10 @@ fresh (now < soft expiry)
     hot keys are refreshed before anyone sees them stale.
 stale (soft expiry <= now < hard expiry)
     Try the recompute lock (``add``, see :mod:`.locks`).  Losers return the
-    stale value at once (two requests).  The winner reads the key again (a
-    caller that finished just before may have refreshed it: then it returns
-    that), computes, stores and releases the lock (six requests in all), or
+    stale value at once (two requests).  The winner reads the key again with
+    its cas, the lease (a caller that finished just before may have refreshed
+    it: then it returns that), computes, fills it by ``cas`` and releases the
+    lock (six requests in all; seven on a miss, whose lease adds a placeholder), or
     hands the recompute to ``policy.runner`` and returns the stale value.
 miss
     Try the recompute lock.  The winner computes; every other caller polls the
@@ -24,6 +25,11 @@ miss
     ``policy.wait`` seconds, then raise :class:`~.exceptions.LockTimeoutError`
     (``policy.on_wait_timeout="raise"``, the default) or, opted in with
     ``"compute"``, compute without the lock.
+
+Every fill holds a lease (:mod:`.leases`): the winner's re-read is a ``gets``
+(on a miss after an ``add`` of a placeholder) and the value is stored with a
+``cas`` against it, so a delete, set or :meth:`Stampede.mark_stale` of the key
+while ``compute`` runs wins: the computed value is returned, not stored.
 
 While ``compute`` runs, a daemon thread keeps the lock alive (:mod:`.keepalive`:
 extended every third of ``lock_timeout``, for at most ``policy.max_lock_time``
@@ -53,8 +59,8 @@ A value stored under the key with a plain ``set`` is returned as is, fresh until
 its own TTL.  Plain reads (``get``, ``get_many``, everything that is not this
 reader) see an envelope's value until its soft expiry and a miss after it, as
 if it had been stored with a plain ``set`` for ``timeout`` (:mod:`.envelope`):
-only this reader, which opts in with :func:`~.envelope.envelopes_visible`,
-serves a stale value, and only while one caller recomputes it.
+only this reader, which reads with the stores' explicit ``gets_envelope`` and
+``get_many_envelopes``, serves a stale value, and only while one caller recomputes it.
 """
 
 from __future__ import annotations
@@ -73,7 +79,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final, Generic, Literal, TypeVar, overload
 
-from .envelope import Envelope, envelopes_visible
+from .envelope import Envelope
 from .exceptions import (
     ComputeFailedError,
     ConfigurationError,
@@ -84,6 +90,7 @@ from .exceptions import (
 )
 from .keepalive import Keepalive
 from .keys import MAX_KEY_LENGTH, Key, PlainKey, Routed, placed
+from .leases import PLACEHOLDER, fill, take
 from .locks import (
     Backoff,
     EventHook,
@@ -96,7 +103,7 @@ from .locks import (
     new_token,
     rewrite_owned,
 )
-from .store import Store
+from .store import CasToken, Store
 
 __all__ = [
     "NO_VALUE",
@@ -309,6 +316,26 @@ class _Claim(enum.Enum):
     UNREACHABLE = "unreachable"
 
 
+class _Overwrite(enum.Enum):
+    """A fill without a lease: a plain ``set`` (:meth:`Stampede.recompute`, no lock server)."""
+
+    OVERWRITE = "overwrite"
+
+
+_OVERWRITE: Final = _Overwrite.OVERWRITE
+
+
+@dataclass(frozen=True, slots=True)
+class _OnPlaceholder:
+    """A lease on a placeholder (a miss): deleted again when no value is stored."""
+
+    cas: CasToken
+
+
+Lease = CasToken | None | _Overwrite | _OnPlaceholder
+"""The cas a fill must match (:mod:`.leases`); None: it may not land; _OVERWRITE: ``set``."""
+
+
 @dataclass(frozen=True)
 class _Held:
     """The recompute lock, won: the token travels with it.
@@ -480,7 +507,7 @@ class Stampede:
     ) -> T:
         """Compute and store the value now, whatever is cached (no lock); return it."""
         job = _Job(key, compute, _soft_timeout(timeout), policy or self.policy, should_cache)
-        return self._compute(job, "refresh").value
+        return self._compute(job, "refresh", _OVERWRITE).value
 
     def mark_stale(self, key: Key) -> bool:
         """Make the cached value stale now, keeping it servable until its hard expiry.
@@ -490,17 +517,16 @@ class Stampede:
         Return False when there is no envelope to mark (a miss, or a plain value).
         """
         for _ in range(_MARK_STALE_ATTEMPTS):
-            with envelopes_visible():
-                found, cas = self.store.gets(key)
-            if type(found) is not Envelope or cas is None:
+            found, cas = self.store.gets_envelope(key)
+            if type(found) is not Envelope or cas is None or found.pending:
                 return False
             now = self._clock()
-            if not found.fresh(now):
-                return True
             remaining = found.hard_expiry - now
             if remaining <= 0:
                 return True  # memcached drops it any moment
-            stale = dataclasses.replace(found, soft_expiry=now)
+            # Rewritten even when already stale: the new cas voids the lease of a
+            # recompute under way, which may have read the data before this change.
+            stale = dataclasses.replace(found, soft_expiry=min(found.soft_expiry, now))
             if self.store.cas(key, stale, cas, exptime_for(remaining, now=now)):
                 return True
         return False  # rewritten under us every time: someone keeps refreshing it
@@ -517,15 +543,15 @@ class Stampede:
         held = self._claim(job)
         if not isinstance(held, _Held):
             return self._serve(job, seen, reason)  # recomputing, failed moments ago, or unreachable
-        current = self._read(job.key)
+        current, lease = self._lease(job, missing=False)
         if current is not NO_VALUE and current.soft_expiry > seen.soft_expiry:
             self._release(held)  # another caller refreshed it between our get and our add
             return Fetched(current.value, "fresh", current)
         if job.policy.runner is not None:
-            self._dispatch(job, held, reason)
+            self._dispatch(job, held, reason, lease)
             return self._serve(job, seen, reason)
         try:
-            return self._recompute_locked(job, held, reason)
+            return self._recompute_locked(job, held, reason, lease)
         except Exception:
             if reason == "stale" and not job.policy.serve_stale_on_error:
                 raise
@@ -539,13 +565,14 @@ class Stampede:
         while True:
             held = self._claim(job)
             if held is _Claim.UNREACHABLE:
-                return self._compute(job, "miss")  # no lock to share the work through
+                # No lock to share the work through (and likely no lease either).
+                return self._compute(job, "miss", _OVERWRITE)
             if isinstance(held, _Held):
-                current = self._read(job.key)
+                current, lease = self._lease(job, missing=True)
                 if current is not NO_VALUE:
                     self._release(held)  # stored between our get and our add
                     return Fetched(current.value, "fresh", current)
-                return self._recompute_locked(job, held, "miss")
+                return self._recompute_locked(job, held, "miss", lease)
             while True:  # lost: poll until the value appears, the lock goes, or it failed
                 remaining = start + job.policy.wait - self._clock()
                 if remaining <= 0:
@@ -569,7 +596,7 @@ class Stampede:
             raise LockTimeoutError(
                 f"gave up after {waited:.3g}s waiting for another caller to compute {job.key!r}"
             )
-        return self._compute(job, "miss")
+        return self._compute(job, "miss", self._lease(job, missing=False)[1])
 
     def _shared_failure(self, job: _Job[Any], token: bytes, error: str) -> ComputeFailedError:
         """The error for a caller that found another caller's failure marker."""
@@ -584,24 +611,32 @@ class Stampede:
 
     # -- steps --
 
-    def _compute(self, job: _Job[T], reason: Reason, background: bool = False) -> Fetched[T]:
+    def _compute(
+        self, job: _Job[T], reason: Reason, lease: Lease = None, background: bool = False
+    ) -> Fetched[T]:
         start = self._clock()
-        value = job.compute()
+        try:
+            value = job.compute()
+        except BaseException:
+            self._drop_placeholder(job, lease)
+            raise
         end = self._clock()
         compute_time = max(0.0, end - start)
         envelope = None
         if job.timeout != 0 and (job.should_cache is None or job.should_cache(value)):
-            envelope = self._store(job, value, end, compute_time)
+            envelope = self._store(job, value, end, compute_time, lease)
+        else:
+            self._drop_placeholder(job, lease)
         emit(self._on_event, Recomputed(job.key, compute_time, reason, background))
         return Fetched(value, "computed", envelope)
 
     def _recompute_locked(
-        self, job: _Job[T], held: _Held, reason: Reason, background: bool = False
+        self, job: _Job[T], held: _Held, reason: Reason, lease: Lease, background: bool = False
     ) -> Fetched[T]:
         """Compute under the lock, kept alive meanwhile; release it, or leave a failure marker."""
         try:
             with self._keepalive(job, held):
-                fetched = self._compute(job, reason, background)
+                fetched = self._compute(job, reason, lease, background)
         except Exception as exc:
             logger.warning("computing the value of %r failed", job.key, exc_info=True)
             emit(self._on_event, ComputeFailed(job.key, exc, background))
@@ -629,13 +664,13 @@ class Stampede:
             name=f"recompute lock {held.key!r}",
         )
 
-    def _dispatch(self, job: _Job[Any], held: _Held, reason: Reason) -> None:
-        """Hand the recompute (which owns the lock from now on) to the runner."""
+    def _dispatch(self, job: _Job[Any], held: _Held, reason: Reason, lease: Lease) -> None:
+        """Hand the recompute (which owns the lock and the lease from now on) to the runner."""
 
         def refresh() -> None:
             if self._still_held(job, held):
                 with contextlib.suppress(Exception):  # logged and signalled already
-                    self._recompute_locked(job, held, reason, background=True)
+                    self._recompute_locked(job, held, reason, lease, background=True)
 
         runner = job.policy.runner
         assert runner is not None
@@ -668,20 +703,49 @@ class Stampede:
         emit(self._on_event, RefreshDropped(job.key, reason))
 
     def _store(
-        self, job: _Job[Any], value: Any, now: float, compute_time: float
+        self, job: _Job[Any], value: Any, now: float, compute_time: float, lease: Lease
     ) -> Envelope | None:
+        """Store the value: a fill under ``lease`` (:mod:`.leases`), or a plain ``set``."""
         if job.timeout is None:
             soft = hard = math.inf
         else:
             soft = now + job.timeout
             hard = soft + job.policy.grace_for(job.timeout)
         envelope = Envelope(value, soft, hard, compute_time)
+        exptime = exptime_for(hard - now, now=now)
+        if lease is not _OVERWRITE:
+            cas = lease.cas if isinstance(lease, _OnPlaceholder) else lease
+            return envelope if fill(self.store, job.key, envelope, cas, exptime) else None
         try:
-            stored = self.store.set(job.key, envelope, exptime_for(hard - now, now=now))
+            stored = self.store.set(job.key, envelope, exptime)
         except ValueTooLargeError:
             logger.warning("the value of %r is over the item size limit; not cached", job.key)
             return None
         return envelope if stored else None
+
+    def _lease(self, job: _Job[Any], *, missing: bool) -> tuple[Envelope | _NoValue, Lease]:
+        """What the key holds now, and the lease a fill must match (:func:`.leases.take`).
+
+        The placeholder outlives the longest computation the lock allows.  An
+        unreadable item is overwritten (it would never read again otherwise).
+        """
+        ttl = exptime_for(max(job.policy.lock_timeout, job.policy.max_lock_time))
+        try:
+            found, cas = take(self.store, job.key, ttl, missing=missing)
+            if cas is None:  # deleted between our add and gets, or an item nobody can read
+                found, cas = take(self.store, job.key, ttl)
+        except EncodingError:
+            logger.warning("unreadable cached value at %r; recomputing it", job.key, exc_info=True)
+            return NO_VALUE, _OVERWRITE
+        if cas is None:
+            return NO_VALUE, _OVERWRITE  # refused by the serde (or unreachable): overwrite it
+        current = _as_envelope(found)
+        return current, (_OnPlaceholder(cas) if current is NO_VALUE else cas)
+
+    def _drop_placeholder(self, job: _Job[Any], lease: Lease) -> None:
+        """No value will fill the placeholder: delete it (if unchanged), so ``add`` works again."""
+        if isinstance(lease, _OnPlaceholder):
+            self.store.cas(job.key, PLACEHOLDER, lease.cas, -1)  # a negative exptime deletes
 
     def _serve(self, job: _Job[T], seen: Envelope, reason: Reason) -> Fetched[T]:
         if reason == "early":
@@ -743,18 +807,16 @@ class Stampede:
 
     def _read(self, key: Key) -> Envelope | _NoValue:
         try:
-            with envelopes_visible():
-                found = self.store.get(key, NO_VALUE)
+            found, cas = self.store.gets_envelope(key)
         except EncodingError:
             logger.warning("unreadable cached value at %r; recomputing it", key, exc_info=True)
             return NO_VALUE
-        return _as_envelope(found)
+        return NO_VALUE if cas is None else _as_envelope(found)
 
     def _poll(self, key: Key, lock: Key) -> tuple[Envelope | _NoValue, object]:
         """Read the value and its lock in one pipelined request: (value, the lock item or None)."""
         try:
-            with envelopes_visible():
-                found = self.store.get_many([key, lock])
+            found = self.store.get_many_envelopes([key, lock])
         except EncodingError:
             # Unreadable: race for the lock; its winner reads it again and overwrites it.
             return NO_VALUE, None
@@ -762,7 +824,9 @@ class Stampede:
 
 
 def _as_envelope(found: Any) -> Envelope | _NoValue:
-    if found is NO_VALUE or type(found) is Envelope:
+    if type(found) is Envelope:
+        return NO_VALUE if found.pending else found  # a lease placeholder: a fill under way
+    if found is NO_VALUE:
         return found
     return Envelope(found)  # stored with a plain set: the user's value and TTL
 

@@ -159,6 +159,20 @@ class Store(Protocol):
 
     def flush_all(self) -> bool: ...
 
+    # -- the soft-expiry envelope's explicit read path (core/envelope.py, core/stampede.py) --
+
+    def gets_envelope(self, key: Key) -> tuple[Any, CasToken | None]:
+        """``gets`` returning a soft-expiry envelope as an :class:`~.envelope.Envelope`.
+
+        Fresh, stale or a lease placeholder (:mod:`.leases`), where ``gets``
+        returns the plain value or a miss; other values as ``gets`` does.
+        """
+        ...
+
+    def get_many_envelopes(self, keys: Iterable[Key]) -> dict[Key, Any]:
+        """``get_many`` returning soft-expiry envelopes as :class:`~.envelope.Envelope`."""
+        ...
+
     def close(self) -> None:
         """Release connections; node health and stored data are kept."""
         ...

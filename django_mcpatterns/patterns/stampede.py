@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
 from django_mcpatterns.core.envelope import Envelope
+from django_mcpatterns.core.leases import get_or_set
 from django_mcpatterns.core.stampede import Fetched, Stampede, StampedePolicy
 from django_mcpatterns.core.store import MAX_RELATIVE_EXPIRE
 
@@ -113,6 +114,20 @@ class StampedeMixin:
         False when there was no ``get_or_compute`` value to mark."""
         host = cast(PatternsHost, self)
         return self._stampede(None).mark_stale(host._pattern_key(key, version))
+
+    def get_or_set(
+        self, key: Any, default: Any, timeout: Any = DEFAULT, version: int | None = None
+    ) -> Any:
+        """Return the value of ``key``, or store ``default`` (called if callable) and return it.
+
+        The fill holds a lease (:mod:`django_mcpatterns.core.leases`): a delete
+        or set of ``key`` while ``default`` is computed keeps the computed value
+        out of the cache (it is still returned), so a concurrent invalidation wins.
+        """
+        host = cast(PatternsHost, self)
+        return get_or_set(
+            host.store, host._pattern_key(key, version), default, host._pattern_expire(timeout)
+        )
 
     def get_envelope(self, key: Any, *, version: int | None = None) -> Envelope | None:
         """The value of ``key`` with its soft/hard expiry and compute time, or None."""

@@ -27,7 +27,6 @@ from django_mcpatterns.core.envelope import (
     STALE,
     Envelope,
     EnvelopeSerde,
-    envelopes_visible,
     with_envelopes,
 )
 from django_mcpatterns.core.exceptions import (
@@ -133,9 +132,10 @@ def test_a_plain_get_returns_the_plain_value(stampede: Stampede, store: MemorySt
     assert store.get(KEY) == {"total": 42}
     assert store.get_many([KEY]) == {KEY: {"total": 42}}
     assert store.gets(KEY)[0] == {"total": 42}
-    with envelopes_visible():
-        assert type(store.get(KEY)) is Envelope
-    assert store.get(KEY) == {"total": 42}  # only inside the block
+    # Only the explicit path returns the envelope.
+    assert type(store.gets_envelope(KEY)[0]) is Envelope
+    assert type(store.get_many_envelopes([KEY])[KEY]) is Envelope
+    assert store.get(KEY) == {"total": 42}
 
 
 def test_the_envelope_records_soft_and_hard_expiry_and_compute_time(
@@ -204,12 +204,10 @@ def test_envelopes_round_trip_and_plain_reads_get_the_value(
     envelope = Envelope(value, soft, hard, compute_time)
     data, flags = serde.serialize(b"k", envelope)
     assert serde.deserialize(b"k", data, flags) == value
-    with envelopes_visible():
-        assert serde.deserialize(b"k", data, flags) == envelope
+    assert serde.deserialize_envelope(b"k", data, flags) == envelope
     stale = with_envelopes(clock=lambda: soft)  # its soft expiry has come
     assert stale.deserialize(b"k", data, flags) is STALE
-    with envelopes_visible():
-        assert stale.deserialize(b"k", data, flags) == envelope
+    assert stale.deserialize_envelope(b"k", data, flags) == envelope
 
 
 def test_a_compressing_inner_serde_round_trips(clock: FakeClock) -> None:
@@ -255,7 +253,7 @@ def test_a_fresh_hit_is_one_get(
     compute = Compute(clock)
     fetched = make(store=hooked).fetch(KEY, compute, TIMEOUT)
     assert (fetched.value, fetched.outcome, compute.calls) == ("v", "fresh", 0)
-    assert hooked.calls == [("get", KEY)]
+    assert hooked.calls == [("gets_envelope", KEY)]
 
 
 def test_a_value_set_plainly_is_returned_as_fresh(
@@ -303,8 +301,12 @@ def test_stale_requests_are_get_plus_add_for_losers_and_six_for_the_winner(
     stampede.fetch(KEY, Compute(clock, during=loser), TIMEOUT)
     names = [name for name, _ in hooked.calls]
     start, end = loser_span
-    assert names[start:end] == ["get", "add"]
-    assert names[:start] + names[end:] == ["get", "add", "get", "set", "gets", "cas"]
+    assert names[start:end] == ["gets_envelope", "add"]
+    # The winner's re-read takes the lease (its cas) and its fill is a cas against it.
+    assert names[:start] + names[end:] == [
+        *("gets_envelope", "add", "gets_envelope", "cas"),
+        *("gets", "cas"),  # release the lock
+    ]
 
 
 def test_a_refresh_that_lands_between_get_and_add_is_not_recomputed_again(
@@ -367,9 +369,10 @@ def test_cold_miss_waiters_poll_value_and_lock_in_one_request(
     policy = StampedePolicy(wait=0.05, on_wait_timeout="compute")
     make(policy, store=hooked).get_or_compute(KEY, Compute(clock), TIMEOUT)
     names = [name for name, _ in hooked.calls]
-    assert names[:2] == ["get", "add"]
-    assert set(names[2:-1]) == {"get_many"}  # then it gave up and computed (opted in): a set
-    assert names[-1] == "set"
+    assert names[:2] == ["gets_envelope", "add"]
+    # Then it gave up and computed (opted in), filling under a lease: read, placeholder, cas.
+    assert set(names[2:-4]) == {"get_many_envelopes"}
+    assert names[-4:] == ["gets_envelope", "add", "gets_envelope", "cas"]
 
 
 @pytest.mark.parametrize("action", ["compute", "raise"])
@@ -783,7 +786,7 @@ def test_mark_stale_retries_when_the_value_changes_under_it(
     hooked = Hooked(store)
     hooked.before["cas"] = lambda *args: make().recompute(KEY, lambda: "newer", TIMEOUT)
     assert make(store=hooked).mark_stale(KEY) is True
-    assert [name for name, _ in hooked.calls] == ["gets", "cas", "gets", "cas"]
+    assert [name for name, _ in hooked.calls] == ["gets_envelope", "cas", "gets_envelope", "cas"]
     assert envelope_value(make(), KEY) == "newer"
     assert store.get(KEY) is None  # stale now: plain reads miss
 

@@ -49,13 +49,15 @@ def test_requests_per_path(cluster: Cluster, memcached_3: list[MemcachedServer])
         outcome = stampede.fetch("req:key", compute, timeout).outcome  # type: ignore[arg-type]
         return outcome, server_requests(memcached_3) - before
 
-    # Cold: get, add (lock), get (re-check), set, gets + cas (release).
-    assert count(1) == ("computed", 6)
+    # Cold: get, add (lock), add (lease placeholder), gets (its cas), cas (the fill),
+    # gets + cas (release).
+    assert count(1) == ("computed", 7)
     assert count(1) == ("fresh", 1)
     time.sleep(1.1)  # soft-expired (soft expiries are exact), well within grace
     cluster.add(lock_key("req:key"), b"someone else", 10)
     assert count(1) == ("stale", 2)  # get, add refused: the stale value at once
     cluster.delete(lock_key("req:key"))
+    # Stale: get, add (lock), gets (re-check and lease), cas (the fill), gets + cas (release).
     assert count(1) == ("computed", 6)
 
 

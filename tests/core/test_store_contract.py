@@ -26,12 +26,14 @@ from typing import Any
 
 import pytest
 
+from django_mcpatterns.core.envelope import Envelope
 from django_mcpatterns.core.exceptions import (
     InvalidKeyError,
     NeedsMetaProtocolError,
     NonNumericValueError,
     ValueTooLargeError,
 )
+from django_mcpatterns.core.leases import PLACEHOLDER
 from django_mcpatterns.core.memory import MemoryStore
 from django_mcpatterns.core.options import ClusterOptions
 from django_mcpatterns.core.store import MAX_RELATIVE_EXPIRE, Store
@@ -670,6 +672,41 @@ class TestStoreContract:
             assert value == "old"
             assert store.cas(key, "new", token) is True
         assert set(store.get_many(keys).values()) == {"new"}
+
+    # -- the soft-expiry envelope's explicit read path (gets_envelope, get_many_envelopes) --
+
+    def test_envelopes_are_read_as_such_only_through_the_explicit_path(self, store: Store) -> None:
+        fresh = Envelope("v", soft_expiry=time.time() + 600, hard_expiry=time.time() + 1200)
+        stale = Envelope("old", soft_expiry=time.time() - 1, hard_expiry=time.time() + 600)
+        store.set("fresh", fresh, 1200)
+        store.set("stale", stale, 600)
+        store.set("plain", "p")
+        # Plain reads: the value while fresh, a miss once stale.
+        assert store.get("fresh") == "v"
+        assert store.get("stale") is None
+        assert store.gets("stale") == (None, None)
+        assert store.get_many(["fresh", "stale"]) == {"fresh": "v"}
+        # The explicit path: envelopes as such, fresh or stale, with a cas that works.
+        found, cas = store.gets_envelope("stale")
+        assert found == stale
+        assert cas is not None
+        assert store.cas("stale", "new", cas) is True
+        assert store.gets_envelope("plain")[0] == "p"
+        assert store.gets_envelope("missing") == (None, None)
+        assert store.get_many_envelopes(["fresh", "plain", "missing"]) == {
+            "fresh": fresh,
+            "plain": "p",
+        }
+
+    def test_a_lease_placeholder_reads_as_a_miss_but_holds_the_key(self, store: Store) -> None:
+        assert store.add("k", PLACEHOLDER, 60)
+        assert store.get("k") is None
+        assert store.get_many(["k"]) == {}
+        assert store.add("k", "other") is False
+        found, cas = store.gets_envelope("k")
+        assert found.pending
+        assert store.cas("k", "filled", cas) is True
+        assert store.get("k") == "filled"
 
     def test_delete_many(self, store: Store) -> None:
         keys = [f"key:{i}" for i in range(60)]

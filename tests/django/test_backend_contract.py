@@ -523,6 +523,31 @@ class CacheContract(DeploymentSuite):
         assert cache.get_or_set("race", compute_while_another_process_writes) == "winner"
         assert cache.get("race") == "winner"
 
+    def test_get_or_set_fill_never_lands_over_a_concurrent_delete(self, cache: Any) -> None:
+        # A lease (core/leases.py): the row changed and the key was deleted while
+        # the old row was being read; the old value is returned, never cached.
+        def compute_while_another_process_invalidates() -> str:
+            caches["v2"].delete("race", version=1)
+            return "old"
+
+        assert cache.get_or_set("race", compute_while_another_process_invalidates) == "old"
+        assert cache.get("race") is None
+        assert cache.get_or_set("race", "new") == "new"
+
+    def test_get_or_compute_fill_never_lands_over_a_concurrent_write(self, cache: Any) -> None:
+        def compute_while_another_process_deletes() -> str:
+            caches["v2"].delete("race", version=1)
+            return "old"
+
+        def compute_while_another_process_writes() -> str:
+            caches["v2"].set("race", "written", version=1)
+            return "old"
+
+        assert cache.get_or_compute("race", compute_while_another_process_deletes, 60) == "old"
+        assert cache.get("race") is None
+        assert cache.get_or_compute("race", compute_while_another_process_writes, 60) == "old"
+        assert cache.get("race") == "written"
+
     def test_get_or_set_version(self, cache: Any) -> None:
         assert cache.get_or_set("brian", 1979, version=2) == 1979
         assert cache.get("brian", version=1) is None

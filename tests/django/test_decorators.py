@@ -723,9 +723,9 @@ class TestThreeServers(DecoratorsContract):
             client.get(url)
             return server_requests(servers) - before
 
-        # A new URL: read the header list; its stampede (get, add, get, set
-        # page, set header list, gets + cas).
-        assert requests() == 8
+        # A new URL: read the header list; its stampede (get, add, then the lease:
+        # add placeholder, gets, cas page), set header list, gets + cas.
+        assert requests() == 9
         assert requests() == 2  # fresh: header list, page
         request = self.request("/page/1/")
         page.mark_stale(request)
@@ -733,7 +733,7 @@ class TestThreeServers(DecoratorsContract):
         cache.store.add(held, b"someone else", 10)
         assert requests() == 3  # stale, lock held elsewhere: + the refused add
         cache.store.delete(held)
-        # The stale winner: header list, page, add, get, set, gets + cas, header list.
+        # The stale winner: header list, page, add, gets (lease), cas, gets + cas, header list.
         assert requests() == 8
         assert site.runs == ["page 1", "page 1"]
 
@@ -748,7 +748,8 @@ class TestThreeServers(DecoratorsContract):
         value()
         cold = server_requests(servers) - before
         value()
-        assert (cold, server_requests(servers) - before - cold) == (6, 1)
+        # Cold: get, add (lock), add + gets (lease), cas (fill), gets + cas (release).
+        assert (cold, server_requests(servers) - before - cold) == (7, 1)
 
 
 class TestEmbedded(DecoratorsContract):

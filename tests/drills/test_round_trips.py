@@ -8,7 +8,7 @@ counts a burst of client bytes after a reply as one round trip (see
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -16,10 +16,12 @@ from django.core.cache import caches
 from django.test import override_settings
 
 from django_mcpatterns.core.cluster import Cluster, reset_shared_clusters
+from django_mcpatterns.core.leases import get_or_set
 from django_mcpatterns.core.locks import Lock
 from django_mcpatterns.core.namespaces import Namespaces
 from django_mcpatterns.core.options import ClusterOptions
 from django_mcpatterns.core.sets import AppendLists, AppendSets, SetOptions
+from django_mcpatterns.core.stampede import Stampede, StampedePolicy, lock_key
 from django_mcpatterns.flask import KetamaMemcachedCache
 from tests.conftest import flush
 from tests.drills.proxy import Proxy
@@ -203,3 +205,38 @@ def test_flask_dec_costs_two_round_trips_over_meta(proxy: Proxy, protocol: str) 
     kept = (58, 61) if protocol == "meta" else (298, 300)
     assert kept[0] <= (ttl_over_meta(cache.store, "n") or 0) <= kept[1]
     reset_shared_clusters()
+
+
+def test_stampede_paths_round_trips(cluster: Cluster, proxy: Proxy) -> None:
+    """get_or_compute per path, its fills under a lease (docs/stampede.md#round-trips)."""
+    stampede = Stampede(cluster, StampedePolicy(grace=60))
+
+    def trips(action: Callable[[], object]) -> int:
+        proxy.forget()
+        action()
+        return proxy.round_trips
+
+    def lock_held_elsewhere() -> None:
+        cluster.add(lock_key("rt:key"), b"someone else", 10)
+
+    counted = {
+        "miss, computing": trips(lambda: stampede.get_or_compute("rt:key", lambda: "v", 60)),
+        "fresh": trips(lambda: stampede.get_or_compute("rt:key", lambda: "v", 60)),
+    }
+    stampede.mark_stale("rt:key")
+    lock_held_elsewhere()
+    counted["stale, another recomputes"] = trips(
+        lambda: stampede.get_or_compute("rt:key", lambda: "v", 60)
+    )
+    cluster.delete(lock_key("rt:key"))
+    counted["stale, recomputing"] = trips(
+        lambda: stampede.get_or_compute("rt:key", lambda: "v", 60)
+    )
+    counted["get_or_set, miss"] = trips(lambda: get_or_set(cluster, "rt:other", "v", 60))
+    assert counted == {
+        "miss, computing": 7,  # get, add lock, add placeholder, gets, cas fill, gets + cas
+        "fresh": 1,
+        "stale, another recomputes": 2,  # get, add refused
+        "stale, recomputing": 6,  # get, add lock, gets (lease), cas fill, gets + cas
+        "get_or_set, miss": 4,  # get, add placeholder, gets, cas fill
+    }

@@ -418,12 +418,15 @@ def test_a_fresh_namespaced_page_is_one_request(deployment: FlaskDeployment) -> 
         with app.app_context():
             app.view_functions["user_item"].invalidate_namespace(user=1)
 
-    # Cold: read, create the version key, lock, re-read, store, release (gets + cas).
-    assert requests(get)[0] == 7
+    # Cold: read, create the version key, lock, the lease (add + gets), the fill (cas),
+    # release (gets + cas).
+    assert requests(get)[0] == 8
     # Fresh: one multi-get to one server of the namespace's version key and the page.
     assert requests(get) == (1, [Counter(cmd_get=2)])
     assert requests(invalidate) == (1, [Counter(incr_hits=1)])
-    assert requests(get)[0] == 6  # invalidated: the version key exists already
+    # Invalidated: the version key exists already; the lease's add is refused (the old
+    # page is there), its gets leases the old page's cas.
+    assert requests(get)[0] == 7
     assert calls == ["1/a", "1/a"]
 
 

@@ -141,6 +141,19 @@ class TestStampede(PatternTests):
         assert c.get("report") == {"answer": 42}  # plain reads unwrap the envelope
         assert c.get_many("report") == [{"answer": 42}]
 
+    def test_a_fill_never_lands_over_a_concurrent_delete(self, c: Any) -> None:
+        # Leases (core/leases.py), through Flask's conventions.
+        def compute_while_another_process_invalidates() -> str:
+            c.delete("report")
+            return "old"
+
+        assert c.get_or_compute("report", compute_while_another_process_invalidates) == "old"
+        assert c.get("report") is None
+        assert c.get_or_set("report", compute_while_another_process_invalidates) == "old"
+        assert c.get("report") is None
+        assert c.get_or_set("report", lambda: "new") == "new"
+        assert c.get("report") == "new"
+
     def test_plain_reads_miss_once_the_timeout_has_passed(
         self, c: Any, deployment: FlaskDeployment
     ) -> None:
