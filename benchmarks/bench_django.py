@@ -81,8 +81,12 @@ def main() -> None:
         "PyMemcacheCache": lambda location: PyMemcacheCache(location, {}),
     }
     if has_pylibmc():
-        # Django's defaults for pylibmc: binary off, tcp_nodelay as libmemcached sets it.
-        peers["PyLibMCCache"] = lambda location: PyLibMCCache(location, {})
+        # Django's defaults for pylibmc (text protocol, libmemcached's default behaviors),
+        # except the distribution: libmemcached's weighted ketama, ours by default, so that
+        # 4 servers get the same keys on both sides (its default, modula, is not consistent).
+        peers["PyLibMCCache"] = lambda location: PyLibMCCache(
+            location, {"OPTIONS": {"binary": False, "behaviors": {"ketama_weighted": True}}}
+        )
     rows = []
     for n_servers in (1, 4):
         with memcached_cluster(n_servers) as servers:

@@ -26,6 +26,16 @@ def key_bytes(key: Key) -> bytes:
     Raise :class:`InvalidKeyError` for an empty key, a key over 250 bytes, or one
     holding whitespace or control bytes.
     """
+    # Hot path (most keys): printable ASCII without spaces has none of the
+    # forbidden bytes and as many bytes as characters, checked in C.
+    if (
+        key.__class__ is str
+        and 0 < len(key) <= MAX_KEY_LENGTH
+        and key.isascii()
+        and key.isprintable()
+        and " " not in key
+    ):
+        return key.encode()
     if isinstance(key, str):
         raw = key.encode("utf-8")
     elif isinstance(key, bytes):
