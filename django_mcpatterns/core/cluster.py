@@ -298,9 +298,8 @@ class Cluster:
             )
         # With one server every key maps to it: skip the hash on the hot path.
         only = self.servers[0].node
-        ring_node = self.ring.get_node
         self._locate: Callable[[bytes], str] = (
-            (lambda kb: ring_node(_ring_key(kb))) if len(self.servers) > 1 else lambda kb: only
+            _remembered_routes(self.ring.get_node) if len(self.servers) > 1 else lambda kb: only
         )
         self._remap = options.failover == "remap"
         self._deserialize = self.serde.deserialize
@@ -747,6 +746,33 @@ def _connection_factory(server: Server, options: SocketOptions) -> Callable[[], 
         return Connection(server.address, options)
 
     return make_connection
+
+
+_ROUTES_KEPT = 8192  # keys whose server is remembered (a few MB at most)
+
+
+def _remembered_routes(ring_node: Callable[[bytes], str]) -> Callable[[bytes], str]:
+    """``ring_node`` of a key's ring bytes, remembered for plain ``bytes`` keys.
+
+    Hot keys come back all the time and their server never changes (the
+    cluster's ring is fixed), so they skip the MD5 and the ring search: a dict
+    lookup instead.  A key carrying a route (a ``bytes`` subclass) is never
+    remembered: it equals the plain key of the same bytes, which may live
+    elsewhere.  Past :data:`_ROUTES_KEPT` keys the memory starts over.
+    """
+    routes: dict[bytes, str] = {}
+
+    def locate(kb: bytes) -> str:
+        if kb.__class__ is not bytes:
+            return ring_node(_ring_key(kb))
+        node = routes.get(kb)
+        if node is None:
+            if len(routes) >= _ROUTES_KEPT:
+                routes.clear()
+            node = routes[kb] = ring_node(kb)
+        return node
+
+    return locate
 
 
 def _ring_key(kb: bytes) -> bytes:
