@@ -604,7 +604,14 @@ class Reader:
 
     def feed(self, data: bytes) -> None:
         """Add bytes received from the server."""
-        if data:
+        if not data:
+            return
+        if not self._chunks and self._pos == len(self._buf):
+            # Everything so far is parsed (a reply's first read, usually): the
+            # bytes become the buffer at once, as joining one chunk would do.
+            self._buf = data
+            self._pos = 0
+        else:
             self._chunks.append(data)
             self._pending += len(data)
 
