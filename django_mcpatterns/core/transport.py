@@ -140,7 +140,7 @@ class Connection:
                 while reply is NEED_DATA:
                     data = sock.recv(max(reader.wanted, _RECV_SIZE))
                     if not data:
-                        raise ConnectionClosedError("memcached closed the connection mid-reply")
+                        raise _closed()
                     reader.feed(data)
                     reply = request.read(reader)
                 replies.append(reply)
@@ -157,14 +157,17 @@ class Connection:
     def request(self, request: Request[T]) -> T | ErrorReply:
         """Send one request and return its reply: the hot path of single-key commands."""
         sock = self.sock or self.connect()
-        reader = Reader()
-        reply: Any = NEED_DATA  # nothing is buffered yet: receive before parsing
         try:
             sock.sendall(request.encode())
+            data = sock.recv(_RECV_SIZE)  # a short reply: all of it, usually
+            if not data:
+                raise _closed()
+            reader = Reader(data)
+            reply = request.read(reader)
             while reply is NEED_DATA:
                 data = sock.recv(max(reader.wanted, _RECV_SIZE))
                 if not data:
-                    raise ConnectionClosedError("memcached closed the connection mid-reply")
+                    raise _closed()
                 reader.feed(data)
                 reply = request.read(reader)
         except BlockingIOError as exc:
@@ -202,6 +205,10 @@ def _set_io_timeout(sock: Any, s: Any, options: SocketOptions) -> None:
     sock.settimeout(None)
     sock.setsockopt(s.SOL_SOCKET, s.SO_RCVTIMEO, timeval)
     sock.setsockopt(s.SOL_SOCKET, s.SO_SNDTIMEO, timeval)
+
+
+def _closed() -> ConnectionClosedError:
+    return ConnectionClosedError("memcached closed the connection mid-reply")
 
 
 def _timed_out(exc: BlockingIOError) -> TimeoutError:

@@ -592,8 +592,9 @@ class Reader:
 
     __slots__ = ("_buf", "_chunks", "_need", "_pending", "_pos", "_stats", "_unanswered", "_values")
 
-    def __init__(self) -> None:
-        self._buf = b""
+    def __init__(self, data: bytes = b"") -> None:
+        """Start with ``data``, a reply's first bytes if already received."""
+        self._buf = data
         self._pos = 0
         self._chunks: list[bytes] = []
         self._pending = 0  # bytes in _chunks
@@ -627,7 +628,7 @@ class Reader:
 
     def drained(self) -> None:
         """Raise :class:`ProtocolError` if bytes nobody asked for follow the replies."""
-        if self.buffered:
+        if len(self._buf) - self._pos + self._pending:  # buffered, inlined: every reply ends here
             self._need = 0
             self._join()
             raise _mismatch(self._buf[self._pos :])
