@@ -163,7 +163,7 @@ class Connection:
             if not data:
                 raise _closed()
             reader = Reader(data)
-            reply = request.read(reader)
+            reply: Any = request.read(reader)
             while reply is NEED_DATA:
                 data = sock.recv(max(reader.wanted, _RECV_SIZE))
                 if not data:
