@@ -244,17 +244,21 @@ class Store(Request[bytes]):
     cas_token: bytes | int | None = None
 
     def encode(self) -> bytes:
-        head = b"%s %s %d %d %d" % (
+        token = b""
+        if self.command == "cas":
+            cas = self.cas_token
+            token = b" %s" % (cas if isinstance(cas, bytes) else b"%d" % (cas or 0))
+        data = self.data
+        # One formatting, so the data is copied once however large it is.
+        return b"%s %s %d %d %d%s\r\n%s\r\n" % (
             _VERBS[self.command],
             self.key,
             self.flags,
             self.expire,
-            len(self.data),
+            len(data),
+            token,
+            data,
         )
-        if self.command == "cas":
-            token = self.cas_token
-            head += b" %s" % (token if isinstance(token, bytes) else b"%d" % (token or 0))
-        return head + _CRLF + self.data + _CRLF
 
     def read(self, reader: Reader) -> bytes | ErrorReply | NeedData:
         return reader.status(_CAS_REPLIES if self.command == "cas" else _STORE_REPLIES)
