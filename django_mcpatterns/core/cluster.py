@@ -667,18 +667,26 @@ class Cluster:
         skipped: dict[_Node, list[bytes]] = defaultdict(list)
         granted: dict[_Node, Admission] = {}  # one admission per server contacted
         admitted: dict[_Node, Admission | None] = {}  # what failing servers said (_pick)
-        nodes, locate = self._nodes, self._locate
+        # Keys are grouped by server first, so health is read once per server, not per key.
+        owned: dict[str, list[bytes]] = defaultdict(list)
+        locate = self._locate
         for kb in given:
-            node = nodes[locate(kb)]
+            owned[locate(kb)].append(kb)
+        for name, kbs in owned.items():
+            node = self._nodes[name]
             admission = granted.get(node) or node.health.open
-            if admission is None:
+            if admission is not None:
+                granted.setdefault(node, admission)
+                groups[node].extend(kbs)
+                continue
+            for kb in kbs:  # a failing server: each key goes where the policy says
                 picked = self._pick(kb, node, admitted)
                 if picked is None:
                     skipped[node].append(kb)
                     continue
-                node, admission = picked
-            granted.setdefault(node, admission)
-            groups[node].append(kb)
+                other, admission = picked
+                granted.setdefault(other, admission)
+                groups[other].append(kb)
 
         results: list[R] = []
         errors: list[BaseException] = []
