@@ -113,6 +113,9 @@ class Value(NamedTuple):
     cas: bytes | None = None
 
 
+_new_value = tuple.__new__  # a Value from a tuple, in C: NamedTuple's own __new__ is Python
+
+
 @dataclass(frozen=True, slots=True)
 class ErrorReply:
     """memcached's ``ERROR``, ``CLIENT_ERROR <text>`` or ``SERVER_ERROR <text>``."""
@@ -753,7 +756,9 @@ class Reader:
             pos = end + 2
             key = fields[1]
             unanswered.discard(key)
-            found.append(Value(key, int(fields[2]), buf[start:end], fields[4] if cas else None))
+            found.append(
+                _new_value(Value, (key, int(fields[2]), buf[start:end], fields[4] if cas else None))
+            )
 
     def meta(self, request: _Meta) -> MetaReply | ErrorReply | NeedData:
         """A meta reply to ``request``, or the one its ``q`` suppressed."""
