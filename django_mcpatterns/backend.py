@@ -82,14 +82,15 @@ class _StoreCache(SetsMixin, LocksMixin, StampedeMixin, NamespacesMixin, BaseMem
         signals.send_pattern_event(self, event)
 
     def validate_key(self, key: str) -> None:
-        # Django's own checks first, so the messages are word for word those of
-        # its memcached backends; then ours: memcached's 250 limit is on the
-        # UTF-8 bytes, where Django counts characters.
-        for warning in memcache_key_warnings(key):
-            raise InvalidCacheKey(warning)
+        # Ours is the stricter check (memcached's 250 limit is on the UTF-8
+        # bytes, where Django counts characters) and the cheaper one, run per
+        # key on every call; a key it refuses gets Django's own message first,
+        # word for word that of its memcached backends.
         try:
             key_bytes(key)
         except InvalidKeyError as exc:
+            for warning in memcache_key_warnings(key):
+                raise InvalidCacheKey(warning) from exc
             raise InvalidCacheKey(str(exc)) from exc
 
     def add(

@@ -319,9 +319,8 @@ class Cluster:
             )
         # With one server every key maps to it: skip the hash on the hot path.
         only = self.servers[0].node
-        ring_node = self.ring.get_node
         self._locate: Callable[[bytes], str] = (
-            ring_node if len(self.servers) > 1 else lambda ring: only
+            _remembered_routes(self.ring.get_node) if len(self.servers) > 1 else lambda ring: only
         )
         self._remap = options.failover == "remap"
         self._text = options.protocol == "text"
@@ -848,19 +847,27 @@ class Cluster:
         skipped: dict[_Node, list[bytes]] = defaultdict(list)
         granted: dict[_Node, Admission] = {}  # one admission per server contacted
         admitted: dict[_Node, Admission | None] = {}  # what failing servers said (_pick)
-        nodes, locate = self._nodes, self._locate
+        # Keys are grouped by server first, so health is read once per server, not per key.
+        owned: dict[str, list[bytes]] = defaultdict(list)
+        locate = self._locate
         for kb, key in given.items():
-            ring = key.route if type(key) is Routed else kb  # as placed(key) says, unvalidated
-            node = nodes[locate(ring)]
+            owned[locate(key.route if type(key) is Routed else kb)].append(kb)  # as placed(key)
+        for name, kbs in owned.items():
+            node = self._nodes[name]
             admission = granted.get(node) or node.health.open
-            if admission is None:
-                picked = self._pick(ring, node, admitted)
+            if admission is not None:
+                granted.setdefault(node, admission)
+                groups[node].extend(kbs)
+                continue
+            for kb in kbs:  # a failing server: each key goes where the policy says
+                key = given[kb]
+                picked = self._pick(key.route if type(key) is Routed else kb, node, admitted)
                 if picked is None:
                     skipped[node].append(kb)
                     continue
-                node, admission = picked
-            granted.setdefault(node, admission)
-            groups[node].append(kb)
+                other, admission = picked
+                granted.setdefault(other, admission)
+                groups[other].append(kb)
 
         results: list[R] = []
         errors: list[BaseException] = []
@@ -928,6 +935,31 @@ def _connection_factory(server: Server, options: SocketOptions) -> Callable[[], 
         return Connection(server.address, options)
 
     return make_connection
+
+
+_ROUTES_KEPT = 8192  # ring bytes whose server is remembered (a few MB at most)
+
+
+def _remembered_routes(ring_node: Callable[[bytes], str]) -> Callable[[bytes], str]:
+    """``ring_node``, remembered: the server of the bytes a key is placed by.
+
+    Hot keys come back all the time and their server never changes (the
+    cluster's ring is fixed), so they skip the MD5 and the ring search: a dict
+    lookup instead.  The ring bytes are a plain key's own or a route
+    (:func:`~.keys.placed`), and the ring maps bytes, whichever they are.  Past
+    :data:`_ROUTES_KEPT` entries the memory starts over.
+    """
+    routes: dict[bytes, str] = {}
+
+    def locate(ring: bytes) -> str:
+        node = routes.get(ring)
+        if node is None:
+            if len(routes) >= _ROUTES_KEPT:
+                routes.clear()
+            node = routes[ring] = ring_node(ring)
+        return node
+
+    return locate
 
 
 def _encoded(serde: Serde, kb: bytes, value: Any) -> tuple[bytes, int]:

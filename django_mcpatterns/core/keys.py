@@ -66,6 +66,16 @@ def key_bytes(key: PlainKey) -> bytes:
     holding whitespace or control bytes, and ``TypeError`` for a :class:`Routed`
     key, whose route the bytes would lose (:func:`placed` keeps it).
     """
+    # Hot path (most keys): printable ASCII without spaces has none of the
+    # forbidden bytes and as many bytes as characters, checked in C.
+    if (
+        key.__class__ is str
+        and 0 < len(key) <= MAX_KEY_LENGTH
+        and key.isascii()
+        and key.isprintable()
+        and " " not in key
+    ):
+        return key.encode()
     if isinstance(key, str):
         raw = key.encode("utf-8")
     elif isinstance(key, bytes):

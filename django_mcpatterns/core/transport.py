@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import socket
 import ssl
+import struct
 import threading
 import time
 from collections import deque
@@ -105,7 +106,7 @@ class Connection:
                     sock = options.tls_context.wrap_socket(sock, server_hostname=host)
             sock.settimeout(options.connect_timeout)
             sock.connect(sockaddr)
-            sock.settimeout(options.timeout)
+            _set_io_timeout(sock, s, options)
         except BaseException:
             sock.close()
             raise
@@ -114,7 +115,10 @@ class Connection:
 
     def send(self, data: bytes) -> None:
         """Write a batch of encoded requests (:func:`~.wire.encode`)."""
-        self.connect().sendall(data)
+        try:
+            self.connect().sendall(data)
+        except BlockingIOError as exc:
+            raise _timed_out(exc) from exc
 
     def receive(self, requests: Sequence[Request[Any]]) -> list[Any]:
         """Read the replies to ``requests``, sent before, in order.
@@ -129,37 +133,45 @@ class Connection:
             raise ConnectionClosedError("the connection is closed")
         reader = Reader()
         replies: list[Any] = []
-        for request in requests:
-            # Nothing buffered (the first reply, usually): receive before parsing.
-            reply = request.read(reader) if reader.buffered else NEED_DATA
-            while reply is NEED_DATA:
-                data = sock.recv(max(reader.wanted, _RECV_SIZE))
-                if not data:
-                    raise ConnectionClosedError("memcached closed the connection mid-reply")
-                reader.feed(data)
-                reply = request.read(reader)
-            replies.append(reply)
+        try:
+            for request in requests:
+                # Nothing buffered (the first reply, usually): receive before parsing.
+                reply = request.read(reader) if reader.buffered else NEED_DATA
+                while reply is NEED_DATA:
+                    data = sock.recv(max(reader.wanted, _RECV_SIZE))
+                    if not data:
+                        raise _closed()
+                    reader.feed(data)
+                    reply = request.read(reader)
+                replies.append(reply)
+        except BlockingIOError as exc:
+            raise _timed_out(exc) from exc
         reader.drained()
         return replies
 
     def exchange(self, requests: Sequence[Request[Any]]) -> list[Any]:
         """Send ``requests`` in one write and return their replies."""
-        data = b"".join([request.encode() for request in requests])
-        self.connect().sendall(data)
+        self.send(b"".join([request.encode() for request in requests]))
         return self.receive(requests)
 
     def request(self, request: Request[T]) -> T | ErrorReply:
         """Send one request and return its reply: the hot path of single-key commands."""
         sock = self.sock or self.connect()
-        sock.sendall(request.encode())
-        reader = Reader()
-        reply: Any = NEED_DATA  # nothing is buffered yet: receive before parsing
-        while reply is NEED_DATA:
-            data = sock.recv(max(reader.wanted, _RECV_SIZE))
+        try:
+            sock.sendall(request.encode())
+            data = sock.recv(_RECV_SIZE)  # a short reply: all of it, usually
             if not data:
-                raise ConnectionClosedError("memcached closed the connection mid-reply")
-            reader.feed(data)
-            reply = request.read(reader)
+                raise _closed()
+            reader = Reader(data)
+            reply: Any = request.read(reader)
+            while reply is NEED_DATA:
+                data = sock.recv(max(reader.wanted, _RECV_SIZE))
+                if not data:
+                    raise _closed()
+                reader.feed(data)
+                reply = request.read(reader)
+        except BlockingIOError as exc:
+            raise _timed_out(exc) from exc
         reader.drained()
         answer: T | ErrorReply = reply  # NEED_DATA is looped away
         return answer
@@ -170,6 +182,38 @@ class Connection:
         if sock is not None:
             with contextlib.suppress(OSError):
                 sock.close()
+
+
+def _set_io_timeout(sock: Any, s: Any, options: SocketOptions) -> None:
+    """Bound every send and receive by ``options.timeout``.
+
+    A plain TCP or unix socket stays blocking and the kernel enforces the
+    timeout (``SO_RCVTIMEO``/``SO_SNDTIMEO``): each send or receive is then one
+    system call, where Python's own socket timeout polls before every one.
+    When the timeout expires the call fails with ``EAGAIN`` (see
+    :func:`_timed_out`).  TLS sockets keep Python's timeout, which the ssl
+    module honours inside its own reads.
+    """
+    timeout = options.timeout
+    if not timeout or timeout <= 0 or options.tls_context is not None:
+        sock.settimeout(timeout)
+        return
+    seconds = int(timeout)
+    # A zero timeval means no timeout at all: a sub-microsecond one stays one microsecond.
+    micros = max(int((timeout - seconds) * 1_000_000), 0 if seconds else 1)
+    timeval = struct.pack("@ll", seconds, micros)
+    sock.settimeout(None)
+    sock.setsockopt(s.SOL_SOCKET, s.SO_RCVTIMEO, timeval)
+    sock.setsockopt(s.SOL_SOCKET, s.SO_SNDTIMEO, timeval)
+
+
+def _closed() -> ConnectionClosedError:
+    return ConnectionClosedError("memcached closed the connection mid-reply")
+
+
+def _timed_out(exc: BlockingIOError) -> TimeoutError:
+    """The kernel's timeout (``EAGAIN`` on a blocking socket) as Python's own would say it."""
+    return TimeoutError("timed out")
 
 
 class Pool:

@@ -30,6 +30,7 @@ from django_mcpatterns.core.exceptions import (
     ValueTooLargeError,
 )
 from django_mcpatterns.core.ketama import Continuum
+from django_mcpatterns.core.keys import Routed
 from django_mcpatterns.core.options import ClusterOptions
 from django_mcpatterns.core.serializers import FLAG_JSON, ValueRefused
 from django_mcpatterns.core.servers import Server
@@ -311,6 +312,27 @@ def test_twemproxy_names_route_like_twemproxy(memcached_3: list[MemcachedServer]
     for i in range(60):
         cluster.set(f"n{i}", i)
         assert raw[ring.get_node(f"n{i}")].get(f"n{i}") == i
+
+
+def test_a_routed_key_never_takes_the_remembered_server_of_its_plain_twin(
+    memcached_3: list[MemcachedServer],
+) -> None:
+    """Servers are remembered per key for speed; equal bytes with a route still go by the route."""
+    flush(memcached_3)
+    cluster = Cluster([s.spec for s in memcached_3])
+    raw = raw_clients(memcached_3)
+    key = next(
+        f"twin:{i}"
+        for i in range(100)
+        if cluster.ring.get_node(f"twin:{i}") != (cluster.ring.get_node(b"twin-route"))
+    )
+    for _ in range(2):  # the second round meets the remembered servers
+        cluster.set(key, "plain")
+        cluster.set(Routed(key.encode(), b"twin-route"), "routed")
+        assert raw[cluster.ring.get_node(key)].get(key) == "plain"
+        assert raw[cluster.ring.get_node(b"twin-route")].get(key) == "routed"
+        assert cluster.get(key) == "plain"
+        assert cluster.get(Routed(key.encode(), b"twin-route")) == "routed"
 
 
 # -- pipelined fan-out -------------------------------------------------------------

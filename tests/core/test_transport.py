@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import socket
+import struct
 import threading
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -41,10 +43,28 @@ def test_a_connection_sets_tcp_nodelay_and_its_timeouts(
     conn = Connection((LOOPBACK, memcached_1[0].port), SocketOptions(timeout=2.5))
     sock = conn.connect()
     assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0
-    assert sock.gettimeout() == 2.5
+    # The kernel enforces the I/O timeout on a blocking socket (one system call per read).
+    assert sock.gettimeout() is None
+    for option in (socket.SO_RCVTIMEO, socket.SO_SNDTIMEO):
+        seconds, micros = struct.unpack("@ll", sock.getsockopt(socket.SOL_SOCKET, option, 16))
+        assert seconds + micros / 1e6 == 2.5
     assert conn.exchange([Store("set", b"t:k", b"v"), Get([b"t:k"])])[0] == b"STORED"
     conn.close()
     assert conn.sock is None
+
+
+def test_a_server_that_never_answers_times_out_as_a_timeout_error() -> None:
+    """A silent server costs the configured timeout, then TimeoutError (an OSError)."""
+    listener = socket.create_server((LOOPBACK, 0))
+    conn = Connection(listener.getsockname(), SocketOptions(timeout=0.2))
+    try:
+        start = time.monotonic()
+        with pytest.raises(TimeoutError, match="timed out"):
+            conn.request(Get([b"t:k"]))
+        assert 0.15 < time.monotonic() - start < 5  # loose: 2 cores shared
+    finally:
+        conn.close()
+        listener.close()
 
 
 def test_a_reply_cut_short_is_a_closed_connection_never_data() -> None:
