@@ -143,8 +143,25 @@ class MemcachedServer:
             self.executor.kill(sig=signal.SIGKILL)
 
     def pause(self) -> None:
-        """SIGSTOP: a hung server that accepts connections but never answers."""
+        """SIGSTOP: a hung server that accepts connections but never answers.
+
+        The signal is delivered asynchronously: wait until every thread of the
+        process is stopped, or a request sent right after could still be served.
+        """
         os.kill(self.pid, signal.SIGSTOP)  # type: ignore[arg-type]
+        tasks = Path(f"/proc/{self.pid}/task")
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            try:
+                states = [
+                    (task / "stat").read_text().rsplit(")", 1)[1].split()[0]
+                    for task in tasks.iterdir()
+                ]
+            except OSError:
+                return  # no /proc, or a thread just exited: the signal is on its way
+            if all(state in ("T", "t") for state in states):
+                return
+            time.sleep(0.001)
 
     def resume(self) -> None:
         os.kill(self.pid, signal.SIGCONT)  # type: ignore[arg-type]
