@@ -26,6 +26,13 @@ miss
     (``policy.on_wait_timeout="raise"``, the default) or, opted in with
     ``"compute"``, compute without the lock.
 
+Over memcached's meta protocol (a :class:`~.tokens.TokenStore`) memcached picks
+the winner instead of the lock: one write reads the item with ``R<grace>`` and
+adds the lease placeholder; ``W`` (a stale value) or the add's success (a miss)
+makes this caller the one that computes and fills by that cas, ``Z`` serves the
+stale value, a placeholder is waited for (:mod:`.tokens`; docs/stampede.md).
+XFetch, background runners and whatever memcached did not flag keep the lock.
+
 Every fill holds a lease (:mod:`.leases`): the winner's re-read is a ``gets``
 (on a miss after an ``add`` of a placeholder) and the value is stored with a
 ``cas`` against it, so a delete, set or :meth:`Stampede.mark_stale` of the key
