@@ -256,3 +256,19 @@ def test_plain_reads_miss_after_the_timeout_while_get_or_compute_serves_it_stale
     assert store.get("plain:k") == "new"
     assert ns.get("k") == "new"
     assert inner.refusals() == {}  # a stale value is a plain miss, not a refused one
+
+
+def test_mark_stale_over_meta_hands_one_win_token_and_plain_reads_miss(
+    cluster: Cluster,
+) -> None:
+    stampede = Stampede(cluster, StampedePolicy(grace=60))
+    stampede.get_or_compute("ms:key", lambda: "old", 60)
+    assert stampede.mark_stale("ms:key")
+    assert cluster.get("ms:key") is None  # plain reads: a miss, as after the timeout
+    first, second = (cluster.exchange("ms:key", [MetaGet(b"ms:key", value=True)]) for _ in "ab")
+    assert first is not None
+    assert second is not None
+    assert (first[0].stale, first[0].won, first[0].lost) == (True, True, False)
+    assert (second[0].stale, second[0].won, second[0].lost) == (True, False, True)
+    # The token went to another client: this caller is served the stale value at once.
+    assert stampede.fetch("ms:key", lambda: "new", 60).outcome == "stale"
