@@ -84,6 +84,7 @@ from .registry import Registry
 from .serializers import ValueRefused, is_refused
 from .servers import Server, parse_server, parse_servers
 from .store import MAX_RELATIVE_EXPIRE, CasToken
+from .tokens import Claimed
 from .transport import Connection, ConnectionClosedError, Pool, SocketOptions
 from .wire import (
     DELETED,
@@ -552,6 +553,57 @@ class Cluster:
             return _NO_CAS
         item = reply[0]
         return self.serde.deserialize_envelope(item.key, item.data, item.flags), item.cas
+
+    # -- server-side stampede tokens (tokens.TokenStore; meta mode only) --
+
+    def claim(
+        self, key: Key, recache: int | None, placeholder: Any = None, placeholder_ttl: int = 0
+    ) -> Claimed | None:
+        """``mg v c f t R<recache>`` and, given a placeholder, its add: one write (tokens.py)."""
+        if self._text:
+            return None
+        kb, _ = placed(key)
+        batch: list[Request[Any]] = [
+            MetaGet(kb, value=True, cas=True, ttl=True, client_flags=True, recache=recache)
+        ]
+        if placeholder is not None:
+            data, flags = _encoded(self.serde, kb, placeholder)
+            ttl = _expire(placeholder_ttl)
+            batch.append(
+                MetaSet(kb, data=data, mode="E", ttl=ttl, client_flags=flags, return_cas=True)
+            )
+        replies = self.exchange(key, batch)
+        if replies is None:
+            return None  # unreachable (degrading view): the lock-based path decides
+        read = replies[0]
+        added = _meta_cas(replies[1]) if placeholder is not None else None
+        if isinstance(read, ErrorReply):
+            raise _reply_error(read)
+        if read.status == b"EN":
+            return Claimed(None, None, added=added)
+        if read.status != b"VA" or read.data is None or read.cas is None:
+            raise ProtocolError(f"reply {read!r} does not answer mg v c f t")
+        found = self.serde.deserialize_envelope(kb, read.data, read.client_flags or 0)
+        if is_refused(found):
+            return Claimed(None, None, added=added)
+        return Claimed(found, b"%d" % read.cas, read.won, read.lost, read.stale, added)
+
+    def cas_stale(self, key: Key, value: Any, cas: CasToken, expire: int = 0) -> bool | None:
+        """``cas``; in meta mode pipelined with ``md <key> I``, so one reader gets ``W``."""
+        if self._text:
+            return self.cas(key, value, cas, expire)
+        kb, _ = placed(key)
+        data, flags = _encoded(self.serde, kb, value)
+        swap = MetaSet(
+            kb, data=data, cas=int(_cas_token(cas)), ttl=_expire(expire), client_flags=flags
+        )
+        replies = self.exchange(key, (swap, MetaDelete(kb, invalidate=True)))
+        if replies is None:
+            return False
+        reply = replies[0]
+        if isinstance(reply, ErrorReply):
+            raise _reply_error(reply)
+        return None if reply.status == b"NF" else reply.status == b"HD"
 
     # -- multi-key commands (pipelined fan-out) --
 

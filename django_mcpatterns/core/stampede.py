@@ -26,6 +26,13 @@ miss
     (``policy.on_wait_timeout="raise"``, the default) or, opted in with
     ``"compute"``, compute without the lock.
 
+Over memcached's meta protocol (a :class:`~.tokens.TokenStore`) memcached picks
+the winner instead of the lock: one write reads the item with ``R<grace>`` and
+adds the lease placeholder; ``W`` (a stale value) or the add's success (a miss)
+makes this caller the one that computes and fills by that cas, ``Z`` serves the
+stale value, a placeholder is waited for (:mod:`.tokens`; docs/stampede.md).
+XFetch, background runners and whatever memcached did not flag keep the lock.
+
 Every fill holds a lease (:mod:`.leases`): the winner's re-read is a ``gets``
 (on a miss after an ``add`` of a placeholder) and the value is stored with a
 ``cas`` against it, so a delete, set or :meth:`Stampede.mark_stale` of the key
@@ -104,6 +111,7 @@ from .locks import (
     rewrite_owned,
 )
 from .store import CasToken, Store
+from .tokens import Claimed, TokenStore
 
 __all__ = [
     "NO_VALUE",
@@ -332,7 +340,14 @@ class _OnPlaceholder:
     cas: CasToken
 
 
-Lease = CasToken | None | _Overwrite | _OnPlaceholder
+@dataclass(frozen=True)
+class _Won:
+    """A lease on a placeholder this caller's add created (meta mode): it is the lock too."""
+
+    cas: CasToken
+
+
+Lease = CasToken | None | _Overwrite | _OnPlaceholder | _Won
 """The cas a fill must match (:mod:`.leases`); None: it may not land; _OVERWRITE: ``set``."""
 
 
@@ -453,6 +468,7 @@ class Stampede:
         self._sleep = sleep
         self._rng = rng
         self._on_event = on_event
+        self._tokens = store if isinstance(store, TokenStore) else None
 
     # -- public --
 
@@ -486,6 +502,9 @@ class Stampede:
         job = _Job(key, compute, _soft_timeout(timeout), policy or self.policy, should_cache)
         if job.timeout == 0:
             return self._compute(job, "miss")
+        claimed = self._claim_tokens(job)
+        if claimed is not None:
+            return self._by_tokens(job, claimed)
         seen = self._read(key)
         if seen is NO_VALUE:
             return self._cold(job)
@@ -527,7 +546,11 @@ class Stampede:
             # Rewritten even when already stale: the new cas voids the lease of a
             # recompute under way, which may have read the data before this change.
             stale = dataclasses.replace(found, soft_expiry=min(found.soft_expiry, now))
-            if self.store.cas(key, stale, cas, exptime_for(remaining, now=now)):
+            expire = exptime_for(remaining, now=now)
+            if self._tokens is not None:  # meta: also md <key> I, so memcached hands out W
+                if self._tokens.cas_stale(key, stale, cas, expire):
+                    return True
+            elif self.store.cas(key, stale, cas, expire):
                 return True
         return False  # rewritten under us every time: someone keeps refreshing it
 
@@ -535,6 +558,101 @@ class Stampede:
         """The envelope cached under ``key`` (a plain value wrapped as never stale), or None."""
         found = self._read(key)
         return None if found is NO_VALUE else found
+
+    # -- server-side tokens (meta mode: memcached picks the winner, see :mod:`.tokens`) --
+
+    def _claim_tokens(self, job: _Job[Any]) -> Claimed | None:
+        """Round trip 1: the item with a recompute token, and a placeholder's add on a miss."""
+        if self._tokens is None:
+            return None
+        recache = None
+        if job.timeout is not None:
+            grace = int(job.policy.grace_for(job.timeout))
+            recache = grace if grace >= 1 else None  # TTL left < grace: past the soft expiry
+        try:
+            return self._tokens.claim(
+                job.key, recache, PLACEHOLDER, exptime_for(job.policy.lock_timeout)
+            )
+        except EncodingError:
+            return None  # unreadable: the lock-based path logs and overwrites it
+
+    def _by_tokens(self, job: _Job[T], claimed: Claimed | None) -> Fetched[T]:
+        """Act on what memcached said: serve, recompute (``W``), win a miss, or wait."""
+        start = self._clock()
+        attempt = 0
+        while True:
+            if claimed is None:
+                return self._cold(job)  # text mode or unreadable: the lock-based path
+            if claimed.cas is None and claimed.added is not None:
+                return self._won_miss(job, claimed.added)
+            seen = NO_VALUE if claimed.cas is None else _as_envelope(claimed.found)
+            if seen is not NO_VALUE:
+                if attempt:
+                    emit(self._on_event, LockWaited(job.key, self._clock() - start))
+                    return Fetched(seen.value, "waited", seen)
+                return self._hit(job, seen, claimed)
+            found = claimed.found
+            failure = read_failure_marker(found.value if type(found) is Envelope else None)
+            if failure is not None:
+                raise self._shared_failure(job, *failure)
+            # A placeholder: another caller computes.  Poll (re-claiming: if it
+            # vanished, this caller's add wins) until its value or failure shows.
+            remaining = start + job.policy.wait - self._clock()
+            if remaining <= 0:
+                return self._wait_timed_out(job, job.key, start)
+            self._sleep(min(job.policy.backoff.delay(attempt, self._rng), remaining))
+            attempt += 1
+            claimed = self._claim_tokens(job)
+
+    def _hit(self, job: _Job[T], seen: Envelope, claimed: Claimed) -> Fetched[T]:
+        now = self._clock()
+        stale = claimed.stale or not seen.fresh(now)
+        reason: Reason = "stale" if stale else "early"
+        if claimed.won and type(claimed.found) is Envelope:
+            if job.policy.runner is not None:
+                return self._refresh(job, seen, reason)  # the runner needs the lock's owner
+            try:
+                return self._compute(job, reason, claimed.cas)  # lease: the item's cas
+            except Exception as exc:
+                logger.warning("computing the value of %r failed", job.key, exc_info=True)
+                emit(self._on_event, ComputeFailed(job.key, exc))
+                if stale and not job.policy.serve_stale_on_error:
+                    raise
+                return self._serve(job, seen, reason)
+        if stale:
+            if claimed.lost:
+                return self._serve(job, seen, "stale")  # another caller holds the token
+            return self._refresh(job, seen, "stale")  # no token (clocks disagree): the lock
+        if self._early(seen, now, job.policy.beta):
+            return self._refresh(job, seen, "early")  # XFetch: the lock-based path
+        return Fetched(seen.value, "fresh", seen)
+
+    def _won_miss(self, job: _Job[T], cas: CasToken) -> Fetched[T]:
+        """This caller's placeholder won the miss: compute, keeping it alive; fill by its cas."""
+        lease = _Won(cas)
+        taken_at = self._clock()
+        try:
+            with self._keepalive(job, taken_at, self._touch_placeholder(job)):
+                return self._compute(job, "miss", lease)
+        except Exception as exc:
+            logger.warning("computing the value of %r failed", job.key, exc_info=True)
+            emit(self._on_event, ComputeFailed(job.key, exc))
+            if job.policy.failure_backoff <= 0:
+                self._drop_placeholder(job, lease)
+            else:  # the placeholder becomes the failure marker every waiter reads
+                token = new_token()
+                recent_failures.remember(token, exc)
+                failed = Envelope(failure_marker(token, exc), -math.inf, -math.inf)
+                expire = exptime_for(job.policy.failure_backoff)
+                self.store.cas(job.key, failed, cas, expire)
+            raise
+        except BaseException:
+            self._drop_placeholder(job, lease)
+            raise
+
+    def _touch_placeholder(self, job: _Job[Any]) -> Callable[[float], bool]:
+        # touch keeps the cas, so the lease stays valid while the keepalive extends it.
+        return lambda ttl: self.store.touch(job.key, exptime_for(ttl))
 
     # -- the three states --
 
@@ -618,7 +736,8 @@ class Stampede:
         try:
             value = job.compute()
         except BaseException:
-            self._drop_placeholder(job, lease)
+            if not isinstance(lease, _Won):  # its owner leaves the failure marker
+                self._drop_placeholder(job, lease)
             raise
         end = self._clock()
         compute_time = max(0.0, end - start)
@@ -635,7 +754,7 @@ class Stampede:
     ) -> Fetched[T]:
         """Compute under the lock, kept alive meanwhile; release it, or leave a failure marker."""
         try:
-            with self._keepalive(job, held):
+            with self._keepalive(job, held.taken_at, self._held_extend(held), held.key):
                 fetched = self._compute(job, reason, lease, background)
         except Exception as exc:
             logger.warning("computing the value of %r failed", job.key, exc_info=True)
@@ -648,21 +767,28 @@ class Stampede:
         self._release(held)
         return fetched
 
-    def _keepalive(self, job: _Job[Any], held: _Held) -> contextlib.AbstractContextManager[object]:
-        if job.policy.max_lock_time <= held.timeout:
+    def _keepalive(
+        self,
+        job: _Job[Any],
+        taken_at: float,
+        extend: Callable[[float], bool],
+        lock: Key | None = None,
+    ) -> contextlib.AbstractContextManager[object]:
+        """Extend the lock (or the won placeholder) while ``compute`` runs."""
+        if job.policy.max_lock_time <= job.policy.lock_timeout:
             return contextlib.nullcontext()
-
-        def extend(ttl: float) -> bool:
-            return held.rewrite(exptime_for(ttl)) == "ours"
-
         return Keepalive(
             extend,
-            held.timeout,
+            job.policy.lock_timeout,
             job.policy.max_lock_time,
-            start=held.taken_at,
+            start=taken_at,
             clock=self._clock,
-            name=f"recompute lock {held.key!r}",
+            name=f"recompute lock {job.key if lock is None else lock!r}",
         )
+
+    @staticmethod
+    def _held_extend(held: _Held) -> Callable[[float], bool]:
+        return lambda ttl: held.rewrite(exptime_for(ttl)) == "ours"
 
     def _dispatch(self, job: _Job[Any], held: _Held, reason: Reason, lease: Lease) -> None:
         """Hand the recompute (which owns the lock and the lease from now on) to the runner."""
@@ -714,7 +840,7 @@ class Stampede:
         envelope = Envelope(value, soft, hard, compute_time)
         exptime = exptime_for(hard - now, now=now)
         if lease is not _OVERWRITE:
-            cas = lease.cas if isinstance(lease, _OnPlaceholder) else lease
+            cas = lease.cas if isinstance(lease, _OnPlaceholder | _Won) else lease
             return envelope if fill(self.store, job.key, envelope, cas, exptime) else None
         try:
             stored = self.store.set(job.key, envelope, exptime)
@@ -744,7 +870,7 @@ class Stampede:
 
     def _drop_placeholder(self, job: _Job[Any], lease: Lease) -> None:
         """No value will fill the placeholder: delete it (if unchanged), so ``add`` works again."""
-        if isinstance(lease, _OnPlaceholder):
+        if isinstance(lease, _OnPlaceholder | _Won):
             self.store.cas(job.key, PLACEHOLDER, lease.cas, -1)  # a negative exptime deletes
 
     def _serve(self, job: _Job[T], seen: Envelope, reason: Reason) -> Fetched[T]:

@@ -14,12 +14,15 @@ from typing import Any
 
 import pytest
 
+from django_mcpatterns.core.cluster import Cluster
 from django_mcpatterns.core.leases import get_or_set
 from django_mcpatterns.core.memory import MemoryStore
 from django_mcpatterns.core.namespaces import Namespaces
+from django_mcpatterns.core.options import ClusterOptions
 from django_mcpatterns.core.stampede import Stampede, StampedePolicy
 from django_mcpatterns.core.store import Store
-from tests.harness import MemcachedServer, cluster_on
+from tests.conftest import flush
+from tests.harness import MemcachedServer
 
 KEY = "lease:key"
 
@@ -32,14 +35,16 @@ WRITERS: dict[str, Writer] = {
 AFTER = {"delete": None, "set": "written meanwhile"}
 
 
-@pytest.fixture(params=["embedded", "memcached"])
+@pytest.fixture(params=["embedded", "meta", "text"])
 def target(request: pytest.FixtureRequest) -> Iterator[Store]:
     if request.param == "embedded":
         yield MemoryStore()
         return
     servers: list[MemcachedServer] = request.getfixturevalue("memcached_1")
-    with cluster_on(servers) as cluster:
-        yield cluster
+    flush(servers)
+    cluster = Cluster([s.spec for s in servers], ClusterOptions(protocol=request.param))
+    yield cluster
+    cluster.close()
 
 
 def writing(store: Store, key: str, writer: Writer, value: str = "old") -> Callable[[], str]:

@@ -25,9 +25,11 @@ from django_mcpatterns.core.cluster import Cluster
 from django_mcpatterns.core.envelope import with_envelopes
 from django_mcpatterns.core.memory import MemoryStore
 from django_mcpatterns.core.namespaces import Namespaces
+from django_mcpatterns.core.options import ClusterOptions
 from django_mcpatterns.core.serializers import ValueSerde
 from django_mcpatterns.core.stampede import Stampede, StampedePolicy, lock_key
 from django_mcpatterns.core.store import Store
+from django_mcpatterns.core.wire import MetaGet
 from tests.conftest import flush
 from tests.fakes import FakeClock
 from tests.harness import MemcachedServer, cluster_on, server_requests, server_ttl
@@ -41,7 +43,11 @@ def cluster(memcached_3: list[MemcachedServer]) -> Iterator[Cluster]:
         yield cluster
 
 
-def test_requests_per_path(cluster: Cluster, memcached_3: list[MemcachedServer]) -> None:
+@pytest.mark.parametrize("protocol", ["meta", "text"])
+def test_requests_per_path(memcached_3: list[MemcachedServer], protocol: str) -> None:
+    flush(memcached_3)
+    options = ClusterOptions(protocol=protocol)  # type: ignore[arg-type]
+    cluster = Cluster([s.spec for s in memcached_3], options)
     stampede = Stampede(cluster, StampedePolicy(grace=5))  # hard expiry far away
 
     def count(timeout: float, compute: object = lambda: "v") -> tuple[str, int]:
@@ -49,6 +55,19 @@ def test_requests_per_path(cluster: Cluster, memcached_3: list[MemcachedServer])
         outcome = stampede.fetch("req:key", compute, timeout).outcome  # type: ignore[arg-type]
         return outcome, server_requests(memcached_3) - before
 
+    if protocol == "meta":
+        # Cold: mg + ms ME (the placeholder's add, won), ms C<cas> (the fill).
+        assert count(1) == ("computed", 3)
+        assert count(1) == ("fresh", 2)  # mg + the add, refused: one round trip
+        stampede.mark_stale("req:key")
+        replies = cluster.exchange("req:key", [MetaGet(b"req:key", recache=5)])
+        assert replies is not None
+        assert replies[0].won  # another client recomputes
+        assert count(1) == ("stale", 2)  # Z: the stale value at once
+        stampede.mark_stale("req:key")
+        assert count(1) == ("computed", 3)  # W: mg + the add, then the fill
+        cluster.close()
+        return
     # Cold: get, add (lock), add (lease placeholder), gets (its cas), cas (the fill),
     # gets + cas (release).
     assert count(1) == ("computed", 7)
@@ -59,6 +78,7 @@ def test_requests_per_path(cluster: Cluster, memcached_3: list[MemcachedServer])
     cluster.delete(lock_key("req:key"))
     # Stale: get, add (lock), gets (re-check and lease), cas (the fill), gets + cas (release).
     assert count(1) == ("computed", 6)
+    cluster.close()
 
 
 def test_a_plain_client_reads_the_value_and_memcached_holds_soft_plus_grace(
@@ -161,6 +181,10 @@ def test_sixteen_callers_in_four_processes_compute_once_per_miss_and_per_expiry(
         soft_expiry = Stampede(cluster).read("hot").soft_expiry
         stale = callers.run(soft_expiry + 0.2)
         assert int(cluster.get("computes")) == 2
+        # Marked stale (meta: md I): memcached hands W to one caller of the sixteen.
+        assert Stampede(cluster).mark_stale("hot")
+        marked = callers.run(time.time() + 0.2)
+        assert int(cluster.get("computes")) == 3
     finally:
         callers.close()
     cold_outcomes = Counter(outcome for outcome, _ in cold)
@@ -171,6 +195,9 @@ def test_sixteen_callers_in_four_processes_compute_once_per_miss_and_per_expiry(
     assert stale_outcomes["computed"] == 1
     assert stale_outcomes["stale"] + stale_outcomes["fresh"] == 15
     assert stale_outcomes["stale"] >= 8
+    marked_outcomes = Counter(outcome for outcome, _ in marked)
+    assert marked_outcomes["computed"] == 1
+    assert marked_outcomes["stale"] + marked_outcomes["fresh"] == 15
     # Stale callers are served at once, not after the 0.6 s computation.
     assert max(took for outcome, took in stale if outcome == "stale") < 0.4
 
@@ -229,3 +256,19 @@ def test_plain_reads_miss_after_the_timeout_while_get_or_compute_serves_it_stale
     assert store.get("plain:k") == "new"
     assert ns.get("k") == "new"
     assert inner.refusals() == {}  # a stale value is a plain miss, not a refused one
+
+
+def test_mark_stale_over_meta_hands_one_win_token_and_plain_reads_miss(
+    cluster: Cluster,
+) -> None:
+    stampede = Stampede(cluster, StampedePolicy(grace=60))
+    stampede.get_or_compute("ms:key", lambda: "old", 60)
+    assert stampede.mark_stale("ms:key")
+    assert cluster.get("ms:key") is None  # plain reads: a miss, as after the timeout
+    first, second = (cluster.exchange("ms:key", [MetaGet(b"ms:key", value=True)]) for _ in "ab")
+    assert first is not None
+    assert second is not None
+    assert (first[0].stale, first[0].won, first[0].lost) == (True, True, False)
+    assert (second[0].stale, second[0].won, second[0].lost) == (True, False, True)
+    # The token went to another client: this caller is served the stale value at once.
+    assert stampede.fetch("ms:key", lambda: "new", 60).outcome == "stale"

@@ -37,12 +37,13 @@ from hypothesis import strategies as st
 from django_mcpatterns import signals
 from django_mcpatterns.core.exceptions import ConfigurationError, EncodingError
 from django_mcpatterns.core.keys import key_bytes
-from django_mcpatterns.core.stampede import StampedePolicy, lock_key
+from django_mcpatterns.core.stampede import StampedePolicy
 from django_mcpatterns.decorators import cached, stampede_guard
 from django_mcpatterns.patterns.callkeys import MAX_READABLE, call_key, encode
 from django_mcpatterns.patterns.pages import PASS, CachedPage
 from tests.django.conftest import Deployment, DeploymentSuite, received
 from tests.harness import server_requests
+from tests.recompute import drop_recompute, hold_recompute
 
 SLOW = 0.3  # seconds a "slow" view takes: long enough for every thread to arrive
 THREADS = 8
@@ -335,10 +336,10 @@ class DecoratorsContract(DeploymentSuite):
         assert client.get("/page/1/").content == b"page 1 #2"
         assert page.mark_stale(request) is True
         # Someone else is re-rendering it: this request is served the stale page.
-        held = lock_key(cache.make_key(page.key(request)))
-        assert cache.store.add(held, b"someone else", 10)
+        held = cache.make_key(page.key(request))
+        hold_recompute(cache.store, held)
         assert client.get("/page/1/").content == b"page 1 #2"
-        cache.store.delete(held)
+        drop_recompute(cache.store, held)
         assert client.get("/page/1/").content == b"page 1 #3"
         assert client.get("/page/1/").content == b"page 1 #3"
 
@@ -374,12 +375,12 @@ class DecoratorsContract(DeploymentSuite):
         assert call["key"].startswith(cache.make_key("views.decorators.cache.cache_header."))
         request = self.request("/page/1/")
         page.mark_stale(request)
-        held = lock_key(cache.make_key(page.key(request)))
-        cache.store.add(held, b"someone else", 10)
+        held = cache.make_key(page.key(request))
+        hold_recompute(cache.store, held)
         with received(signals.stale_served) as stale:
             client.get("/page/1/")
         assert [c["key"] for c in stale] == [cache.make_key(page.key(request))]
-        cache.store.delete(held)
+        drop_recompute(cache.store, held)
         with received(signals.recomputed) as again:
             client.get("/page/1/")
         assert [(c["key"], c["reason"]) for c in again] == [
@@ -657,7 +658,7 @@ class DecoratorsContract(DeploymentSuite):
             (cache.make_key(value.key(1)), "miss")
         ]
         cache.mark_stale(value.key(1))
-        cache.store.add(lock_key(cache.make_key(value.key(1))), b"someone else", 10)
+        hold_recompute(cache.store, cache.make_key(value.key(1)))
         with received(signals.stale_served) as stale:
             value(1)
         assert len(stale) == 1
@@ -723,18 +724,18 @@ class TestThreeServers(DecoratorsContract):
             client.get(url)
             return server_requests(servers) - before
 
-        # A new URL: read the header list; its stampede (get, add, then the lease:
-        # add placeholder, gets, cas page), set header list, gets + cas.
-        assert requests() == 9
-        assert requests() == 2  # fresh: header list, page
+        # A new URL: read the header list; its stampede over meta (mg + the placeholder's
+        # add, won; the fill by cas), set header list.
+        assert requests() == 5
+        assert requests() == 3  # fresh: header list, page (mg + the refused add: 1 round trip)
         request = self.request("/page/1/")
         page.mark_stale(request)
-        held = lock_key(cache.make_key(page.key(request)))
-        cache.store.add(held, b"someone else", 10)
-        assert requests() == 3  # stale, lock held elsewhere: + the refused add
-        cache.store.delete(held)
-        # The stale winner: header list, page, add, gets (lease), cas, gets + cas, header list.
-        assert requests() == 8
+        held = cache.make_key(page.key(request))
+        hold_recompute(cache.store, held)
+        assert requests() == 3  # stale, another holds W: header list, mg (Z) + refused add
+        drop_recompute(cache.store, held)
+        # The stale winner (W): header list, mg + refused add, the fill by cas, header list.
+        assert requests() == 5
         assert site.runs == ["page 1", "page 1"]
 
     def test_requests_per_cached_call(self, deployment: Deployment) -> None:
@@ -748,8 +749,9 @@ class TestThreeServers(DecoratorsContract):
         value()
         cold = server_requests(servers) - before
         value()
-        # Cold: get, add (lock), add + gets (lease), cas (fill), gets + cas (release).
-        assert (cold, server_requests(servers) - before - cold) == (7, 1)
+        # Cold over meta: mg + the placeholder's add (won), then the fill by its cas.
+        # Fresh: mg + the refused add, one round trip.
+        assert (cold, server_requests(servers) - before - cold) == (3, 2)
 
 
 class TestEmbedded(DecoratorsContract):

@@ -25,9 +25,10 @@ from django.views.decorators.cache import cache_page
 from django_mcpatterns import signals
 from django_mcpatterns.core.exceptions import LockNotOwnedError
 from django_mcpatterns.core.locks import Lock
-from django_mcpatterns.core.stampede import StampedePolicy, lock_key
+from django_mcpatterns.core.stampede import StampedePolicy
 from django_mcpatterns.patterns.events import SIGNAL_NAMES
 from tests.django.conftest import Deployment, DeploymentSuite, received
+from tests.recompute import drop_recompute, hold_recompute
 
 
 class Boom(Exception):
@@ -199,12 +200,12 @@ class LocksStampedeContract(DeploymentSuite):
         cache.get_or_compute("page", lambda: "old", 60)
         assert cache.mark_stale("page") is True
         # Someone else is recomputing: this caller is served the stale value.
-        assert cache.store.add(lock_key(cache.make_key("page")), b"other", 10)
+        hold_recompute(cache.store, cache.make_key("page"))
         with received(signals.stale_served) as stale:
             assert cache.get_or_compute("page", lambda: "new", 60) == "old"
         assert stale[0]["key"] == cache.make_key("page")
         assert 0 <= stale[0]["age"] < 2
-        cache.store.delete(lock_key(cache.make_key("page")))
+        drop_recompute(cache.store, cache.make_key("page"))
         with received(signals.recomputed) as recomputed:
             assert cache.get_or_compute("page", lambda: "new", 60) == "new"
         (call,) = recomputed

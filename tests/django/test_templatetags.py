@@ -17,9 +17,10 @@ from django.template import TemplateSyntaxError, engines
 from django.test import override_settings
 
 from django_mcpatterns import signals
-from django_mcpatterns.core.stampede import StampedePolicy, lock_key
+from django_mcpatterns.core.stampede import StampedePolicy
 from tests.django.conftest import Deployment, DeploymentSuite
 from tests.django.test_decorators import SLOW, THREADS, received, run_together
+from tests.recompute import drop_recompute, hold_recompute
 
 TEMPLATES = [{"BACKEND": "django.template.backends.django.DjangoTemplates", "APP_DIRS": True}]
 
@@ -155,11 +156,11 @@ class TemplateTagsContract(DeploymentSuite):
         render(FRAGMENT, renders=renders)
         key = cache.make_key(make_template_fragment_key("side"))
         assert cache.mark_stale(make_template_fragment_key("side"))
-        assert cache.store.add(lock_key(key), b"someone else", 10)
+        hold_recompute(cache.store, key)
         with received(signals.stale_served) as stale:
             assert render(FRAGMENT, renders=renders) == "side #1"
         assert [c["key"] for c in stale] == [key]
-        cache.store.delete(lock_key(key))
+        drop_recompute(cache.store, key)
         with received(signals.recomputed) as recomputed:
             assert render(FRAGMENT, renders=renders) == "side #2"
         assert [(c["key"], c["reason"]) for c in recomputed] == [(key, "stale")]

@@ -22,6 +22,7 @@ from django_mcpatterns.core.namespaces import Namespaces
 from django_mcpatterns.core.options import ClusterOptions
 from django_mcpatterns.core.sets import AppendLists, AppendSets, SetOptions
 from django_mcpatterns.core.stampede import Stampede, StampedePolicy, lock_key
+from django_mcpatterns.core.wire import MetaGet
 from django_mcpatterns.flask import KetamaMemcachedCache
 from tests.conftest import flush
 from tests.drills.proxy import Proxy
@@ -207,36 +208,51 @@ def test_flask_dec_costs_two_round_trips_over_meta(proxy: Proxy, protocol: str) 
     reset_shared_clusters()
 
 
-def test_stampede_paths_round_trips(cluster: Cluster, proxy: Proxy) -> None:
-    """get_or_compute per path, its fills under a lease (docs/stampede.md#round-trips)."""
-    stampede = Stampede(cluster, StampedePolicy(grace=60))
+STAMPEDE_PATHS = {
+    "meta": {  # memcached picks the winner: W/Z tokens, the add in the read's write
+        "miss, computing": 2,  # mg + ms ME placeholder (won); ms C<cas> fill
+        "fresh": 1,
+        "stale, another recomputes": 1,  # mg: Z, served stale
+        "stale, recomputing": 2,  # mg: W; ms C<cas> fill
+        "get_or_set, miss": 4,  # get, add placeholder, gets, cas fill
+    },
+    "text": {  # the recompute lock and the lease: today's counts
+        "miss, computing": 7,  # get, add lock, add placeholder, gets, cas fill, gets + cas
+        "fresh": 1,
+        "stale, another recomputes": 2,  # get, add refused
+        "stale, recomputing": 6,  # get, add lock, gets (lease), cas fill, gets + cas
+        "get_or_set, miss": 4,
+    },
+}
+
+
+def test_stampede_paths_round_trips(spoken: Cluster, proxy: Proxy, protocol: str) -> None:
+    """get_or_compute per path and protocol, fills under a lease (docs/stampede.md#round-trips)."""
+    stampede = Stampede(spoken, StampedePolicy(grace=60))
 
     def trips(action: Callable[[], object]) -> int:
         proxy.forget()
         action()
         return proxy.round_trips
 
-    def lock_held_elsewhere() -> None:
-        cluster.add(lock_key("rt:key"), b"someone else", 10)
+    def another_recomputes() -> None:
+        if protocol == "meta":  # another client's mg took the W token
+            replies = spoken.exchange("rt:key", [MetaGet(b"rt:key", recache=60)])
+            assert replies is not None
+            assert replies[0].won
+        else:
+            spoken.add(lock_key("rt:key"), b"someone else", 10)
 
-    counted = {
-        "miss, computing": trips(lambda: stampede.get_or_compute("rt:key", lambda: "v", 60)),
-        "fresh": trips(lambda: stampede.get_or_compute("rt:key", lambda: "v", 60)),
-    }
+    def get_or_compute() -> object:
+        return stampede.get_or_compute("rt:key", lambda: "v", 60)
+
+    counted = {"miss, computing": trips(get_or_compute), "fresh": trips(get_or_compute)}
     stampede.mark_stale("rt:key")
-    lock_held_elsewhere()
-    counted["stale, another recomputes"] = trips(
-        lambda: stampede.get_or_compute("rt:key", lambda: "v", 60)
-    )
-    cluster.delete(lock_key("rt:key"))
-    counted["stale, recomputing"] = trips(
-        lambda: stampede.get_or_compute("rt:key", lambda: "v", 60)
-    )
-    counted["get_or_set, miss"] = trips(lambda: get_or_set(cluster, "rt:other", "v", 60))
-    assert counted == {
-        "miss, computing": 7,  # get, add lock, add placeholder, gets, cas fill, gets + cas
-        "fresh": 1,
-        "stale, another recomputes": 2,  # get, add refused
-        "stale, recomputing": 6,  # get, add lock, gets (lease), cas fill, gets + cas
-        "get_or_set, miss": 4,  # get, add placeholder, gets, cas fill
-    }
+    another_recomputes()
+    counted["stale, another recomputes"] = trips(get_or_compute)
+    spoken.delete(lock_key("rt:key"))
+    stampede.mark_stale("rt:key")
+    counted["stale, recomputing"] = trips(get_or_compute)
+    assert spoken.get("rt:key") == "v"  # the fill landed: fresh again
+    counted["get_or_set, miss"] = trips(lambda: get_or_set(spoken, "rt:other", "v", 60))
+    assert counted == STAMPEDE_PATHS[protocol]

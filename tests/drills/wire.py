@@ -104,7 +104,17 @@ def parse_requests(stream: bytes) -> list[Command]:
             _numbers(args[1:], UNSIGNED if name != b"touch" else NUMBER, line)
             commands.append(Command(name, (_key(args[0], line),)))
         elif name in META:
-            if name != b"mn":
+            if name == b"ms":  # ms <key> <datalen> <flags>*: a data block follows
+                if len(args) < 2:
+                    raise WireError(f"wrong argument count in {line[:80]!r}")
+                _numbers(args[1:2], UNSIGNED, line)
+                size = int(args[1])
+                data = stream[pos : pos + size]
+                if len(data) < size:
+                    break  # cut mid-data by a drill
+                pos += size + 2
+                commands.append(Command(name, (_key(args[0], line),), data))
+            elif name != b"mn":
                 commands.append(Command(name, (_key(args[0], line),)))
         elif name in BARE:
             commands.append(Command(name, ()))

@@ -20,11 +20,12 @@ from flask import Flask, Response, make_response, request
 from flask_caching import Cache
 
 from django_mcpatterns.core.exceptions import ConfigurationError
-from django_mcpatterns.core.stampede import StampedePolicy, lock_key
+from django_mcpatterns.core.stampede import StampedePolicy
 from django_mcpatterns.flask import CachedPage, stampede_guard
 from django_mcpatterns.patterns.namespaces import namespace_parts
 from tests.flask.conftest import PREFIX, FlaskDeployment, deployments
 from tests.harness import COMMAND_COUNTERS, server_counters
+from tests.recompute import hold_recompute
 
 deployment = deployments("cluster3", "embedded")
 
@@ -152,7 +153,7 @@ def test_a_stale_page_is_served_while_another_worker_recomputes(
     with app.app_context():
         assert report.mark_stale("/report/1")
         # Another worker won the recompute lock and is rendering the page.
-        cache.cache.store.add(lock_key(PREFIX + report.key("/report/1")), b"other", 30)
+        hold_recompute(cache.cache.store, PREFIX + report.key("/report/1"))
     assert client.get("/report/1").json == {"n": 1, "run": 1}  # stale, at once
     assert calls == ["report 1"]
 
