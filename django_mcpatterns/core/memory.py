@@ -242,14 +242,7 @@ class MemoryStore:
         return too_large
 
     def add(self, key: Key, value: Any, expire: int = 0) -> bool:
-        expire = _exptime(expire)
-        raw, data, flags = self._prepare(key, value)
-        with self._lock:
-            now = self._now()
-            if self._live(raw, now) is not None:
-                return False
-            self._link(raw, self._new_item(raw, data, flags, _deadline(expire, now)), now)
-        return True
+        return self.add_cas(key, value, expire) is not None
 
     def cas(self, key: Key, value: Any, cas: CasToken, expire: int = 0) -> bool | None:
         """Store only if the item still has token ``cas``: ``None`` when it is missing."""
