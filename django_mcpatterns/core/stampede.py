@@ -83,7 +83,7 @@ import random
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final, Generic, Literal, TypeVar, overload
 
 from .envelope import Envelope
@@ -340,11 +340,17 @@ class _OnPlaceholder:
     cas: CasToken
 
 
-@dataclass(frozen=True)
+@dataclass
 class _Won:
-    """A lease on a placeholder this caller's add created (meta mode): it is the lock too."""
+    """A lease on a placeholder this caller's add created (meta mode): it is the lock too.
+
+    The keepalive extends the placeholder by cas (so never another writer's
+    item) and keeps the new cas here; ``guard`` keeps that apart from the fill.
+    """
 
     cas: CasToken
+    filled: bool = False
+    guard: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
 
 Lease = CasToken | None | _Overwrite | _OnPlaceholder | _Won
@@ -632,7 +638,7 @@ class Stampede:
         lease = _Won(cas)
         taken_at = self._clock()
         try:
-            with self._keepalive(job, taken_at, self._touch_placeholder(job)):
+            with self._keepalive(job, taken_at, self._extend_placeholder(job, lease)):
                 return self._compute(job, "miss", lease)
         except Exception as exc:
             logger.warning("computing the value of %r failed", job.key, exc_info=True)
@@ -644,15 +650,30 @@ class Stampede:
                 recent_failures.remember(token, exc)
                 failed = Envelope(failure_marker(token, exc), -math.inf, -math.inf)
                 expire = exptime_for(job.policy.failure_backoff)
-                self.store.cas(job.key, failed, cas, expire)
+                self.store.cas(job.key, failed, lease.cas, expire)
             raise
         except BaseException:
             self._drop_placeholder(job, lease)
             raise
 
-    def _touch_placeholder(self, job: _Job[Any]) -> Callable[[float], bool]:
-        # touch keeps the cas, so the lease stays valid while the keepalive extends it.
-        return lambda ttl: self.store.touch(job.key, exptime_for(ttl))
+    def _extend_placeholder(self, job: _Job[Any], lease: _Won) -> Callable[[float], bool]:
+        """Extend the won placeholder while it is ours: a cas, never a blind ``touch``.
+
+        A writer may replace the placeholder meanwhile; a ``touch`` would then
+        keep rewriting the writer's TTL.  The new cas becomes the lease's.
+        """
+
+        def extend(ttl: float) -> bool:
+            with lease.guard:
+                if lease.filled:
+                    return False
+                cas = self.store.recas(job.key, PLACEHOLDER, lease.cas, exptime_for(ttl))
+                if cas is None:
+                    return False  # replaced or gone: the fill will not land either
+                lease.cas = cas
+                return True
+
+        return extend
 
     # -- the three states --
 
@@ -839,8 +860,12 @@ class Stampede:
             hard = soft + job.policy.grace_for(job.timeout)
         envelope = Envelope(value, soft, hard, compute_time)
         exptime = exptime_for(hard - now, now=now)
+        if isinstance(lease, _Won):
+            with lease.guard:  # not while the keepalive moves the placeholder's cas
+                lease.filled = True
+                return envelope if fill(self.store, job.key, envelope, lease.cas, exptime) else None
         if lease is not _OVERWRITE:
-            cas = lease.cas if isinstance(lease, _OnPlaceholder | _Won) else lease
+            cas = lease.cas if isinstance(lease, _OnPlaceholder) else lease
             return envelope if fill(self.store, job.key, envelope, cas, exptime) else None
         try:
             stored = self.store.set(job.key, envelope, exptime)
