@@ -589,21 +589,35 @@ class Cluster:
         return Claimed(found, b"%d" % read.cas, read.won, read.lost, read.stale, added)
 
     def cas_stale(self, key: Key, value: Any, cas: CasToken, expire: int = 0) -> bool | None:
-        """``cas``; in meta mode pipelined with ``md <key> I``, so one reader gets ``W``."""
+        """``cas``; in meta mode then ``md <key> I`` of that very version, so one reader gets ``W``.
+
+        The invalidation names the cas the swap handed back: sent blindly after
+        a swap that failed, it would mark whatever the key holds by then (a
+        filler's placeholder, voiding its lease and wedging the key).
+        """
         if self._text:
             return self.cas(key, value, cas, expire)
-        kb, _ = placed(key)
+        kb, ring = placed(key)
         data, flags = _encoded(self.serde, kb, value)
         swap = MetaSet(
-            kb, data=data, cas=int(_cas_token(cas)), ttl=_expire(expire), client_flags=flags
+            kb,
+            data=data,
+            cas=int(_cas_token(cas)),
+            ttl=_expire(expire),
+            client_flags=flags,
+            return_cas=True,
         )
-        replies = self.exchange(key, (swap, MetaDelete(kb, invalidate=True)))
-        if replies is None:
+        reply: MetaReply | ErrorReply | None = self._single(ring, swap, _identity, None)
+        if reply is None:
             return False
-        reply = replies[0]
         if isinstance(reply, ErrorReply):
             raise _reply_error(reply)
-        return None if reply.status == b"NF" else reply.status == b"HD"
+        if reply.status != b"HD":
+            return None if reply.status == b"NF" else False
+        swapped = _meta_cas(reply)
+        assert swapped is not None  # HD with c: _meta_cas checked the token
+        self._single(ring, MetaDelete(kb, cas=int(swapped), invalidate=True), _identity, None)
+        return True
 
     # -- multi-key commands (pipelined fan-out) --
 
@@ -1161,6 +1175,11 @@ def _ttl(reply: MetaReply | ErrorReply) -> int | None:
     if reply.status != b"HD" or ttl is None:
         raise ProtocolError(f"reply {reply!r} does not answer mg t")
     return ttl
+
+
+def _identity(reply: Any) -> Any:
+    """The reply as it came (its caller judges it)."""
+    return reply
 
 
 def _meta_cas(reply: MetaReply | ErrorReply) -> CasToken | None:
