@@ -8,11 +8,13 @@ runs 16 callers in 4 processes through a cold miss and a soft expiry.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -272,3 +274,43 @@ def test_mark_stale_over_meta_hands_one_win_token_and_plain_reads_miss(
     assert (second[0].stale, second[0].won, second[0].lost) == (True, False, True)
     # The token went to another client: this caller is served the stale value at once.
     assert stampede.fetch("ms:key", lambda: "new", 60).outcome == "stale"
+
+
+def test_a_long_cold_compute_never_extends_a_writers_item(cluster: Cluster) -> None:
+    """The keepalive of a won placeholder goes by its cas: a writer's item keeps its own TTL."""
+    stampede = Stampede(cluster, StampedePolicy(lock_timeout=3))
+    written = threading.Event()
+
+    def compute() -> str:
+        time.sleep(0.5)
+        cluster.set("kept:key", "the writer's", 2)  # a writer replaces the placeholder
+        written.set()
+        time.sleep(3.5)  # past a keepalive beat (every lock_timeout / 3)
+        return "computed"
+
+    assert stampede.fetch("kept:key", compute, 60).value == "computed"
+    assert written.is_set()
+    # The fill did not land over the writer's value, and its 2 s TTL was never renewed.
+    assert cluster.get("kept:key") is None
+
+
+def test_a_failed_mark_stale_never_invalidates_what_the_key_holds_by_then(
+    cluster: Cluster,
+) -> None:
+    """mark_stale's invalidation names the version it wrote: a filler's lease survives."""
+    stampede = Stampede(cluster, StampedePolicy(wait=2))
+    stampede.fetch("ms:race", lambda: "v1", 60)
+    found, cas = cluster.gets_envelope("ms:race")  # mark_stale's read...
+    assert cas is not None
+    cluster.delete("ms:race")  # ...a writer deletes, a filler wins the miss...
+    filling = threading.Thread(
+        target=lambda: stampede.fetch("ms:race", lambda: (time.sleep(1), "v2")[1], 60)
+    )
+    filling.start()
+    time.sleep(0.3)
+    stale = dataclasses.replace(found, soft_expiry=time.time())
+    assert not cluster.cas_stale("ms:race", stale, cas, 60)  # ...and the stale write fails
+    filling.join()
+    started = time.monotonic()
+    assert stampede.fetch("ms:race", lambda: "v3", 60).value == "v2"  # the fill landed
+    assert time.monotonic() - started < 1  # nobody waits on a wedged placeholder
