@@ -116,7 +116,7 @@ class Connection:
     def send(self, data: bytes) -> None:
         """Write a batch of encoded requests (:func:`~.wire.encode`)."""
         try:
-            self.connect().sendall(data)
+            _send_all(self.connect(), data, self._deadline())
         except BlockingIOError as exc:
             raise _timed_out(exc) from exc
 
@@ -133,15 +133,13 @@ class Connection:
             raise ConnectionClosedError("the connection is closed")
         reader = Reader()
         replies: list[Any] = []
+        deadline = self._deadline()
         try:
             for request in requests:
                 # Nothing buffered (the first reply, usually): receive before parsing.
                 reply = request.read(reader) if reader.buffered else NEED_DATA
                 while reply is NEED_DATA:
-                    data = sock.recv(max(reader.wanted, _RECV_SIZE))
-                    if not data:
-                        raise _closed()
-                    reader.feed(data)
+                    _receive_more(sock, reader, deadline)
                     reply = request.read(reader)
                 replies.append(reply)
         except BlockingIOError as exc:
@@ -157,18 +155,16 @@ class Connection:
     def request(self, request: Request[T]) -> T | ErrorReply:
         """Send one request and return its reply: the hot path of single-key commands."""
         sock = self.sock or self.connect()
+        deadline = self._deadline()
         try:
-            sock.sendall(request.encode())
+            _send_all(sock, request.encode(), deadline)
             data = sock.recv(_RECV_SIZE)  # a short reply: all of it, usually
             if not data:
                 raise _closed()
             reader = Reader(data)
             reply: Any = request.read(reader)
             while reply is NEED_DATA:
-                data = sock.recv(max(reader.wanted, _RECV_SIZE))
-                if not data:
-                    raise _closed()
-                reader.feed(data)
+                _receive_more(sock, reader, deadline)
                 reply = request.read(reader)
         except BlockingIOError as exc:
             raise _timed_out(exc) from exc
@@ -176,12 +172,47 @@ class Connection:
         answer: T | ErrorReply = reply  # NEED_DATA is looped away
         return answer
 
+    def _deadline(self) -> float | None:
+        """When the operation under way must be over: the kernel bounds each system call only."""
+        timeout = self.options.timeout
+        return time.monotonic() + timeout if timeout else None
+
     def close(self) -> None:
         """Close the socket (this process's descriptor only: nothing is sent)."""
         sock, self.sock = self.sock, None
         if sock is not None:
             with contextlib.suppress(OSError):
                 sock.close()
+
+
+def _send_all(sock: Any, data: bytes, deadline: float | None) -> None:
+    """``sendall``, bounded as a whole: a server reading slowly times the operation out.
+
+    A short batch goes in one ``send``; only a partial one loops, checking the
+    deadline between sends.
+    """
+    sent = sock.send(data)
+    if sent == len(data):
+        return
+    rest = memoryview(data)[sent:]
+    while rest:
+        if deadline is not None and time.monotonic() > deadline:
+            raise TimeoutError("timed out")
+        rest = rest[sock.send(rest) :]
+
+
+def _receive_more(sock: Any, reader: Reader, deadline: float | None) -> None:
+    """Feed ``reader`` the next chunk; a reply still incomplete past ``deadline`` times out.
+
+    The kernel bounds each receive: a server trickling a reply byte by byte
+    would otherwise hold the operation as long as it likes.
+    """
+    if deadline is not None and time.monotonic() > deadline:
+        raise TimeoutError("timed out")
+    data = sock.recv(max(reader.wanted, _RECV_SIZE))
+    if not data:
+        raise _closed()
+    reader.feed(data)
 
 
 def _set_io_timeout(sock: Any, s: Any, options: SocketOptions) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import struct
 import threading
@@ -64,6 +65,37 @@ def test_a_server_that_never_answers_times_out_as_a_timeout_error() -> None:
         assert 0.15 < time.monotonic() - start < 5  # loose: 2 cores shared
     finally:
         conn.close()
+        listener.close()
+
+
+def test_a_server_trickling_its_reply_times_out_within_the_timeout() -> None:
+    """The timeout bounds the whole reply, not each receive: a byte every 0.1 s is not an answer."""
+    listener = socket.create_server((LOOPBACK, 0))
+    done = threading.Event()
+
+    def serve() -> None:
+        peer, _ = listener.accept()
+        peer.recv(1024)
+        for byte in b"VALUE t:k 0 40\r\n" + b"x" * 40 + b"\r\nEND\r\n":
+            if done.is_set():
+                break
+            with contextlib.suppress(OSError):
+                peer.sendall(bytes([byte]))
+            time.sleep(0.1)
+        peer.close()
+
+    thread = threading.Thread(target=serve)
+    thread.start()
+    conn = Connection(listener.getsockname(), SocketOptions(timeout=0.3))
+    try:
+        start = time.monotonic()
+        with pytest.raises(TimeoutError, match="timed out"):
+            conn.request(Get([b"t:k"]))
+        assert time.monotonic() - start < 1.5  # 0.3 s and a receive more, not 6 s of bytes
+    finally:
+        done.set()
+        conn.close()
+        thread.join()
         listener.close()
 
 
