@@ -85,6 +85,11 @@ class _SpiedSocket:
         self._ready_at = time.monotonic() + self._spy.latency
         self._sock.sendall(data)
 
+    def send(self, data: bytes) -> int:
+        self._spy.record("send", self._port)
+        self._ready_at = time.monotonic() + self._spy.latency
+        return self._sock.send(data)
+
     def recv(self, size: int) -> bytes:
         delay = self._ready_at - time.monotonic()
         if delay > 0:

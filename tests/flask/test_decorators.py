@@ -391,6 +391,10 @@ class SendCounter:
                 counter.sends += 1
                 sock.sendall(data)
 
+            def send(self, data: bytes) -> int:
+                counter.sends += 1
+                return sock.send(data)
+
         return Counted()
 
 
