@@ -246,6 +246,11 @@ class MemoryStore:
 
     def cas(self, key: Key, value: Any, cas: CasToken, expire: int = 0) -> bool | None:
         """Store only if the item still has token ``cas``: ``None`` when it is missing."""
+        swapped = self._swap(key, value, cas, expire)
+        return True if isinstance(swapped, _Item) else swapped
+
+    def _swap(self, key: Key, value: Any, cas: CasToken, expire: int) -> _Item | bool | None:
+        """``cas`` in one step under the lock: the new item, False (changed) or None (missing)."""
         expire = _exptime(expire)
         wanted = _token_number(cas)
         raw, data, flags = self._prepare(key, value)
@@ -256,8 +261,9 @@ class MemoryStore:
                 return None
             if item.cas != wanted:
                 return False
-            self._link(raw, self._new_item(raw, data, flags, _deadline(expire, now)), now)
-        return True
+            item = self._new_item(raw, data, flags, _deadline(expire, now))
+            self._link(raw, item, now)
+        return item
 
     def append(self, key: Key, value: bytes) -> bool:
         return self._concat(key, value, at_end=True)
@@ -320,17 +326,8 @@ class MemoryStore:
         return _token(item)
 
     def recas(self, key: Key, value: Any, cas: CasToken, expire: int = 0) -> CasToken | None:
-        expire = _exptime(expire)
-        wanted = _token_number(cas)
-        raw, data, flags = self._prepare(key, value)
-        with self._lock:
-            now = self._now()
-            item = self._live(raw, now)
-            if item is None or item.cas != wanted:
-                return None
-            item = self._new_item(raw, data, flags, _deadline(expire, now))
-            self._link(raw, item, now)
-        return _token(item)
+        swapped = self._swap(key, value, cas, expire)
+        return _token(swapped) if isinstance(swapped, _Item) else None
 
     def delete_cas(self, key: Key, cas: CasToken) -> bool:
         wanted = _token_number(cas)
