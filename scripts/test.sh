@@ -30,4 +30,5 @@ fi
 source scripts/bootstrap.sh "django,flask,test,interop,dev" --no-binary pylibmc
 .venv/bin/ruff check .
 .venv/bin/mypy django_mcpatterns  # [tool.mypy] in pyproject.toml
+.venv/bin/python scripts/generate_sync.py --check  # core/_sync/ is generated from core/_async/
 exec .venv/bin/python -m pytest "$@"
