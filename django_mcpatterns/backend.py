@@ -29,11 +29,11 @@ from django.utils.functional import cached_property
 from .core.cluster import Cluster, NodeEvent, shared_cluster
 from .core.exceptions import ConfigurationError, InvalidKeyError, ValueTooLargeError
 from .core.keys import Key, key_bytes
-from .core.memory import MemoryStore, memory_options, shared_memory_store
+from .core.memory import AsyncMemoryStore, MemoryStore, memory_options, shared_memory_store
 from .core.options import ClusterOptions
 from .core.serializers import SerdeOptions, ValueRefused, with_derived_keys
 from .core.servers import parse_servers
-from .core.store import Store
+from .core.store import AsyncStore, Store
 from .patterns import DEFAULT
 from .patterns.locks import LocksMixin
 from .patterns.namespaces import NamespacesMixin
@@ -65,6 +65,11 @@ class _StoreCache(SetsMixin, LocksMixin, StampedeMixin, NamespacesMixin, BaseMem
     def store(self) -> Store:
         """The Store behind this cache (a Cluster or a MemoryStore)."""
         return self._cache
+
+    @property
+    def astore(self) -> AsyncStore:
+        """The same store for asyncio (an AsyncCluster or an AsyncMemoryStore)."""
+        raise NotImplementedError
 
     if TYPE_CHECKING:
         # django-stubs gives BaseCache's signature (float | None); memcached's returns an int.
@@ -249,3 +254,8 @@ class LocMemPatternsCache(_StoreCache):
             )
         except ConfigurationError as exc:
             raise _improperly_configured(exc) from exc
+
+    @cached_property
+    def astore(self) -> AsyncMemoryStore:
+        """The embedded store for asyncio: the same data, on the event loop."""
+        return AsyncMemoryStore(self._cache)

@@ -28,6 +28,7 @@ import logging
 import random
 import time
 from collections.abc import Callable, Iterable, Mapping
+from functools import cached_property
 from typing import Any
 
 from flask import Flask
@@ -43,11 +44,11 @@ from ..core.exceptions import (
 )
 from ..core.keys import key_bytes
 from ..core.locks import Backoff
-from ..core.memory import MemoryStore, memory_options
+from ..core.memory import AsyncMemoryStore, MemoryStore, memory_options
 from ..core.options import ClusterOptions
 from ..core.serializers import SerdeOptions, with_derived_keys
 from ..core.servers import parse_servers
-from ..core.store import MAX_RELATIVE_EXPIRE, Store
+from ..core.store import MAX_RELATIVE_EXPIRE, AsyncStore, Store
 from ..patterns import DEFAULT
 from ..patterns.locks import LocksMixin
 from ..patterns.namespaces import NamespacesMixin
@@ -112,6 +113,11 @@ class _PatternsCache(SetsMixin, LocksMixin, StampedeMixin, NamespacesMixin, Base
     @property
     def store(self) -> Store:
         """The Store behind this cache (a Cluster or a MemoryStore)."""
+        raise NotImplementedError
+
+    @property
+    def astore(self) -> AsyncStore:
+        """The same store for asyncio (an AsyncCluster or an AsyncMemoryStore)."""
         raise NotImplementedError
 
     # -- the patterns' hooks ----------------------------------------------------
@@ -414,6 +420,10 @@ class LocMemPatternsCache(_PatternsCache):
     @property
     def store(self) -> MemoryStore:
         return self._memory
+
+    @cached_property
+    def astore(self) -> AsyncMemoryStore:
+        return AsyncMemoryStore(self._memory)
 
 
 # -- configuration -------------------------------------------------------------------

@@ -8,6 +8,9 @@ they did through an optional fourth:
 
 ``store``
     the :class:`~django_mcpatterns.core.store.Store` behind the cache;
+``astore``
+    the same store for asyncio (:class:`~django_mcpatterns.core.store.AsyncStore`),
+    what the async forms (``asadd``, ``aget_or_compute``...) use;
 ``_pattern_key(key, version=None) -> str``
     the full, validated memcached key (Django: ``make_and_validate_key``, with
     ``KEY_PREFIX``/``VERSION``/``KEY_FUNCTION``; Flask: its key prefix);
@@ -30,7 +33,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from django_mcpatterns.core.store import Store
+from django_mcpatterns.core.store import AsyncStore, Store
 
 
 class _Default:
@@ -48,6 +51,9 @@ class PatternsHost(Protocol):
 
     @property
     def store(self) -> Store: ...
+
+    @property
+    def astore(self) -> AsyncStore: ...
 
     def _pattern_key(self, key: Any, version: int | None = None) -> str: ...
 
