@@ -276,7 +276,10 @@ class AsyncCluster:
         items = await self._read_many(given, cas=True)
         deserialize = self._deserialize
         return self._hits(
-            items, given, lambda item: (deserialize(item.key, item.data, item.flags), item.cas)
+            items,
+            given,
+            lambda item: (deserialize(item.key, item.data, item.flags), item.cas),
+            cas=True,
         )
 
     async def get_many_envelopes(self, keys: Iterable[Key]) -> dict[Key, Any]:
@@ -286,12 +289,17 @@ class AsyncCluster:
         return self._hits(items, given, lambda item: envelope(item.key, item.data, item.flags))
 
     def _hits(
-        self, items: dict[bytes, Value], given: Mapping[bytes, Key], decode: Callable[[Value], Any]
+        self,
+        items: dict[bytes, Value],
+        given: Mapping[bytes, Key],
+        decode: Callable[[Value], Any],
+        cas: bool = False,
     ) -> dict[Key, Any]:
+        """The decoded items by the keys as given (``cas``: decoded as (value, cas) pairs)."""
         hits: dict[Key, Any] = {}
         for kb, item in items.items():
             found = decode(item)
-            value = found[0] if type(found) is tuple else found
+            value = found[0] if cas else found
             # Past its soft expiry (left for get_or_compute), or refused: a miss.
             if value is not STALE and not is_refused(value):
                 hits[given[kb]] = found
