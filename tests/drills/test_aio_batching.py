@@ -139,7 +139,9 @@ def test_get_many_and_concurrent_gets_share_one_request_per_server(
     assert singles == KEYS[10:40]
     assert round_trips(proxies) == 3
     sent = wire(proxies)
-    assert all(sent.count(key.encode() + b" ") + sent.count(key.encode() + b"\r") == 1 for key in KEYS)
+    assert all(
+        sent.count(key.encode() + b" ") + sent.count(key.encode() + b"\r") == 1 for key in KEYS
+    )
 
 
 def test_concurrent_writes_are_pipelined_one_round_trip_per_server(
