@@ -20,7 +20,7 @@ from django_mcpatterns.core.store import AsyncStore
 from tests.aio import Blocking
 from tests.conftest import flush
 from tests.drills.proxy import Proxy
-from tests.harness import MemcachedServer, free_port, raw_client, servers_holding
+from tests.harness import MemcachedServer, free_port, raw_client
 
 
 @pytest.fixture
@@ -49,7 +49,9 @@ def test_the_twin_shares_data_routing_serde_listeners_and_node_health(three: Clu
     twin = three.aio
     assert twin is three.aio  # made once
     assert isinstance(twin, AsyncStore)
-    assert twin.sync is three and twin.ring is three.ring and twin.serde is three.serde
+    assert twin.sync is three
+    assert twin.ring is three.ring
+    assert twin.serde is three.serde
     events: list[object] = []
     twin.listen(on_node_event=events.append)
 
@@ -62,7 +64,8 @@ def test_the_twin_shares_data_routing_serde_listeners_and_node_health(three: Clu
     node = next(iter(three._nodes.values()))
     node.health.failed(OSError("boom"), node.health.open)  # type: ignore[arg-type]
     assert twin.health()[node.name].state == "failing"  # one view of the server
-    assert events and events[0].kind == "failure"  # type: ignore[attr-defined]
+    assert events
+    assert events[0].kind == "failure"
     assert three.strict().aio.sync is three.strict()
 
 
@@ -104,7 +107,8 @@ def test_a_killed_server_reads_as_misses_and_fails_writes(
 
     got, one, wrote = asyncio.run(work())
     assert got == {key: key for key in others}  # the dead server only loses its own keys
-    assert one == "default" and wrote is False
+    assert one == "default"
+    assert wrote is False
     assert twin.health()[dead.spec].state == "failing"
     assert cluster.health()[dead.spec].state == "failing"  # the sync twin knows at once
 
@@ -138,7 +142,8 @@ def test_a_hung_server_stalls_only_its_own_keys(memcached_4_fresh: list[Memcache
 
     others_done, stalled, value = asyncio.run(work())
     assert others_done < 0.2  # the other servers answered while one hung
-    assert 0.45 < stalled < 1.5 and value == "timed out"  # the hung one: its timeout
+    assert 0.45 < stalled < 1.5
+    assert value == "timed out"
 
 
 def test_a_withheld_reply_is_an_unknown_outcome_and_the_next_request_is_clean(

@@ -7,6 +7,7 @@ those docs/async.md and docs/benchmarks.md quote.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Iterator
 
 import pytest
@@ -22,9 +23,8 @@ from tests.harness import MemcachedServer
 @pytest.fixture
 def proxies(memcached_3: list[MemcachedServer]) -> Iterator[list[Proxy]]:
     flush(memcached_3)
-    with Proxy(memcached_3[0].port) as a, Proxy(memcached_3[1].port) as b:
-        with Proxy(memcached_3[2].port) as c:
-            yield [a, b, c]
+    with contextlib.ExitStack() as stack:
+        yield [stack.enter_context(Proxy(server.port)) for server in memcached_3]
 
 
 @pytest.fixture
@@ -100,7 +100,8 @@ def test_a_get_joins_the_fetch_of_its_key_already_in_flight(
 
     values = cluster.run(staggered)
     assert values[:11] == ["value"] * 11
-    assert values[11][0] == "value" and values[11][1] is not None
+    assert values[11][0] == "value"
+    assert values[11][1] is not None
     assert wire(proxies).count(b"get slow") == 1
     assert wire(proxies).count(b"gets slow") == 1
 
