@@ -1,4 +1,4 @@
-"""asyncio side by side: AsyncCluster vs Django's async cache API on PyLibMCCache and PyMemcacheCache.
+"""asyncio side by side: AsyncCluster vs Django's async API on PyLibMCCache, PyMemcacheCache.
 
 Starts three memcached servers on loopback (``-t 1``: one worker thread each, so
 every client's connections are served alike), then runs one workload through
