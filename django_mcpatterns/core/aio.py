@@ -42,7 +42,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
-from .aio_transport import Batch, Channel, open_channel
+from .aio_transport import Batch, Channel, NotSentError, open_channel
 from .cluster import (
     _DELETE_MANY,
     _EXPIRED,
@@ -157,6 +157,7 @@ class _Links:
         if connecting is None:
             # A task of its own: a cancelled caller does not abort others' connect.
             connecting = loop.create_task(self._connect(loop))
+            connecting.add_done_callback(_retrieved)  # callers may all have been cancelled
             self._connecting[loop] = connecting
         return await asyncio.shield(connecting)
 
@@ -181,6 +182,12 @@ class _Links:
         self.channels = {}
         self._connecting = {}
         self.pid = _getpid()
+
+
+def _retrieved(task: asyncio.Task[Channel]) -> None:
+    """Mark a connect's failure as seen: its callers judge it, or were cancelled."""
+    if not task.cancelled():
+        task.exception()
 
 
 # Channels a forked child inherited: kept referenced so their garbage collection
@@ -755,7 +762,8 @@ class AsyncCluster:
             if channel is not None:
                 channel.fail(exc)  # a reply out of step, or a dead connection
             node.health.failed(exc, admission)
-            return self.sync._unavailable(node, exc, unknown=sent)
+            unknown = sent and not isinstance(exc, NotSentError)
+            return self.sync._unavailable(node, exc, unknown=unknown)
         if admission.probe:
             node.health.released()
         return exc

@@ -32,6 +32,8 @@ Failures
     A reply the requests cannot get, bytes nobody asked for, a closed
     connection or a timeout fail the channel: every waiting caller gets the
     error and the channel is never used again (:attr:`Channel.broken`).
+    Requests not yet written get :class:`NotSentError` instead: their outcome
+    is certain (not applied), where the written ones' is unknown.
 """
 
 from __future__ import annotations
@@ -45,24 +47,24 @@ from typing import Any
 from .transport import ConnectionClosedError, SocketOptions
 from .wire import NEED_DATA, ErrorReply, Get, Reader, Request, Value
 
-__all__ = ["Batch", "Channel", "open_channel"]
+__all__ = ["Batch", "Channel", "NotSentError", "open_channel"]
+
+
+class NotSentError(ConnectionClosedError):
+    """The channel failed before these requests were written: certainly not applied."""
 
 
 class _Item:
     """Requests written together, their replies, and the futures waiting for them."""
 
-    __slots__ = ("replies", "requests", "waiters")
+    __slots__ = ("data", "replies", "requests", "waiters")
 
     def __init__(self, requests: Sequence[Request[Any]]) -> None:
         self.requests = requests
+        # Encoded now, by the caller: a request that cannot be raises to it.
+        self.data = _encode(requests) if requests else b""
         self.replies: list[Any] = []
         self.waiters: list[asyncio.Future[Any]] = []
-
-    def encode(self) -> bytes:
-        requests = self.requests
-        if len(requests) == 1:
-            return requests[0].encode()
-        return b"".join([request.encode() for request in requests])
 
     def resolve(self) -> None:
         replies = self.replies
@@ -93,6 +95,7 @@ class Batch(_Item):
 
     def seal(self) -> None:
         self.requests = (Get(list(self.keys), self.cas),)
+        self.data = self.requests[0].encode()  # keys of placed(): valid bytes
 
     def resolve(self) -> None:
         (reply,) = self.replies
@@ -102,6 +105,12 @@ class Batch(_Item):
         for waiter in self.waiters:
             if not waiter.done():
                 waiter.set_result(result)
+
+
+def _encode(requests: Sequence[Request[Any]]) -> bytes:
+    if len(requests) == 1:
+        return requests[0].encode()
+    return b"".join([request.encode() for request in requests])
 
 
 class Channel(asyncio.Protocol):
@@ -207,7 +216,7 @@ class Channel(asyncio.Protocol):
 
     def _enqueue(self, item: _Item) -> None:
         if self.broken is not None:
-            raise self.broken
+            raise NotSentError(f"not sent: the connection failed ({self.broken!r})")
         self._out.append(item)
         if not self._flush_scheduled:
             self._flush_scheduled = True
@@ -217,18 +226,25 @@ class Channel(asyncio.Protocol):
         """Write everything queued this iteration in one ``send`` (the batches sealed)."""
         self._flush_scheduled = False
         self._open_batch = None
-        out, self._out = self._out, []
-        if self.broken is not None or self.transport is None:
+        out = self._out
+        if self.broken is not None or not out:
+            return  # failed already: _fail answered every caller
+        try:
+            assert self.transport is not None  # connected before the first request
+            parts = []
+            for item in out:
+                if type(item) is Batch:
+                    item.seal()
+                parts.append(item.data)
+            data = b"".join(parts) if len(parts) > 1 else parts[0]
+        except Exception as exc:  # a bug: fail the callers rather than leave them waiting
+            self._fail(exc)
             return
-        parts = []
-        for item in out:
-            if type(item) is Batch:
-                item.seal()
-            parts.append(item.encode())
+        self._out = []
         if not self._queue:
             self._head_since = self.loop.time()
         self._queue.extend(out)
-        self.transport.write(b"".join(parts) if len(parts) > 1 else parts[0])
+        self.transport.write(data)
         if self._timer is None and self.timeout:
             self._timer = self.loop.call_at(self._head_since + self.timeout, self._check_deadline)
 
@@ -258,15 +274,20 @@ class Channel(asyncio.Protocol):
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        items = [*self._queue, *self._out]
+        written, unsent = list(self._queue), self._out
         self._queue.clear()
         self._out = []
         self._open_batch = None
         self._in_flight.clear()
         if self.transport is not None:
             self.transport.abort()
-        for item in items:
+        for item in written:
             item.fail(exc)
+        if unsent:
+            not_sent = NotSentError(f"not sent: the connection failed first ({exc!r})")
+            not_sent.__cause__ = exc
+            for item in unsent:
+                item.fail(not_sent)
 
     def fail(self, exc: BaseException) -> None:
         """Give up on this connection (a caller found its reply out of step)."""

@@ -308,3 +308,29 @@ def test_the_loop_never_stalls_more_than_10ms_under_load(
         assert asyncio.run(workload()) < 0.010
     finally:
         gc.enable()
+
+
+def test_requests_not_yet_written_when_a_connection_fails_are_certainly_not_applied(
+    memcached_1: list[MemcachedServer],
+) -> None:
+    from django_mcpatterns.core.aio_transport import NotSentError, open_channel
+    from django_mcpatterns.core.transport import SocketOptions
+    from django_mcpatterns.core.wire import Get, Store
+
+    flush(memcached_1)
+
+    async def work() -> None:
+        channel = await open_channel(("127.0.0.1", memcached_1[0].port), SocketOptions())
+        written = channel.submit((Get([b"k"]),))
+        await asyncio.sleep(0)  # written with this iteration's flush
+        unsent = channel.submit((Store("set", b"k", b"v", 0, 0),))
+        channel.fail(OSError("cut"))  # before the next flush
+        with pytest.raises(OSError, match="cut"):
+            await written  # sent: its outcome is the caller's to call unknown
+        with pytest.raises(NotSentError):
+            await unsent
+        with pytest.raises(NotSentError):
+            channel.submit((Get([b"k"]),))  # a failed channel takes nothing more
+
+    asyncio.run(work())
+    assert raw_client(memcached_1[0]).get("k") is None
