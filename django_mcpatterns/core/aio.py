@@ -327,8 +327,7 @@ class AsyncCluster:
             if channel is None:
                 channel = await self._links[node].channel(loop)
                 sent = True
-            (waiter,) = channel.fetch((kb,), cas)
-            batch = await waiter
+            batch = await channel.fetch_one(kb, cas)
             if type(batch) is not Batch:
                 raise _reply_error(batch)
         except asyncio.CancelledError:
@@ -343,50 +342,28 @@ class AsyncCluster:
         return batch.values.get(kb)
 
     async def _read_many(self, given: Mapping[bytes, Key], cas: bool) -> dict[bytes, Value]:
-        """Every server's keys in its channel's batch, all awaited together."""
+        """Every server's keys in its channel's batch of this iteration, then every reply."""
         if not given:
             return {}
-        groups, skipped, granted = self._group(given)
-        loop = asyncio.get_running_loop()
         found: dict[bytes, Value] = {}
         errors: list[BaseException] = []
 
-        async def read(node: _Node, kbs: list[bytes]) -> None:
-            admission = granted[node]
-            channel = self._links[node].current(loop)
-            sent = channel is not None
-            try:
-                if channel is None:
-                    channel = await self._links[node].channel(loop)
-                    sent = True
-                batches = [await waiter for waiter in channel.fetch(kbs, cas)]
-            except asyncio.CancelledError:
-                self._cancelled(node, admission)
-                raise
-            except BaseException as exc:
-                error = self._judge(node, channel, exc, admission, sent)
-                if error is not None:
-                    errors.append(error)
-                return
-            answered: list[Batch] = []
+        def finish(node: _Node, kbs: list[bytes], batches: list[Any]) -> None:
             for batch in batches:
                 if not isinstance(batch, Batch):
-                    errors.append(_reply_error(batch))
-                    return
-                answered.append(batch)
-            self._done(node)
-            for batch in answered:
+                    raise _reply_error(batch)
+            for batch in batches:
                 values = batch.values
                 for kb in kbs:
                     item = values.get(kb)
                     if item is not None:
                         found[kb] = item
 
-        await self._each(groups, read)
-        for node in skipped:
-            error = self.sync._unavailable(node, None)
+        def failed(node: _Node, kbs: list[bytes], error: BaseException | None) -> None:
             if error is not None:
                 errors.append(error)
+
+        await self._per_server(given, lambda channel, kbs: channel.fetch(kbs, cas), finish, failed)
         if errors:
             raise errors[0]
         return found
@@ -798,47 +775,80 @@ class AsyncCluster:
                 groups[other].append(kb)
         return groups, skipped, granted
 
-    async def _each(
+    async def _per_server(
         self,
-        groups: Mapping[_Node, list[bytes]],
-        work: Callable[[_Node, list[bytes]], Any],
+        given: Mapping[bytes, Key],
+        start: Callable[[Channel, list[bytes]], Sequence[asyncio.Future[Any]]],
+        finish: Callable[[_Node, list[bytes], list[Any]], None],
+        failed: Callable[[_Node, list[bytes], BaseException | None], None],
     ) -> None:
-        """Run ``work`` for every server at once: one request each, in the same write burst."""
-        if len(groups) == 1:
-            ((node, kbs),) = groups.items()
-            await work(node, kbs)
-            return
-        await asyncio.gather(*[work(node, kbs) for node, kbs in groups.items()])
+        """Run a multi-key command as :meth:`Cluster._fan_out` does, with channels.
+
+        Every server's request is queued first (``start``: no await unless a
+        connection must be opened), so they leave in the same loop iteration;
+        then each server's replies are awaited and handed to ``finish``.  A
+        server that fails, or cannot be used, fails only its own keys
+        (``failed``, with the error for the caller or None to degrade).  No
+        tasks: awaiting the futures in turn costs no more than the slowest.
+        """
+        groups, skipped, granted = self._group(given)
+        loop = asyncio.get_running_loop()
+        started: list[tuple[_Node, Channel, list[bytes], Sequence[asyncio.Future[Any]]]] = []
+        pending = list(groups.items())
+        try:
+            while pending:
+                node, kbs = pending[0]
+                links = self._links[node]
+                channel = links.current(loop)
+                sent = channel is not None
+                try:
+                    if channel is None:
+                        channel = await links.channel(loop)
+                        sent = True
+                    started.append((node, channel, kbs, start(channel, kbs)))
+                except asyncio.CancelledError:
+                    raise
+                except BaseException as exc:
+                    failed(node, kbs, self._judge(node, channel, exc, granted[node], sent))
+                del pending[0]
+            while started:
+                node, channel, kbs, waiters = started[0]
+                try:
+                    finish(node, kbs, [await waiter for waiter in waiters])
+                except asyncio.CancelledError:
+                    raise
+                except BaseException as exc:
+                    failed(node, kbs, self._judge(node, channel, exc, granted[node], True))
+                else:
+                    self._done(node)
+                del started[0]
+        except asyncio.CancelledError:
+            for node in {node for node, *_ in started} | {node for node, _ in pending}:
+                self._cancelled(node, granted[node])
+            raise
+        for node, kbs in skipped.items():
+            failed(node, kbs, self.sync._unavailable(node, None))
 
     async def _fan_out(self, exchange: _Exchange[R], given: Mapping[bytes, Key]) -> list[R]:
         """As :meth:`Cluster._fan_out`: every server's requests, pipelined; a failure is its own."""
         if not given:
             return []
-        groups, skipped, granted = self._group(given)
         results: list[R] = []
         errors: list[BaseException] = []
 
-        async def run(node: _Node, kbs: list[bytes]) -> None:
-            requests = tuple(exchange.requests(kbs))
-            unavailable: Any = None
-            try:
-                replies = await self._run(node, requests, None, unavailable, granted[node])
-                if replies is None:
-                    results.append(exchange.failed(kbs))
-                    return
-                results.append(exchange.result(replies, kbs))
-            except asyncio.CancelledError:
-                raise
-            except BaseException as exc:
-                errors.append(exc)
+        def start(channel: Channel, kbs: list[bytes]) -> list[asyncio.Future[Any]]:
+            return [channel.submit(tuple(exchange.requests(kbs)))]
 
-        await self._each(groups, run)
-        for node, kbs in skipped.items():
-            error = self.sync._unavailable(node, None)
+        def finish(node: _Node, kbs: list[bytes], replies: list[Any]) -> None:
+            results.append(exchange.result(replies[0], kbs))
+
+        def failed(node: _Node, kbs: list[bytes], error: BaseException | None) -> None:
             if error is None:
                 results.append(exchange.failed(kbs))
             else:
                 errors.append(error)
+
+        await self._per_server(given, start, finish, failed)
         if errors:
             raise errors[0]
         return results

@@ -187,6 +187,22 @@ class Channel(asyncio.Protocol):
         self._enqueue(item)
         return waiter
 
+    def fetch_one(self, kb: bytes, cas: bool) -> asyncio.Future[Batch | ErrorReply]:
+        """:meth:`fetch` of one key (the hot path of ``get``)."""
+        batch = self._in_flight.get(kb)
+        if batch is None or (cas and not batch.cas):
+            batch = self._open_batch
+            if batch is None:
+                batch = self._open_batch = Batch()
+                self._enqueue(batch)
+            batch.keys[kb] = None
+            self._in_flight[kb] = batch
+            if cas:
+                batch.cas = True
+        waiter: asyncio.Future[Batch | ErrorReply] = self.loop.create_future()
+        batch.waiters.append(waiter)
+        return waiter
+
     def fetch(self, kbs: Sequence[bytes], cas: bool) -> list[asyncio.Future[Batch | ErrorReply]]:
         """Futures of the batches that will answer ``kbs`` (one, usually).
 
