@@ -167,7 +167,7 @@ class _Links:
         finally:
             self._connecting.pop(loop, None)
         for old in [other for other in self.channels if other.is_closed()]:
-            del self.channels[old]
+            self.channels.pop(old).abandon()  # its loop is gone: nothing can use it
         self.channels[loop] = channel
         return channel
 

@@ -39,6 +39,7 @@ Failures
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 from collections import deque
 from collections.abc import Sequence
@@ -308,6 +309,18 @@ class Channel(asyncio.Protocol):
     def fail(self, exc: BaseException) -> None:
         """Give up on this connection (a caller found its reply out of step)."""
         self._fail(exc)
+
+    def abandon(self) -> None:
+        """End the connection of a loop that was closed without closing it (this process's).
+
+        The transport cannot be closed without its loop; shutting the socket
+        down ends the connection now, and garbage collection frees the rest.
+        """
+        self.broken = self.broken or ConnectionClosedError("its event loop was closed")
+        sock = self.transport.get_extra_info("socket") if self.transport is not None else None
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
 
     def close(self) -> None:
         """Close now if idle, else once every request held is answered."""

@@ -334,3 +334,17 @@ def test_requests_not_yet_written_when_a_connection_fails_are_certainly_not_appl
 
     asyncio.run(work())
     assert raw_client(memcached_1[0]).get("k") is None
+
+
+def test_a_closed_loops_connections_are_ended_when_another_loop_connects(
+    memcached_1: list[MemcachedServer],
+) -> None:
+    twin = AsyncCluster([memcached_1[0].spec])
+    server = raw_client(memcached_1[0])
+    asyncio.run(twin.set("k", 1))  # the loop closes, its connection left open
+    open_before = server.stats()[b"curr_connections"]
+    assert asyncio.run(twin.get("k")) == 1  # another loop: its own connection...
+    time.sleep(0.1)
+    # ...and the closed loop's one is ended, not left for the garbage collector.
+    assert server.stats()[b"curr_connections"] == open_before
+    server.close()
