@@ -180,3 +180,15 @@ class TestEmbedded(AsyncStampedeNamespacesContract):
     @pytest.fixture
     def deployment(self) -> Deployment:
         return Deployment.embedded("async-stampede")
+
+
+class TestThreeServers(AsyncStampedeNamespacesContract):
+    @pytest.fixture
+    def deployment(self, memcached_3: list[Any]) -> Deployment:
+        return Deployment.cluster(memcached_3)
+
+
+class TestThreeServersText(AsyncStampedeNamespacesContract):
+    @pytest.fixture
+    def deployment(self, memcached_3: list[Any]) -> Deployment:
+        return Deployment.cluster(memcached_3, protocol="text")
