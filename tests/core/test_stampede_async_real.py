@@ -143,3 +143,27 @@ def test_async_namespaces_on_real_servers(
     # One server answered the read: the version key and the three values, together.
     assert sorted(moved) == [0, 0, 4]
     assert after is None
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_the_keepalive_task_holds_the_key_through_a_compute_longer_than_the_lock(
+    memcached_3: list[MemcachedServer], protocol: str
+) -> None:
+    """A 2.5 s compute under a 1 s lock (or placeholder): a task arriving at 2.2 s waits."""
+    flush(memcached_3)
+    slow = Computes("slow", seconds=2.5)
+    late = Computes("late")
+
+    async def scenario() -> list[Any]:
+        store = cluster(memcached_3, protocol)
+        stampede = AsyncStampede(store, StampedePolicy(lock_timeout=1.0, max_lock_time=10.0))
+        try:
+            first = asyncio.ensure_future(stampede.get_or_compute("long", slow, 60))
+            await asyncio.sleep(2.2)  # past the lock's own TTL (exptime 2)
+            second = await stampede.get_or_compute("long", late, 60)
+            return [await first, second]
+        finally:
+            await store.close()
+
+    assert run(scenario) == ["slow", "slow"]
+    assert (slow.calls, late.calls) == (1, 0)
