@@ -15,7 +15,15 @@ the async one onto the sync one (``AsyncTicker`` -> ``Ticker``,
   size so a struggling database cannot pile up recomputes;
 * :data:`Guard` / :data:`AsyncGuard`: the mutex between the keepalive and the
   fill of one placeholder (a thread lock, or an asyncio lock: both sides are
-  tasks of one loop).
+  tasks of one loop);
+* :func:`finish_then_undo` / :func:`async_finish_then_undo`: a claim (the
+  recompute lock's ``add``, the placeholder's) that a cancelled task must not
+  leave half-done.  A task is cancelled while it waits for the reply, after the
+  request left: the server may have stored the claim, and nobody would own it
+  (every other caller would wait for a computation nobody runs, until the
+  claim's TTL).  So the claim runs to its end in a task of its own, and when
+  its caller was cancelled meanwhile, what it took is handed back.  Sync code
+  has no cancellation: the claim is just its result.
 """
 
 from __future__ import annotations
@@ -25,6 +33,7 @@ import logging
 import threading
 import weakref
 from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 from .refresh import RefreshQueueFull
 
@@ -32,13 +41,19 @@ __all__ = [
     "AsyncExtender",
     "AsyncGuard",
     "AsyncTicker",
+    "AsyncUndo",
     "Extender",
     "Guard",
     "Runner",
     "Ticker",
+    "Undo",
+    "async_finish_then_undo",
     "async_run_in_background",
+    "finish_then_undo",
     "run_in_background",
 ]
+
+T = TypeVar("T")
 
 logger = logging.getLogger("django_mcpatterns.stampede")
 
@@ -157,3 +172,47 @@ async def _logged(job: Callable[[], Awaitable[None]]) -> None:
 Extender = Callable[[float], bool]
 """Extend a held lock to live ``ttl`` more seconds; return whether it was still ours."""
 AsyncExtender = Callable[[float], Awaitable[bool]]
+
+
+Undo = Callable[[T], object]
+"""Hand back what a claim took, given the claim's answer."""
+AsyncUndo = Callable[[T], Awaitable[object]]
+
+
+def finish_then_undo(claim: T, undo: Undo[T]) -> T:
+    """Sync code cannot be cancelled mid-request: the claim is its result (``undo`` unused)."""
+    return claim
+
+
+# Claims being handed back after their caller was cancelled (a reference each, as above).
+_UNDOING: set[asyncio.Task[None]] = set()
+
+
+async def async_finish_then_undo(claim: Awaitable[T], undo: AsyncUndo[T]) -> T:
+    """Await ``claim`` to its end even if this task is cancelled meanwhile.
+
+    Cancelled, re-raise at once (the caller goes away as asked) and, once the
+    claim has its answer, run ``undo(answer)`` in a task: it releases what the
+    claim took, if it took anything.
+    """
+    task = asyncio.ensure_future(claim)
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        task.add_done_callback(lambda done: _undo_later(done, undo))
+        raise
+
+
+def _undo_later(done: asyncio.Future[T], undo: AsyncUndo[T]) -> None:
+    if done.cancelled() or done.exception() is not None:
+        return  # no answer: nothing known to hand back (it expires by itself)
+    task = asyncio.ensure_future(_logged_undo(undo, done.result()))
+    _UNDOING.add(task)
+    task.add_done_callback(_UNDOING.discard)
+
+
+async def _logged_undo(undo: AsyncUndo[T], taken: T) -> None:
+    try:
+        await undo(taken)
+    except Exception:
+        logger.exception("could not hand back a claim after its caller was cancelled")

@@ -10,6 +10,7 @@ recomputes it.
 from __future__ import annotations
 
 import asyncio
+import random
 from typing import Any
 
 import pytest
@@ -167,3 +168,50 @@ def test_the_keepalive_task_holds_the_key_through_a_compute_longer_than_the_lock
 
     assert run(scenario) == ["slow", "slow"]
     assert (slow.calls, late.calls) == (1, 0)
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_cancellations_at_random_points_never_wedge_a_key(
+    memcached_3: list[MemcachedServer], protocol: str
+) -> None:
+    """Seeded drill: tasks cancelled anywhere (mid-claim, mid-compute, mid-wait, mid-fill).
+
+    After each round a new caller must get a value within a second: a lock or a
+    placeholder left behind by a cancelled task would make it wait (``wait``, 10 s)
+    for a computation nobody runs.
+    """
+    flush(memcached_3)
+    rng = random.Random(14)
+
+    async def scenario() -> int:
+        store = cluster(memcached_3, protocol)
+        stampede = AsyncStampede(store)
+        cancelled = 0
+        try:
+            for round_ in range(40):
+                key = f"drill-{protocol}-{round_}"
+                if round_ % 2:  # half the rounds on a stale value, half on a cold key
+                    await stampede.get_or_compute(key, Computes("old"), 60)
+                    await stampede.mark_stale(key)
+                compute = Computes("new", seconds=rng.choice([0, 0.002, 0.02]))
+                tasks = [
+                    asyncio.ensure_future(stampede.get_or_compute(key, compute, 60))
+                    for _ in range(6)
+                ]
+                for _ in range(rng.randrange(8)):  # a few loop iterations: mid-request
+                    await asyncio.sleep(0)
+                if rng.random() < 0.5:
+                    await asyncio.sleep(rng.random() * 0.01)
+                for task in tasks:
+                    if rng.random() < 0.5:
+                        cancelled += task.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
+                value = await asyncio.wait_for(
+                    stampede.get_or_compute(key, Computes("after"), 60), 1.0
+                )
+                assert value in ("new", "old", "after")
+        finally:
+            await store.close()
+        return cancelled
+
+    assert run(scenario) > 40

@@ -24,6 +24,8 @@ from django_mcpatterns.core._async.ownership import async_rewrite_owned, strict_
 from django_mcpatterns.core.background import (
     AsyncExtender,
     AsyncGuard,
+    AsyncUndo,
+    async_finish_then_undo,
     async_run_in_background,
 )
 from django_mcpatterns.core.envelope import Envelope
@@ -260,11 +262,22 @@ class AsyncStampede:
             grace = int(job.policy.grace_for(job.timeout))
             recache = grace if grace >= 1 else None  # TTL left < grace: past the soft expiry
         try:
-            return await self._tokens.claim(
+            # Sync code runs the claim here, so within the try.
+            claim = self._tokens.claim(
                 job.key, recache, PLACEHOLDER, exptime_for(job.policy.lock_timeout)
             )
+            return await async_finish_then_undo(claim, self._unclaim_placeholder(job))
         except EncodingError:
             return None  # unreadable: the lock-based path logs and overwrites it
+
+    def _unclaim_placeholder(self, job: _Job[Any]) -> AsyncUndo[Claimed | None]:
+        """What hands back a placeholder a cancelled caller's claim added (:mod:`.background`)."""
+
+        async def undo(claimed: Claimed | None) -> None:
+            if claimed is not None and claimed.cas is None and claimed.added is not None:
+                await self.store.cas(job.key, PLACEHOLDER, claimed.added, -1)
+
+        return undo
 
     async def _by_tokens(self, job: _Job[T], claimed: Claimed | None) -> Fetched[T]:
         """Act on what memcached said: serve, recompute (``W``), win a miss, or wait."""
@@ -366,7 +379,7 @@ class AsyncStampede:
         held = await self._claim(job)
         if not isinstance(held, _Held):
             return self._serve(job, seen, reason)  # recomputing, failed moments ago, or unreachable
-        current, lease = await self._lease(job, missing=False)
+        current, lease = await self._lease_held(job, held, missing=False)
         if current is not NO_VALUE and current.soft_expiry > seen.soft_expiry:
             await self._release(held)  # another caller refreshed it between our get and our add
             return Fetched(current.value, "fresh", current)
@@ -391,7 +404,7 @@ class AsyncStampede:
                 # No lock to share the work through (and likely no lease either).
                 return await self._compute(job, "miss", OVERWRITE)
             if isinstance(held, _Held):
-                current, lease = await self._lease(job, missing=True)
+                current, lease = await self._lease_held(job, held, missing=True)
                 if current is not NO_VALUE:
                     await self._release(held)  # stored between our get and our add
                     return Fetched(current.value, "fresh", current)
@@ -584,6 +597,16 @@ class AsyncStampede:
         current = as_envelope(found)
         return current, (OnPlaceholder(cas) if current is NO_VALUE else cas)
 
+    async def _lease_held(
+        self, job: _Job[Any], held: _Held, *, missing: bool
+    ) -> tuple[Envelope | NoValue, Lease]:
+        """:meth:`_lease` under the won lock, which an interruption (a cancelled task) releases."""
+        try:
+            return await self._lease(job, missing=missing)
+        except BaseException:
+            await self._release(held)
+            raise
+
     async def _drop_placeholder(self, job: _Job[Any], lease: Lease) -> None:
         """No value will fill the placeholder: delete it (if unchanged), so ``add`` works again."""
         if isinstance(lease, OnPlaceholder | _Won):
@@ -609,7 +632,8 @@ class AsyncStampede:
         token = new_token()
         taken_at = self._clock()
         try:
-            if not await store.add(key, token, exptime_for(job.policy.lock_timeout)):
+            add = store.add(key, token, exptime_for(job.policy.lock_timeout))  # sync: runs here
+            if not await async_finish_then_undo(add, self._unclaim_lock(store, key, token)):
                 return Claim.LOST
         except NodeUnavailableError as exc:
             logger.warning(
@@ -619,6 +643,16 @@ class AsyncStampede:
             )
             return Claim.UNREACHABLE
         return _Held(store, key, token, job.policy.lock_timeout, taken_at)
+
+    @staticmethod
+    def _unclaim_lock(store: AsyncStore, key: Key, token: bytes) -> AsyncUndo[bool]:
+        """What releases a lock a cancelled caller's ``add`` took (:mod:`.background`)."""
+
+        async def undo(added: bool) -> None:
+            if added:
+                await async_rewrite_owned(store, key, token, -1)
+
+        return undo
 
     async def _release(self, held: _Held) -> None:
         await self._let_go(held, -1)  # cas with a negative exptime deletes

@@ -25,6 +25,8 @@ from django_mcpatterns.core._sync.ownership import rewrite_owned, strict_view
 from django_mcpatterns.core.background import (
     Extender,
     Guard,
+    Undo,
+    finish_then_undo,
     run_in_background,
 )
 from django_mcpatterns.core.envelope import Envelope
@@ -261,11 +263,22 @@ class Stampede:
             grace = int(job.policy.grace_for(job.timeout))
             recache = grace if grace >= 1 else None  # TTL left < grace: past the soft expiry
         try:
-            return self._tokens.claim(
+            # Sync code runs the claim here, so within the try.
+            claim = self._tokens.claim(
                 job.key, recache, PLACEHOLDER, exptime_for(job.policy.lock_timeout)
             )
+            return finish_then_undo(claim, self._unclaim_placeholder(job))
         except EncodingError:
             return None  # unreadable: the lock-based path logs and overwrites it
+
+    def _unclaim_placeholder(self, job: _Job[Any]) -> Undo[Claimed | None]:
+        """What hands back a placeholder a cancelled caller's claim added (:mod:`.background`)."""
+
+        def undo(claimed: Claimed | None) -> None:
+            if claimed is not None and claimed.cas is None and claimed.added is not None:
+                self.store.cas(job.key, PLACEHOLDER, claimed.added, -1)
+
+        return undo
 
     def _by_tokens(self, job: _Job[T], claimed: Claimed | None) -> Fetched[T]:
         """Act on what memcached said: serve, recompute (``W``), win a miss, or wait."""
@@ -367,7 +380,7 @@ class Stampede:
         held = self._claim(job)
         if not isinstance(held, _Held):
             return self._serve(job, seen, reason)  # recomputing, failed moments ago, or unreachable
-        current, lease = self._lease(job, missing=False)
+        current, lease = self._lease_held(job, held, missing=False)
         if current is not NO_VALUE and current.soft_expiry > seen.soft_expiry:
             self._release(held)  # another caller refreshed it between our get and our add
             return Fetched(current.value, "fresh", current)
@@ -392,7 +405,7 @@ class Stampede:
                 # No lock to share the work through (and likely no lease either).
                 return self._compute(job, "miss", OVERWRITE)
             if isinstance(held, _Held):
-                current, lease = self._lease(job, missing=True)
+                current, lease = self._lease_held(job, held, missing=True)
                 if current is not NO_VALUE:
                     self._release(held)  # stored between our get and our add
                     return Fetched(current.value, "fresh", current)
@@ -585,6 +598,16 @@ class Stampede:
         current = as_envelope(found)
         return current, (OnPlaceholder(cas) if current is NO_VALUE else cas)
 
+    def _lease_held(
+        self, job: _Job[Any], held: _Held, *, missing: bool
+    ) -> tuple[Envelope | NoValue, Lease]:
+        """:meth:`_lease` under the won lock, which an interruption (a cancelled task) releases."""
+        try:
+            return self._lease(job, missing=missing)
+        except BaseException:
+            self._release(held)
+            raise
+
     def _drop_placeholder(self, job: _Job[Any], lease: Lease) -> None:
         """No value will fill the placeholder: delete it (if unchanged), so ``add`` works again."""
         if isinstance(lease, OnPlaceholder | _Won):
@@ -610,7 +633,8 @@ class Stampede:
         token = new_token()
         taken_at = self._clock()
         try:
-            if not store.add(key, token, exptime_for(job.policy.lock_timeout)):
+            add = store.add(key, token, exptime_for(job.policy.lock_timeout))  # sync: runs here
+            if not finish_then_undo(add, self._unclaim_lock(store, key, token)):
                 return Claim.LOST
         except NodeUnavailableError as exc:
             logger.warning(
@@ -620,6 +644,16 @@ class Stampede:
             )
             return Claim.UNREACHABLE
         return _Held(store, key, token, job.policy.lock_timeout, taken_at)
+
+    @staticmethod
+    def _unclaim_lock(store: Store, key: Key, token: bytes) -> Undo[bool]:
+        """What releases a lock a cancelled caller's ``add`` took (:mod:`.background`)."""
+
+        def undo(added: bool) -> None:
+            if added:
+                rewrite_owned(store, key, token, -1)
+
+        return undo
 
     def _release(self, held: _Held) -> None:
         self._let_go(held, -1)  # cas with a negative exptime deletes
