@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import asgiref.sync
 import pytest
 from django.core.cache import caches
 
@@ -101,6 +102,34 @@ class AsyncStampedeNamespacesContract(DeploymentSuite):
         assert cache.get("conf") == "computed"
         assert envelope is not None
         assert envelope.value == "now"
+
+    def test_no_thread_hop_on_our_paths(self, cache: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+        """With coroutine computes, nothing reaches sync_to_async, to_thread or an executor."""
+
+        def refuse(*args: Any, **kwargs: Any) -> Any:
+            raise AssertionError("a thread hop on an async path")
+
+        monkeypatch.setattr(asgiref.sync.SyncToAsync, "__init__", refuse)
+        monkeypatch.setattr(asyncio, "to_thread", refuse)
+        monkeypatch.setattr(asyncio.BaseEventLoop, "run_in_executor", refuse)
+        cache.get_or_compute("stale", lambda: "old", 60)
+
+        async def scenario() -> list[Any]:
+            ns = cache.namespace("hop", soft=True)
+            await ns.aset("k", 1)
+            return [
+                await cache.aget_or_compute("cold", Computes("v"), 60),
+                await cache.aget_or_compute("cold", Computes("not this"), 60),
+                await cache.amark_stale("stale"),
+                await cache.aget_or_compute("stale", Computes("new"), 60),
+                await cache.aget_or_set("set", Computes("s"), 60),
+                await ns.aget_or_compute("c", Computes("c"), 60),
+                await ns.aget_many(["k", "c"]),
+                await ns.ainvalidate() > 0,
+                await ns.aget_or_compute("c", Computes("again"), 60),  # stale: this one recomputes
+            ]
+
+        assert run(scenario) == ["v", "v", True, "new", "s", "c", {"k": 1, "c": "c"}, True, "again"]
 
     # -- namespaces --
 
