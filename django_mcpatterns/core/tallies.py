@@ -20,6 +20,7 @@ the store could not be asked or did not answer (the limiter's fail mode).
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -65,18 +66,14 @@ async def async_tally(
 
 def untally(store: Store, current: Routed, cost: int) -> None:
     """Take back a refused decision's ``cost`` (best effort: left over, it only errs strict)."""
-    try:
+    with contextlib.suppress(McPatternsError):
         store.decr(current, cost)
-    except McPatternsError:
-        pass
 
 
 async def async_untally(store: AsyncStore, current: Routed, cost: int) -> None:
     """:func:`untally` over an :class:`~.store.AsyncStore`."""
-    try:
+    with contextlib.suppress(McPatternsError):
         await store.decr(current, cost)
-    except McPatternsError:
-        pass
 
 
 def _bump(store: Store, key: Routed, cost: int, expire: int) -> int | None:

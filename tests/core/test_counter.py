@@ -56,11 +56,13 @@ def write(counter: CachedCounter, truth: Truth, delta: int = 1) -> None:
 
 def test_hits_are_cached_and_changes_keep_them_exact(counter: CachedCounter, truth: Truth) -> None:
     truth.rows = 5
-    assert counter.get() == 5 and counter.get() == 5
+    assert counter.get() == 5
+    assert counter.get() == 5
     assert truth.loads == 1
     write(counter, truth, +3)
     write(counter, truth, -2)
-    assert counter.get() == 6 and truth.loads == 1  # changed in the cache, not reloaded
+    assert counter.get() == 6
+    assert truth.loads == 1
 
 
 def test_a_rolled_back_write_changes_nothing(counter: CachedCounter, truth: Truth) -> None:
@@ -103,7 +105,9 @@ def test_writer_entering_during_a_load_voids_the_fill(counter: CachedCounter, tr
     assert counter.get() == 1 == truth.rows
 
 
-def test_evicted_flight_record_and_a_quiet_looking_fill(counter: CachedCounter, truth: Truth) -> None:
+def test_evicted_flight_record_and_a_quiet_looking_fill(
+    counter: CachedCounter, truth: Truth
+) -> None:
     store = counter.store
     change = counter.change(+1)
     change.__enter__()

@@ -42,7 +42,9 @@ def _key() -> str:
 
 
 @pytest.fixture(params=["meta", "text"])
-def cluster(request: pytest.FixtureRequest, memcached_1: list[MemcachedServer]) -> Iterator[Cluster]:
+def cluster(
+    request: pytest.FixtureRequest, memcached_1: list[MemcachedServer]
+) -> Iterator[Cluster]:
     cluster = Cluster([memcached_1[0].spec], ClusterOptions(protocol=request.param))
     yield cluster
     cluster.close()
@@ -66,7 +68,9 @@ def test_racing_threads_admit_exactly_the_limit(cluster: Cluster) -> None:
         thread.join()
     assert sum(admitted) == 100  # 320 attempts, 8 threads
     after = limiter.hit(key)
-    assert not after.allowed and after.remaining == 0 and 0 < after.retry_after <= 33  # a period and a slot at most
+    assert not after.allowed
+    assert after.remaining == 0
+    assert 0 < after.retry_after <= 33  # a period and a slot at most
 
 
 def test_racing_tasks_admit_exactly_the_limit() -> None:
@@ -147,12 +151,16 @@ def test_dead_server_fails_open_by_default_and_closed_when_asked() -> None:
     try:
         cluster = Cluster([servers[0].spec], ClusterOptions(timeout=0.5, connect_timeout=0.5))
         open_, closed = RateLimiter(cluster, "1/m"), RateLimiter(cluster, "1/m", fail="closed")
-        assert open_.hit("k").allowed and not open_.hit("k").allowed
+        assert open_.hit("k").allowed
+        assert not open_.hit("k").allowed
         servers[0].kill()
         decision = open_.hit("k")
-        assert decision.allowed and decision.degraded
+        assert decision.allowed
+        assert decision.degraded
         refused = closed.hit("k")
-        assert not refused.allowed and refused.degraded and refused.retry_after > 0
+        assert not refused.allowed
+        assert refused.degraded
+        assert refused.retry_after > 0
         strict = RateLimiter(cluster.strict(), "1/m")  # the raising view: still no raise
         assert strict.hit("k").allowed
         cluster.close()

@@ -31,7 +31,9 @@ class LimiterMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.clock = FakeClock(1_800_000_000.0)
-        self.limiter = RateLimiter(MemoryStore(clock=self.clock), f"{LIMIT}/{PERIOD}s", clock=self.clock)
+        self.limiter = RateLimiter(
+            MemoryStore(clock=self.clock), f"{LIMIT}/{PERIOD}s", clock=self.clock
+        )
         self.window = self.limiter.window
         self.log: dict[str, list[tuple[float, int]]] = {"a": [], "b": []}
 

@@ -9,6 +9,7 @@ apply, exit), 4 when the count is not cached (the apply deletes, see
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from types import TracebackType
 from typing import Any
@@ -165,10 +166,8 @@ class CachedCounter:
             if now is not None and unpack(now).incarnation == ticket:
                 return
             if now is not None:  # counted in a record made after ours was lost: take it back
-                try:
+                with contextlib.suppress(McPatternsError):
                     self.store.decr(self.flight_key, EXIT)
-                except McPatternsError:
-                    pass
         self._void()  # after the take-back: voids fills based on the stray exit
 
     def _void(self) -> None:
