@@ -9,10 +9,12 @@ ends with ``counter.get() == truth``.
 from __future__ import annotations
 
 import asyncio
+import random
 from collections.abc import Callable
 
 import pytest
 
+from django_mcpatterns.core.aio import AsyncCluster
 from django_mcpatterns.core.cached_counters import AsyncCachedCounter, CachedCounter
 from django_mcpatterns.core.cluster import Cluster
 from django_mcpatterns.core.keys import Routed
@@ -201,3 +203,57 @@ def test_round_trips(protocol: str, memcached_1: list[MemcachedServer]) -> None:
     assert (hit, change) == (1, 3)
     assert miss == 8  # get; gets, add and gets of the new flight record; add, gets; gets; cas
     assert refill == 6  # get, gets flight, add placeholder, gets lease, gets flight, cas
+
+
+@pytest.mark.parametrize("protocol", ["meta", "text"])
+def test_async_counter_with_racing_tasks_and_evictions(
+    protocol: str, memcached_1: list[MemcachedServer]
+) -> None:
+    cluster = Cluster([memcached_1[0].spec], ClusterOptions(protocol=protocol))  # type: ignore[arg-type]
+    aio = AsyncCluster.twin_of(cluster)
+
+    async def run(seed: int) -> tuple[int, int]:
+        rng = random.Random(seed)
+        truth = [0]
+        done = asyncio.Event()
+        key = f"acount-{seed}-{protocol}"
+
+        async def load() -> int:
+            seen = truth[0]
+            await asyncio.sleep(rng.random() / 1000)
+            return seen
+
+        counter = AsyncCachedCounter(aio, key, load)
+
+        async def writer() -> None:
+            for _ in range(30):
+                delta = 1 if truth[0] == 0 or rng.random() < 0.6 else -1
+                async with counter.change(delta):
+                    await asyncio.sleep(rng.random() / 1000)
+                    truth[0] += delta  # the commit
+                    await asyncio.sleep(rng.random() / 1000)
+
+        async def reader() -> None:
+            while not done.is_set():
+                await counter.get()
+                await asyncio.sleep(0)
+
+        async def evictor() -> None:
+            while not done.is_set():
+                await asyncio.sleep(rng.random() / 200)
+                await aio.delete(key if rng.random() < 0.5 else counter.flight_key)
+
+        others = [asyncio.create_task(task()) for task in (reader, reader, evictor)]
+        await asyncio.gather(*(writer() for _ in range(4)))
+        done.set()
+        await asyncio.gather(*others)
+        return await counter.get(), truth[0]
+
+    async def runs() -> list[tuple[int, int]]:
+        results = [await run(seed) for seed in range(5)]
+        await aio.close()
+        return results
+
+    for cached, truth in asyncio.run(runs()):
+        assert cached == truth
+    cluster.close()

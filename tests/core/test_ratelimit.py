@@ -15,6 +15,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from django_mcpatterns.core.aio import AsyncCluster
 from django_mcpatterns.core.cluster import Cluster
 from django_mcpatterns.core.exceptions import ConfigurationError
 from django_mcpatterns.core.limiters import AsyncRateLimiter, RateLimiter
@@ -89,6 +90,22 @@ def test_racing_tasks_admit_exactly_the_limit() -> None:
     assert sum(asyncio.run(race())) == 100
 
 
+def test_racing_tasks_on_memcached_admit_exactly_the_limit(cluster: Cluster) -> None:
+    aio = AsyncCluster.twin_of(cluster)
+    limiter = AsyncRateLimiter(aio, "100/30s")
+    key = _key()
+
+    async def attempts() -> int:
+        return sum([(await limiter.hit(key)).allowed for _ in range(40)])
+
+    async def race() -> list[int]:
+        admitted = list(await asyncio.gather(*(attempts() for _ in range(8))))
+        await aio.close()
+        return admitted
+
+    assert sum(asyncio.run(race())) == 100
+
+
 def _decisions(limiter: RateLimiter, clock: FakeClock, key: str) -> list[tuple[bool, int, float]]:
     """A scripted run crossing window edges: what each attempt was told."""
     told = []
@@ -144,6 +161,25 @@ def _round_trips(protocol: str, server: MemcachedServer) -> tuple[int, int, int]
 def test_one_round_trip_per_admitted_decision(memcached_1: list[MemcachedServer]) -> None:
     assert _round_trips("meta", memcached_1[0]) == (1, 2, 1)
     assert _round_trips("text", memcached_1[0]) == (1, 2, 2)  # text: a slot's first use adds
+
+
+@pytest.mark.parametrize("protocol", ["meta", "text"])
+def test_async_round_trips(protocol: str, memcached_1: list[MemcachedServer]) -> None:
+    with Proxy(memcached_1[0].port) as proxy:
+        aio = AsyncCluster([proxy.spec], ClusterOptions(protocol=protocol))  # type: ignore[arg-type]
+        limiter = AsyncRateLimiter(aio, "2/m")
+        key = _key()
+
+        async def run() -> list[tuple[bool, int]]:
+            told = []
+            await limiter.hit(key)
+            for _ in range(2):
+                proxy.forget()
+                told.append(((await limiter.hit(key)).allowed, proxy.round_trips))
+            await aio.close()
+            return told
+
+        assert asyncio.run(run()) == [(True, 1), (False, 2)]
 
 
 def test_dead_server_fails_open_by_default_and_closed_when_asked() -> None:
