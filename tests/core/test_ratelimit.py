@@ -17,7 +17,7 @@ import pytest
 
 from django_mcpatterns.core.aio import AsyncCluster
 from django_mcpatterns.core.cluster import Cluster
-from django_mcpatterns.core.exceptions import ConfigurationError
+from django_mcpatterns.core.exceptions import ConfigurationError, InvalidKeyError
 from django_mcpatterns.core.limiters import AsyncRateLimiter, RateLimiter
 from django_mcpatterns.core.memory import AsyncMemoryStore, MemoryStore
 from django_mcpatterns.core.options import ClusterOptions
@@ -210,6 +210,8 @@ def test_cost_above_the_limit_is_refused_and_bad_costs_raise() -> None:
     assert limiter.hit("k", 3).allowed
     with pytest.raises(ValueError, match="cost"):
         limiter.hit("k", -1)
+    with pytest.raises(InvalidKeyError):
+        limiter.hit("k" * 245)  # no room left for the slot's suffix: an error, not a pass
     with pytest.raises(ConfigurationError, match="fail"):
         RateLimiter(MemoryStore(), "3/s", fail="maybe")  # type: ignore[arg-type]
 

@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable
 
 from django_mcpatterns.core.exceptions import ConfigurationError, McPatternsError
-from django_mcpatterns.core.keys import Routed, placed
+from django_mcpatterns.core.keys import Routed, key_bytes, placed
 from django_mcpatterns.core.ratelimit import (
     DEFAULT_SLOTS,
     Decision,
@@ -71,6 +71,7 @@ class RateLimiter:
         route = placed(key)[0]
         name = route.decode("utf-8")
         current, older = window.keys(name, now)
+        key_bytes(current.encode())  # a key too long for its slot suffix: raise, do not degrade
         slot = Routed(current.encode(), route)
         olds = [Routed(old.encode(), route) for old in older]
         try:
