@@ -9,32 +9,44 @@ The properties users rely on, checked after every step of random attempts
   one slot, with this cost, would pass the limit;
 * ``remaining`` is what the log leaves, and waiting ``retry_after`` admits the
   same attempt (when nothing else is admitted meanwhile).
+
+The same machine runs on the embedded store and on real memcached (both protocols).
 """
 
 from __future__ import annotations
 
 import math
+import uuid
+from collections.abc import Callable
 
+import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
+from django_mcpatterns.core.cluster import Cluster
 from django_mcpatterns.core.limiters import RateLimiter
 from django_mcpatterns.core.memory import MemoryStore
+from django_mcpatterns.core.options import ClusterOptions
 from django_mcpatterns.core.ratelimit import Decision
+from django_mcpatterns.core.store import Store
 from tests.fakes import FakeClock
+from tests.harness import MemcachedServer
 
 LIMIT, PERIOD = 7, 10
 
 
 class LimiterMachine(RuleBasedStateMachine):
+    store: Callable[[FakeClock], Store] = staticmethod(lambda clock: MemoryStore(clock=clock))
+
     def __init__(self) -> None:
         super().__init__()
         self.clock = FakeClock(1_800_000_000.0)
-        self.limiter = RateLimiter(
-            MemoryStore(clock=self.clock), f"{LIMIT}/{PERIOD}s", clock=self.clock
-        )
+        store = self.store(self.clock)
+        self.limiter = RateLimiter(store, f"{LIMIT}/{PERIOD}s", clock=self.clock)
         self.window = self.limiter.window
+        run = uuid.uuid4().hex[:8]  # each example's keys are its own on a shared server
+        self.keys = {"a": f"{run}-a", "b": f"{run}-b"}
         self.log: dict[str, list[tuple[float, int]]] = {"a": [], "b": []}
 
     def _recent(self, key: str, now: float) -> int:
@@ -45,7 +57,7 @@ class LimiterMachine(RuleBasedStateMachine):
     def _hit(self, key: str, cost: int) -> Decision:
         now = self.clock()
         before = self._recent(key, now)
-        decision = self.limiter.hit(key, cost)
+        decision = self.limiter.hit(self.keys[key], cost)
         if decision.allowed:
             self.log[key].append((now, cost))
             assert decision.remaining == LIMIT - before - cost
@@ -79,6 +91,23 @@ class LimiterMachine(RuleBasedStateMachine):
 
 LimiterMachine.TestCase.settings = settings(max_examples=150, stateful_step_count=40, deadline=None)
 TestLimiter = LimiterMachine.TestCase
+
+
+@pytest.mark.parametrize("protocol", ["meta", "text"])
+def test_memcached_holds_the_same_properties(
+    protocol: str, memcached_1: list[MemcachedServer]
+) -> None:
+    cluster = Cluster([memcached_1[0].spec], ClusterOptions(protocol=protocol))  # type: ignore[arg-type]
+
+    class OnMemcached(LimiterMachine):
+        store = staticmethod(lambda clock: cluster)
+
+    try:
+        run_state_machine_as_test(
+            OnMemcached, settings=settings(max_examples=40, stateful_step_count=30, deadline=None)
+        )
+    finally:
+        cluster.close()
 
 
 def test_slots_cover_the_whole_period() -> None:
