@@ -16,7 +16,7 @@ import math
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
-from asgiref.sync import iscoroutinefunction, sync_to_async
+from asgiref.sync import iscoroutinefunction
 from django.core.cache import DEFAULT_CACHE_ALIAS, caches
 from django.core.exceptions import ImproperlyConfigured
 from django.db import models, router, transaction
@@ -120,13 +120,7 @@ def ratelimit(
             async def async_wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
                 counter = counted(request)
                 if counter is not None:
-                    found = limiter()
-                    try:
-                        decision = await found.aratelimit(counter, rate, cost=cost, fail=fail)
-                    except NotImplementedError:  # a backend without an async store yet
-                        decision = await sync_to_async(found.ratelimit)(
-                            counter, rate, cost=cost, fail=fail
-                        )
+                    decision = await limiter().aratelimit(counter, rate, cost=cost, fail=fail)
                     refused = answer(request, decision)
                     if refused is not None:
                         return refused

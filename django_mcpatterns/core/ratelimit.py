@@ -33,6 +33,7 @@ slots, ``core/_async/ratelimit.py`` (and its generated sync form) decides.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from dataclasses import dataclass
@@ -70,7 +71,15 @@ def parse_rate(rate: str | Rate) -> Rate:
     """
     if isinstance(rate, Rate):
         return rate
-    match = _RATE.match(rate) if isinstance(rate, str) else None
+    if not isinstance(rate, str):
+        raise ConfigurationError(f"rate {rate!r} is not a string like '100/m'", option="rate")
+    return _parse(rate)
+
+
+@functools.lru_cache(maxsize=256)
+def _parse(rate: str) -> Rate:
+    """:func:`parse_rate` of a string, once per distinct rate (views parse theirs per request)."""
+    match = _RATE.match(rate)
     if match is None:
         raise ConfigurationError(
             f"rate {rate!r} is not of the form '<count>/<unit>' or '<count>/<n><unit>' "

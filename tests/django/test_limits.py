@@ -16,7 +16,7 @@ from django.test import RequestFactory, override_settings
 from django_mcpatterns.decorators import ratelimit
 from django_mcpatterns.limiting import ModelCounter
 from tests.django.conftest import CLUSTER_BACKEND, EMBEDDED_BACKEND
-from tests.harness import MemcachedServer
+from tests.harness import MemcachedServer, start_memcached, stop_all
 
 factory = RequestFactory()
 
@@ -98,6 +98,33 @@ def test_cache_counter_sync_and_async(cache: Any) -> None:
         return await counter.aget()
 
     assert asyncio.run(run()) == 3
+
+
+def test_dead_server_never_raises_into_the_view() -> None:
+    servers = start_memcached(1)
+    entry = {
+        "BACKEND": CLUSTER_BACKEND,
+        "LOCATION": [servers[0].spec],
+        "OPTIONS": {"timeout": 0.5, "connect_timeout": 0.5},
+    }
+    try:
+        with override_settings(CACHES={"default": entry}):
+
+            @ratelimit("1/m")
+            def open_view(request: HttpRequest) -> HttpResponse:
+                return HttpResponse("ok")
+
+            @ratelimit("1/m", fail="closed")
+            async def closed_view(request: HttpRequest) -> HttpResponse:
+                return HttpResponse("ok")
+
+            servers[0].kill()
+            assert [open_view(factory.get("/")).status_code for _ in range(3)] == [200] * 3
+            refused = asyncio.run(closed_view(factory.get("/")))
+            assert refused.status_code == 429
+            assert int(refused["Retry-After"]) >= 1
+    finally:
+        stop_all(servers)
 
 
 class Item(models.Model):
