@@ -166,8 +166,12 @@ class _Links:
             channel = await open_channel(self.address, self.options)
         finally:
             self._connecting.pop(loop, None)
-        for old in [other for other in self.channels if other.is_closed()]:
-            self.channels.pop(old).abandon()  # its loop is gone: nothing can use it
+        # Loops of other threads may connect at the same time: each step is one dict
+        # operation (atomic), and a closed loop's channel is ended by whoever pops it.
+        for old in [other for other in list(self.channels) if other.is_closed()]:
+            abandoned = self.channels.pop(old, None)
+            if abandoned is not None:
+                abandoned.abandon()  # its loop is gone: nothing can use it
         self.channels[loop] = channel
         return channel
 

@@ -348,3 +348,36 @@ def test_a_closed_loops_connections_are_ended_when_another_loop_connects(
     # ...and the closed loop's one is ended, not left for the garbage collector.
     assert server.stats()[b"curr_connections"] == open_before
     server.close()
+
+
+def test_loops_in_many_threads_share_a_twin_each_with_its_own_connections(
+    memcached_3: list[MemcachedServer],
+) -> None:
+    """As under Django's async_to_sync: a loop per thread, one twin for all of them."""
+    import threading
+
+    flush(memcached_3)
+    twin = AsyncCluster([s.spec for s in memcached_3])
+    errors: list[BaseException] = []
+
+    def worker(n: int) -> None:
+        async def work() -> None:
+            for i in range(30):
+                await twin.set(f"thread:{n}:{i}", (n, i))
+                values = await asyncio.gather(*[twin.get(f"thread:{n}:{j}") for j in range(i + 1)])
+                assert values == [(n, j) for j in range(i + 1)]
+
+        try:
+            for _ in range(3):  # a new loop each time, as asyncio.run makes
+                asyncio.run(work())
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(n,)) for n in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert errors == []
+    # (n, i) tuples come back from the right keys in every thread; a fresh loop still works:
+    assert asyncio.run(twin.get("thread:0:0")) == (0, 0)
