@@ -16,9 +16,10 @@ import math
 import secrets
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from types import TracebackType
 from typing import Any, Literal, Protocol, TypeVar, cast, runtime_checkable
 
-from .exceptions import ConfigurationError
+from .exceptions import ConfigurationError, NodeUnavailableError
 from .keys import Key
 from .store import MAX_RELATIVE_EXPIRE, AsyncStore, Store
 
@@ -32,6 +33,7 @@ __all__ = [
     "LockTimedOut",
     "LockWaited",
     "Ownership",
+    "Reaching",
     "SupportsStrict",
     "authoritative",
     "check_positive",
@@ -175,6 +177,34 @@ def authoritative(store: S) -> S:
 def new_token() -> bytes:
     """A token no other owner will draw: 128 random bits, hex (readable by any client)."""
     return secrets.token_hex(16).encode()
+
+
+class Reaching:
+    """``with Reaching(key, action):`` names the lock and the action in an unreachable
+    server's error, keeping its class (a release whose reply was lost stays an
+    :class:`~.exceptions.OutcomeUnknownError`).  A class, not a generator: it wraps
+    every request of a lock."""
+
+    __slots__ = ("action", "key")
+
+    def __init__(self, key: Key, action: str) -> None:
+        self.key = key
+        self.action = action
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        if isinstance(exc, NodeUnavailableError):
+            raise type(exc)(
+                f"cannot {self.action} lock {self.key!r}, its server is unreachable: {exc}",
+                node=exc.node,
+            ) from exc
 
 
 # -- validation -------------------------------------------------------------------------

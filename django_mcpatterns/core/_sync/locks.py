@@ -9,18 +9,16 @@ round trips and its owners are described in :mod:`django_mcpatterns.core.locks`.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import random
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any, cast
 
 from django_mcpatterns.core.exceptions import (
     LockError,
     LockNotOwnedError,
     LockTimeoutError,
-    NodeUnavailableError,
 )
 from django_mcpatterns.core.keys import Key, placed
 from django_mcpatterns.core.lockrules import (
@@ -32,6 +30,7 @@ from django_mcpatterns.core.lockrules import (
     LockTimedOut,
     LockWaited,
     Ownership,
+    Reaching,
     authoritative,
     check_positive,
     emit,
@@ -191,7 +190,7 @@ class Lock:
         if hold.token == token:
             hold.token = hold.cas = None
         if cas is not None:
-            with self._reaching("release"):
+            with Reaching(self.key, "release"):
                 if self._store.delete_cas(self.key, cas):
                     return
         self._replace(hold, token, -1, "release")  # by the token; negative deletes
@@ -216,7 +215,7 @@ class Lock:
         exptime = exptime_for(ttl)
         cas = None
         if hold.cas is not None:
-            with self._reaching("extend"):
+            with Reaching(self.key, "extend"):
                 cas = self._store.recas(self.key, token, hold.cas, exptime)
         if cas is None:
             # by the token: the new cas is not known
@@ -226,7 +225,7 @@ class Lock:
 
     def locked(self) -> bool:
         """Whether anyone holds the lock now (one ``get``)."""
-        with self._reaching("inspect"):
+        with Reaching(self.key, "inspect"):
             return self._store.get(self.key) is not None
 
     def owned(self) -> bool:
@@ -234,7 +233,7 @@ class Lock:
         token = self._owners.current().token
         if token is None:
             return False
-        with self._reaching("inspect"):
+        with Reaching(self.key, "inspect"):
             return bool(self._store.get(self.key) == token)
 
     # -- context manager and decorator --
@@ -264,7 +263,7 @@ class Lock:
     def _try_add(self, hold: Hold, token: bytes) -> bool:
         now = self._clock()
         exptime = exptime_for(self.timeout)
-        with self._reaching("acquire"):
+        with Reaching(self.key, "acquire"):
             cas = self._store.add_cas(self.key, token, exptime)
         if cas is None:
             return False
@@ -275,7 +274,7 @@ class Lock:
 
     def _replace(self, hold: Hold, token: bytes, exptime: int, action: str) -> None:
         """Rewrite our lock item (new exptime; negative deletes) only while it is ours."""
-        with self._reaching(action):
+        with Reaching(self.key, action):
             held = rewrite_owned(self._store, self.key, token, exptime)
         if held != "ours":
             raise self._not_owned(hold, action, token, holder=held == "taken")
@@ -298,15 +297,3 @@ class Lock:
             f"cannot {action} lock {self.key!r}: this owner no longer holds it "
             f"(its TTL lapsed; {now}); the critical section outlived the lock timeout"
         )
-
-    @contextlib.contextmanager
-    def _reaching(self, action: str) -> Iterator[None]:
-        """Name the lock and the action in an unreachable server's error."""
-        try:
-            yield
-        except NodeUnavailableError as exc:
-            # Same class: a release or extend whose reply was lost stays an OutcomeUnknownError.
-            raise type(exc)(
-                f"cannot {action} lock {self.key!r}, its server is unreachable: {exc}",
-                node=exc.node,
-            ) from exc
