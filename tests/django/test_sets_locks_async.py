@@ -163,6 +163,41 @@ class AsyncPatternsOnDjango(DeploymentSuite):
         assert run(scenario()) == expected
         assert cache.smembers("shared") == expected
 
+    def test_no_thread_hop_on_the_io_paths(
+        self, cache: Any, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Only a user's plain-callable loader may leave the loop."""
+        from asgiref.sync import SyncToAsync
+
+        def refuse(*args: Any, **kwargs: Any) -> Any:
+            raise AssertionError("a thread hop on an I/O path")
+
+        monkeypatch.setattr(SyncToAsync, "__call__", refuse)
+        monkeypatch.setattr(asyncio.BaseEventLoop, "run_in_executor", refuse)
+        monkeypatch.setattr(asyncio, "to_thread", refuse)
+
+        async def loader() -> list[int]:
+            return [7]
+
+        async def scenario() -> None:
+            await cache.asadd("s", *range(300))
+            await cache.asrem("s", *range(100))
+            assert await cache.ascard("s") == 200  # a read that compacts
+            await cache.asadd("t", 1, 2)
+            assert await cache.asinter("s", "t") == set()
+            assert await cache.asunionstore("u", "s", "t") == 202
+            assert await cache.aspop("t") in {1, 2}
+            assert await cache.asmembers("lazy", loader=loader) == {7}
+            await cache.arpush("l", 1, 2)
+            await cache.alrem("l", 0, 1)
+            assert await cache.alrange("l", 0, -1) == [2]
+            async with cache.lock("job", timeout=5):
+                assert await cache.lock("job", blocking_timeout=0.02).aacquire() is False
+            with pytest.raises(AssertionError, match="thread hop"):
+                await cache.asmembers("orm", loader=lambda: [1])  # the one allowed hop
+
+        run(scenario())
+
     # -- locks -----------------------------------------------------------------
 
     def test_one_lock_object_has_both_forms(self, cache: Any) -> None:
