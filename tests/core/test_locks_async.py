@@ -359,6 +359,36 @@ def test_fifty_tasks_sharing_one_lock_object_never_overlap() -> None:
     assert state == {"inside": 0, "most": 1, "count": 50}
 
 
+def test_cancelled_holders_release_and_cancelled_waiters_take_nothing() -> None:
+    astore = AsyncMemoryStore(MemoryStore())
+
+    async def holder(entered: asyncio.Event) -> None:
+        async with AsyncLock(astore, "job", timeout=30):
+            entered.set()
+            await asyncio.sleep(30)
+
+    async def waiter() -> None:
+        async with AsyncLock(astore, "job", timeout=30):
+            raise AssertionError("not reached: cancelled while waiting")
+
+    async def scenario() -> None:
+        entered = asyncio.Event()
+        holding = asyncio.create_task(holder(entered))
+        await entered.wait()
+        waiting = asyncio.create_task(waiter())
+        await asyncio.sleep(0.05)  # the waiter is between tries
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        assert await AsyncLock(astore, "job").locked()  # still the holder's
+        holding.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await holding
+        assert not await AsyncLock(astore, "job").locked()  # released on the way out
+
+    run(scenario())
+
+
 # -- real memcached, through the AsyncCluster twin -------------------------------------
 
 
