@@ -291,6 +291,38 @@ def test_concurrent_pops_in_tasks_never_return_a_member_twice(memory: MemoryStor
     assert AppendSets(memory, SMALL).scard("pool") == 140
 
 
+def _cancel_at_random(asets: AsyncAppendSets, seed: int) -> tuple[set[Member], set[Member]]:
+    """50 writers, cancelled at random points: (members acknowledged, members read back)."""
+    rng = random.Random(seed)
+    acknowledged: set[Member] = set()
+
+    async def writer(task: int) -> None:
+        for i in range(8):
+            member = f"{task}:{i}"
+            await asets.sadd("cancelled", member)
+            acknowledged.add(member)
+
+    async def scenario() -> set[Member]:
+        tasks = [asyncio.create_task(writer(task)) for task in range(50)]
+        for _ in range(40):
+            await asyncio.sleep(rng.choice([0, 0, 0.0005]))
+            rng.choice(tasks).cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        return await asets.smembers("cancelled")
+
+    return acknowledged, run(scenario())
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_writers_cancelled_at_random_points_lose_no_acknowledged_member(
+    memory: MemoryStore, seed: int
+) -> None:
+    asets = AsyncAppendSets(Yielding(AsyncMemoryStore(memory)), EAGER)  # type: ignore[arg-type]
+    acknowledged, found = _cancel_at_random(asets, seed)
+    assert acknowledged <= found  # a cancelled write may land or not; an answered one did
+    assert 0 < len(acknowledged) < 50 * 8  # the cancellations cut writers short
+
+
 # -- lists ---------------------------------------------------------------------------
 
 
@@ -377,6 +409,16 @@ def test_sets_and_lists_on_memcached(
 
     run(scenario())
     assert sets.smembers("big") == set(members)
+
+
+def test_writers_cancelled_at_random_points_on_memcached(
+    on_memcached: tuple[AsyncAppendSets, AsyncAppendLists, AppendSets],
+) -> None:
+    """Cancellations land mid-request: every later request still gets its own reply."""
+    asets, _, sets = on_memcached
+    acknowledged, found = _cancel_at_random(asets, 11)
+    assert acknowledged <= found
+    assert sets.smembers("cancelled") == found
 
 
 def test_fifty_tasks_adding_on_memcached_lose_none(
