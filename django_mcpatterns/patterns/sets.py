@@ -30,6 +30,7 @@ from django_mcpatterns.core.lists import AppendLists, AsyncAppendLists
 from django_mcpatterns.core.sets import AppendSets, AsyncAppendSets, AsyncLoader, Loader
 
 from . import DEFAULT, PatternsHost
+from .shared import per_store
 
 T = TypeVar("T")
 
@@ -42,25 +43,38 @@ class SetsMixin:
         """The thresholds for this cache's sets (override to tune them)."""
         return SetOptions.for_store(self.store)
 
+    # One algorithm object per store and options, whichever backend instance asks
+    # (Django makes one per thread, and per task in async code): see .shared.
+
     @cached_property
     def _append_sets(self) -> AppendSets:
         host: Any = self
-        return AppendSets(host.store, host._set_options())
+        options = host._set_options()
+        return per_store(host.store, (AppendSets, options), lambda: AppendSets(host.store, options))
 
     @cached_property
     def _append_lists(self) -> AppendLists:
         host: Any = self
-        return AppendLists(host.store, host._set_options())
+        options = host._set_options()
+        return per_store(
+            host.store, (AppendLists, options), lambda: AppendLists(host.store, options)
+        )
 
     @cached_property
     def _async_append_sets(self) -> AsyncAppendSets:
         host: Any = self
-        return AsyncAppendSets(host.astore, host._set_options())
+        options = host._set_options()
+        return per_store(
+            host.store, (AsyncAppendSets, options), lambda: AsyncAppendSets(host.astore, options)
+        )
 
     @cached_property
     def _async_append_lists(self) -> AsyncAppendLists:
         host: Any = self
-        return AsyncAppendLists(host.astore, host._set_options())
+        options = host._set_options()
+        return per_store(
+            host.store, (AsyncAppendLists, options), lambda: AsyncAppendLists(host.astore, options)
+        )
 
     def _set_key(self, key: Any, version: int | None) -> str:
         """The host's full key for ``key`` (its ``_pattern_key`` hook)."""

@@ -297,3 +297,27 @@ class TestThreeServers(AsyncPatternsOnDjango):
     @pytest.fixture
     def deployment(self, memcached_3: list[Any]) -> Deployment:
         return Deployment.cluster(memcached_3)
+
+
+def test_async_requests_share_one_algorithm_object_per_store() -> None:
+    """Django makes a backend per task in async code; the sets it reaches are one object."""
+    from django.test import override_settings
+
+    setting = {"default": Deployment.embedded(name="shared-patterns").params()}
+
+    async def reach() -> tuple[int, int, Any]:
+        cache = caches["default"]
+        return id(cache), id(cache._async_append_sets), cache._async_append_sets
+
+    async def scenario() -> list[tuple[int, int, Any]]:
+        return list(await asyncio.gather(*(asyncio.create_task(reach()) for _ in range(5))))
+
+    with override_settings(CACHES=setting):
+        reached = run(scenario())
+        assert len({backend for backend, _, _ in reached}) == 5  # a backend per task...
+        assert len({sets for _, sets, _ in reached}) == 1  # ...one AsyncAppendSets
+        elsewhere: list[Any] = []
+        thread = threading.Thread(target=lambda: elsewhere.append(caches["default"]._append_sets))
+        thread.start()
+        thread.join()
+        assert elsewhere[0] is caches["default"]._append_sets  # one per store, not per thread
