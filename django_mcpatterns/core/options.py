@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 from .exceptions import ConfigurationError
 from .ketama import VARIANTS
+from .observe import check_installed
 from .serializers import DEFAULT_SERIALIZER, SerdeOptions
 
 FAILOVER_POLICIES = ("miss", "remap")
@@ -79,6 +80,20 @@ class ClusterOptions:
     serializer, signed, signing_key, signing_keys
         How values are encoded and whether they are signed: see
         :class:`~.serializers.SerdeOptions` (the keys never show in ``repr``).
+    instrumentation
+        What to report each request, pattern call and event to: a list of
+        ``"prometheus"`` (metrics, :mod:`.metrics`) and ``"opentelemetry"``
+        (spans, :mod:`.traces`); empty (the default) costs nothing.  A name
+        whose package is missing raises, naming the extra to install.
+    instrumentation_name
+        The ``cache`` label of metrics and spans (the Django backend uses its
+        alias when this is not given).
+    prometheus_registry
+        The ``prometheus_client`` registry for the metrics (default: the
+        default registry).
+    trace_keys
+        Record keys in spans (``db.query.text``); off, because keys often hold
+        user ids.  Values are never recorded.
     client_options
         Socket options of every connection (:data:`CLIENT_OPTIONS`):
         ``no_delay`` (``TCP_NODELAY``, default True), ``socket_keepalive``
@@ -103,9 +118,25 @@ class ClusterOptions:
     signed: bool | None = None
     signing_key: str | bytes | None = field(default=None, repr=False)
     signing_keys: Any = field(default=(), repr=False)
+    instrumentation: tuple[str, ...] = ()
+    instrumentation_name: str = "default"
+    prometheus_registry: Any = None
+    trace_keys: bool = False
     client_options: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "instrumentation", check_installed(self.instrumentation))
+        if not isinstance(self.instrumentation_name, str) or not self.instrumentation_name:
+            raise ConfigurationError(
+                "option 'instrumentation_name' must be a non-empty string, "
+                f"not {self.instrumentation_name!r}",
+                option="instrumentation_name",
+            )
+        if not isinstance(self.trace_keys, bool):
+            raise ConfigurationError(
+                f"option 'trace_keys' must be True or False, not {self.trace_keys!r}",
+                option="trace_keys",
+            )
         _check_choice("ketama", self.ketama, VARIANTS)
         _check_choice("failover", self.failover, FAILOVER_POLICIES)
         _check_choice("protocol", self.protocol, PROTOCOLS)
