@@ -59,10 +59,10 @@ import random
 import threading
 import time
 import weakref
-from time import perf_counter_ns
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from time import perf_counter_ns
 from typing import Any, Generic, Protocol, TypeVar
 
 from .envelope import STALE, with_envelopes

@@ -26,7 +26,7 @@ when they are built, and :func:`check_installed` names the extra to install.
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import logging
 import threading
 import time
@@ -131,10 +131,12 @@ def check_installed(names: Sequence[str]) -> tuple[str, ...]:
 
 
 def _importable(module: str) -> bool:
+    # Imported, not only found: a broken install is missing too.  The sink imports it anyway.
     try:
-        return importlib.util.find_spec(module) is not None
-    except ModuleNotFoundError:  # the parent package is missing
+        importlib.import_module(module)
+    except ImportError:
         return False
+    return True
 
 
 # -- commands and their outcomes ---------------------------------------------------
@@ -173,7 +175,7 @@ _META_HIT = {MetaGet: "hit", MetaSet: "stored", MetaDelete: "deleted", MetaArith
 
 
 def command_name(request: Request[Any]) -> str:
-    """The command's name on the wire (``get``, ``gets``, ``cas``, ``mg``...), without encoding it."""
+    """The command's name on the wire (``get``, ``cas``, ``mg``...), without encoding it."""
     kind = type(request)
     if kind is Get:
         return "gets" if request.cas else "get"  # type: ignore[attr-defined]
