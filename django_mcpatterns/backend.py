@@ -37,12 +37,14 @@ from .core.store import AsyncStore, Store
 from .patterns import DEFAULT
 from .patterns.locks import LocksMixin
 from .patterns.namespaces import NamespacesMixin
+from .patterns.observed import observe_event, observe_patterns
 from .patterns.sets import SetsMixin
 from .patterns.stampede import StampedeMixin
 
 logger = logging.getLogger("django_mcpatterns.backend")
 
 
+@observe_patterns(SetsMixin, LocksMixin, StampedeMixin, NamespacesMixin)
 class _StoreCache(SetsMixin, LocksMixin, StampedeMixin, NamespacesMixin, BaseMemcachedCache):
     """Django's memcached contract over a Store; subclasses say which Store.
 
@@ -84,6 +86,7 @@ class _StoreCache(SetsMixin, LocksMixin, StampedeMixin, NamespacesMixin, BaseMem
     def _pattern_event(self, event: object) -> None:
         from . import signals
 
+        observe_event(self, event)
         signals.send_pattern_event(self, event)
 
     def validate_key(self, key: str) -> None:
@@ -169,6 +172,22 @@ def _with_signing_keys(options: Mapping[str, Any]) -> dict[str, Any]:
     )
 
 
+def _named_for_instrumentation(options: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``OPTIONS``, with the cache's alias as ``instrumentation_name`` when instrumented.
+
+    Django hands a backend a copy of its ``CACHES`` entry without the alias;
+    the entry's ``OPTIONS`` mapping is the very object of the settings, so
+    it names the alias (equal entries share one cluster anyway).
+    """
+    if not options.get("instrumentation") or "instrumentation_name" in options:
+        return options
+    entries = getattr(settings, "CACHES", {})
+    alias = next((a for a, e in entries.items() if e.get("OPTIONS") is options), None)
+    if alias is None:
+        alias = next((a for a, e in entries.items() if e.get("OPTIONS") == options), "default")
+    return {**options, "instrumentation_name": alias}
+
+
 def _send_refused_signal(sender: type, event: ValueRefused) -> None:
     from . import signals
 
@@ -196,7 +215,9 @@ class KetamaMemcacheCache(_StoreCache):
         super().__init__(server, params)
         try:
             self._servers = parse_servers(server)
-            options = ClusterOptions.from_mapping(_with_signing_keys(self._options))
+            options = ClusterOptions.from_mapping(
+                _with_signing_keys(_named_for_instrumentation(self._options))
+            )
             # Built here so that ring errors (twemproxy names on another variant,
             # two servers hashing alike) surface now; nothing connects before use.
             self._cluster = shared_cluster(

@@ -52,6 +52,7 @@ from ..core.store import MAX_RELATIVE_EXPIRE, AsyncStore, Store
 from ..patterns import DEFAULT
 from ..patterns.locks import LocksMixin
 from ..patterns.namespaces import NamespacesMixin
+from ..patterns.observed import observe_event, observe_patterns
 from ..patterns.sets import SetsMixin
 from ..patterns.stampede import StampedeMixin
 from .signals import send_pattern_event, send_value_refused
@@ -87,6 +88,7 @@ def memcached_exptime(seconds: int, now: float) -> int:
     return seconds
 
 
+@observe_patterns(SetsMixin, LocksMixin, StampedeMixin, NamespacesMixin)
 class _PatternsCache(SetsMixin, LocksMixin, StampedeMixin, NamespacesMixin, BaseCache):
     """Flask-Caching's backend contract over a Store; subclasses say which Store."""
 
@@ -139,6 +141,7 @@ class _PatternsCache(SetsMixin, LocksMixin, StampedeMixin, NamespacesMixin, Base
 
     def _pattern_event(self, event: object) -> None:
         """Send stampede and lock events as blinker signals (:mod:`.signals`)."""
+        observe_event(self, event)
         send_pattern_event(self, event)
 
     # -- Flask-Caching's API ----------------------------------------------------
