@@ -29,9 +29,7 @@ TOOLBAR_APPS = ["django.contrib.staticfiles", "django_mcpatterns", "debug_toolba
 TOOLBAR_SETTINGS = {
     "MIDDLEWARE": ["debug_toolbar.middleware.DebugToolbarMiddleware"],
     "ROOT_URLCONF": "tests.django.toolbar_urls",  # imports the toolbar: once it is installed
-    "TEMPLATES": [
-        {"BACKEND": "django.template.backends.django.DjangoTemplates", "APP_DIRS": True}
-    ],
+    "TEMPLATES": [{"BACKEND": "django.template.backends.django.DjangoTemplates", "APP_DIRS": True}],
     "STATIC_URL": "/static/",
     "DEBUG": True,
     "INTERNAL_IPS": ["127.0.0.1"],
