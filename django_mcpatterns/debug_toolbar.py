@@ -40,7 +40,7 @@ _MOST = 80  # characters of a key or result shown
 
 
 class _Recording:
-    """What one request's pattern calls and round trips were (JSON-ready, for the toolbar's store)."""
+    """One request's pattern calls and round trips (JSON-ready: the toolbar stores them)."""
 
     def __init__(self) -> None:
         self.calls: list[dict[str, Any]] = []
