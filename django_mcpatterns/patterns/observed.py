@@ -8,6 +8,11 @@ The wrapper asks the cache's store for its observer (``store.observer``, a
 :class:`~django_mcpatterns.core.observe.Observer` or None) on every call: with
 instrumentation off that lookup is all it costs.
 
+Only the outermost call is observed: a pattern method that calls another
+(``get_or_compute`` runs ``get_or_compute_result``) is one call, one span,
+whose commands are all its own.  A context variable says a call is running,
+so threads and asyncio tasks each have their own.
+
 Coroutine methods get an ``async`` wrapper (the call is observed until it
 returns, on the task's own context); generator methods are left alone (their
 work happens after the call returns).
@@ -15,6 +20,7 @@ work happens after the call returns).
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import inspect
 from collections.abc import Callable
@@ -25,6 +31,10 @@ from django_mcpatterns.core.observe import Observer
 __all__ = ["observe_patterns", "observer_of", "pattern_methods"]
 
 C = TypeVar("C", bound=type)
+
+_inside: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "mcpatterns_pattern_call", default=False
+)
 
 
 def observer_of(host: Any) -> Observer | None:
@@ -64,14 +74,17 @@ def observed(name: str, method: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(method)
         async def observed_async(self: Any, *args: Any, **kwargs: Any) -> Any:
             observer = observer_of(self)
-            if observer is None:
+            if observer is None or _inside.get():
                 return await method(self, *args, **kwargs)
             call = observer.begin(name, args)
+            token = _inside.set(True)
             try:
                 result = await method(self, *args, **kwargs)
             except BaseException as exc:
+                _inside.reset(token)
                 observer.end(call, None, exc)
                 raise
+            _inside.reset(token)
             observer.end(call, result, None)
             return result
 
@@ -80,14 +93,17 @@ def observed(name: str, method: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(method)
     def observed_sync(self: Any, *args: Any, **kwargs: Any) -> Any:
         observer = observer_of(self)
-        if observer is None:
+        if observer is None or _inside.get():
             return method(self, *args, **kwargs)
         call = observer.begin(name, args)
+        token = _inside.set(True)
         try:
             result = method(self, *args, **kwargs)
         except BaseException as exc:
+            _inside.reset(token)
             observer.end(call, None, exc)
             raise
+        _inside.reset(token)
         observer.end(call, result, None)
         return result
 
