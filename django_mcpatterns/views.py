@@ -34,7 +34,6 @@ from django.views.decorators.cache import never_cache
 
 from . import checks  # noqa: F401  (registers the system checks, W006 included)
 from .core.cluster import Cluster
-from .core.observe import tally
 from .counters import counters
 from .decorators import patterns_cache
 from .inspection import CacheStatus, arcs, cache_status, pattern_aliases
@@ -112,12 +111,12 @@ class Section:
 
 
 def count_commands(section: Section, store: Cluster) -> None:
-    """Fill in the section's per-server and per-event counts of this process (:data:`tally`)."""
-    observer = store.observer
-    if observer is None:
+    """Fill in the section's per-server and per-event counts of this process."""
+    counts = store.observer.counts() if store.observer is not None else None
+    if counts is None:
         return
     section.instrumented = True
-    rows = tally.servers(observer.cache)
+    rows, section.events = counts
     for node in store.servers:
         row = rows.get(node.node, {"commands": 0, "seconds": 0.0, "outcomes": {}})
         commands = row["commands"]
@@ -129,7 +128,6 @@ def count_commands(section: Section, store: Cluster) -> None:
                 "mean_ms": row["seconds"] * 1000 / commands if commands else None,
             }
         )
-    section.events = tally.events(observer.cache)
 
 
 def build_section(alias: str) -> Section:

@@ -98,36 +98,73 @@ def _families_of(registry: CollectorRegistry) -> _Families:
 class PrometheusSink(BaseSink):
     """Counts round trips, times them and follows server health in Prometheus metrics.
 
-    The labelled children are remembered per label values: a get costs two
-    dict lookups, an ``inc`` and an ``observe``.
+    The labelled children a round trip moves are remembered per cache,
+    server and commands with their outcomes: a get costs one dict lookup, an
+    ``inc`` and an ``observe``.  It also answers the status page's per-server
+    counts (:meth:`servers`), read back from the metrics.
     """
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry if registry is not None else REGISTRY
         self._families = _families_of(self.registry)
-        self._counts: dict[tuple[str, str, str, str], Any] = {}
-        self._times: dict[tuple[str, str, str], Any] = {}
+        self._children: dict[tuple[Any, ...], tuple[tuple[Any, ...], Any]] = {}
 
     def round_trip(self, trip: RoundTrip) -> None:
-        counts = self._counts
-        for command, result in trip.commands:
-            key = (trip.cache, trip.server, command, result)
-            child = counts.get(key)
-            if child is None:
-                child = counts[key] = self._families.commands.labels(*key)
-            child.inc()
-        if trip.nanoseconds:  # nothing was sent to a server in its wait: no time to tell
-            where = (trip.cache, trip.server, trip.operation)
-            timer = self._times.get(where)
-            if timer is None:
-                timer = self._times[where] = self._families.seconds.labels(*where)
-            timer.observe(trip.seconds)
+        cache, server, operation, commands, nanoseconds, _, _ = trip
+        key = (cache, server, commands)
+        children = self._children.get(key)
+        if children is None:
+            children = self._children[key] = self._labelled(cache, server, operation, commands)
+        counters, timer = children
+        for counter in counters:
+            counter.inc()
+        if nanoseconds:  # nothing was sent to a server in its wait: no time to tell
+            timer.observe(nanoseconds / 1e9)
+
+    def _labelled(
+        self, cache: str, server: str, operation: str, commands: tuple[tuple[str, str], ...]
+    ) -> tuple[tuple[Any, ...], Any]:
+        families = self._families
+        counters = tuple(families.commands.labels(cache, server, c, o) for c, o in commands)
+        return counters, families.seconds.labels(cache, server, operation)
 
     def event(self, cache: str, name: str) -> None:
         self._families.events.labels(cache, name).inc()
 
     def server_state(self, cache: str, server: str, up: bool) -> None:
         self._families.server_up.labels(cache, server).set(1 if up else 0)
+
+    def servers(self, cache: str) -> dict[str, dict[str, Any]]:
+        """This process's counts of one cache, as :meth:`.observe.Tally.servers` gives them."""
+        rows: dict[str, dict[str, Any]] = {}
+        for family in self._families.commands.collect():
+            for sample in family.samples:
+                labels = sample.labels
+                if not sample.name.endswith("_total") or labels["cache"] != cache:
+                    continue
+                row = rows.setdefault(
+                    labels["server"], {"commands": 0, "seconds": 0.0, "outcomes": {}}
+                )
+                row["commands"] += int(sample.value)
+                outcomes = row["outcomes"]
+                outcomes[labels["outcome"]] = outcomes.get(labels["outcome"], 0) + int(sample.value)
+        for family in self._families.seconds.collect():
+            for sample in family.samples:
+                labels = sample.labels
+                summed = sample.name.endswith("_sum") and labels["cache"] == cache
+                if summed and labels["server"] in rows:
+                    rows[labels["server"]]["seconds"] += sample.value
+        return {server: rows[server] for server in sorted(rows)}
+
+    def events(self, cache: str) -> dict[str, int]:
+        """This process's events of one cache, by name."""
+        found = {
+            sample.labels["event"]: int(sample.value)
+            for family in self._families.events.collect()
+            for sample in family.samples
+            if sample.name.endswith("_total") and sample.labels["cache"] == cache
+        }
+        return dict(sorted(found.items()))
 
     def __eq__(self, other: object) -> bool:
         # One sink per registry in an observer: adding it twice is harmless.

@@ -32,7 +32,7 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from .exceptions import ConfigurationError
 from .wire import (
@@ -174,6 +174,10 @@ _META_OUTCOMES = {
 _META_HIT = {MetaGet: "hit", MetaSet: "stored", MetaDelete: "deleted", MetaArithmetic: "hit"}
 
 
+# Commands whose name does not depend on their fields.
+_NAMES: dict[type, str] = {**_META_NAMES, **_TEXT_NAMES}
+
+
 def command_name(request: Request[Any]) -> str:
     """The command's name on the wire (``get``, ``cas``, ``mg``...), without encoding it."""
     kind = type(request)
@@ -221,14 +225,14 @@ def _keys(request: Request[Any]) -> tuple[bytes, ...]:
 # -- what the sinks receive --------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class RoundTrip:
+class RoundTrip(NamedTuple):
     """One request (or pipelined batch) to one server and what came back.
 
     ``operation`` is the command's name, or the names of a batch joined with
     ``+`` (``ms+gets``: the text protocol's add-with-cas); ``commands`` holds
     each command's ``(name, outcome)``.  ``nanoseconds`` is the time from
     checkout to the last reply; ``error`` the exception when none came.
+    A named tuple: one is made per request, and a tuple is the cheapest record.
     """
 
     cache: str
@@ -337,10 +341,17 @@ class Observer:
                 (command_name(r), outcome(r, reply))
                 for r, reply in zip(batch, replies, strict=False)  # type: ignore[call-overload]
             )
-        else:
+            operation = _operation(commands)
+        else:  # the hot path: one command
             batch = (request,)  # type: ignore[assignment]
-            commands = ((command_name(request), outcome(request, replies)),)  # type: ignore[arg-type]
-        self._send(RoundTrip(self.cache, server, _operation(commands), commands, elapsed, batch))
+            operation = _NAMES.get(type(request)) or command_name(request)  # type: ignore[arg-type]
+            commands = ((operation, outcome(request, replies)),)  # type: ignore[arg-type]
+        trip = _new_trip(RoundTrip, (self.cache, server, operation, commands, elapsed, batch, None))
+        for sink in self.sinks:
+            try:
+                sink.round_trip(trip)
+            except Exception:
+                logger.exception("instrumentation sink %r failed", sink)
 
     def failed(
         self,
@@ -376,6 +387,18 @@ class Observer:
         for sink in self.sinks:
             _safely(sink.server_state, self.cache, server, up)
 
+    def counts(self) -> tuple[dict[str, dict[str, Any]], dict[str, int]] | None:
+        """This process's per-server counts and per-event counts (the status page), or None.
+
+        From the Prometheus sink when there is one, else from :data:`tally`.
+        """
+        for sink in self.sinks:
+            servers = getattr(sink, "servers", None)
+            events = getattr(sink, "events", None)
+            if callable(servers) and callable(events):
+                return servers(self.cache), events(self.cache)
+        return None
+
     def begin(self, name: str, args: tuple[Any, ...]) -> PatternCall:
         """A pattern call starts; pass the result to :meth:`end` when it returns or raises."""
         call = PatternCall(self.cache, name, args)
@@ -386,6 +409,9 @@ class Observer:
         # In reverse order, so context a sink attached is detached in turn.
         for sink, state in reversed(list(zip(self.sinks, call.state, strict=False))):
             _safely(sink.end, call, state, result, error)
+
+
+_new_trip = tuple.__new__  # a RoundTrip from a tuple, in C (NamedTuple's __new__ is Python)
 
 
 def _operation(commands: tuple[tuple[str, str], ...]) -> str:
@@ -409,27 +435,39 @@ def _safely(method: Any, *args: Any) -> Any:
 # -- the process's own counts (the status page) ------------------------------------
 
 
+class _Row:
+    """One server's counts: round-trip time in total, commands by outcome."""
+
+    __slots__ = ("nanoseconds", "outcomes")
+
+    def __init__(self) -> None:
+        self.nanoseconds = 0
+        self.outcomes: dict[str, int] = {}
+
+
 class Tally(BaseSink):
-    """Per-server command counts by outcome and total time, for this process.
+    """Per-server command counts by outcome and total time, and events, for this process.
 
     What the status page shows; every observer of the process feeds the one
-    :data:`tally` (the status page reads it; tests reset it).
+    :data:`tally` (the status page reads it; tests reset it).  One lock, held
+    for a few dict operations per request.
     """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._counts: dict[tuple[str, str, str], int] = {}
-        self._seconds: dict[tuple[str, str], float] = {}
+        self._rows: dict[tuple[str, str], _Row] = {}
         self._events: dict[tuple[str, str], int] = {}
 
     def round_trip(self, trip: RoundTrip) -> None:
+        where = (trip[0], trip[1])  # cache, server
         with self._lock:
-            counts = self._counts
-            for _, result in trip.commands:
-                key = (trip.cache, trip.server, result)
-                counts[key] = counts.get(key, 0) + 1
-            where = (trip.cache, trip.server)
-            self._seconds[where] = self._seconds.get(where, 0.0) + trip.seconds
+            row = self._rows.get(where)
+            if row is None:
+                row = self._rows[where] = _Row()
+            row.nanoseconds += trip[4]
+            outcomes = row.outcomes
+            for _, result in trip[3]:
+                outcomes[result] = outcomes.get(result, 0) + 1
 
     def event(self, cache: str, name: str) -> None:
         with self._lock:
@@ -438,17 +476,15 @@ class Tally(BaseSink):
     def servers(self, cache: str) -> dict[str, dict[str, Any]]:
         """``{server: {"commands": n, "seconds": s, "outcomes": {outcome: n}}}`` of one cache."""
         with self._lock:
-            result: dict[str, dict[str, Any]] = {}
-            for (name, server, result_name), count in sorted(self._counts.items()):
-                if name != cache:
-                    continue
-                row = result.setdefault(server, {"commands": 0, "seconds": 0.0, "outcomes": {}})
-                row["commands"] += count
-                row["outcomes"][result_name] = count
-            for (name, server), seconds in self._seconds.items():
-                if name == cache and server in result:
-                    result[server]["seconds"] = seconds
-            return result
+            return {
+                server: {
+                    "commands": sum(row.outcomes.values()),
+                    "seconds": row.nanoseconds / 1e9,
+                    "outcomes": dict(sorted(row.outcomes.items())),
+                }
+                for (name, server), row in sorted(self._rows.items())
+                if name == cache
+            }
 
     def events(self, cache: str) -> dict[str, int]:
         with self._lock:
@@ -456,8 +492,7 @@ class Tally(BaseSink):
 
     def reset(self) -> None:
         with self._lock:
-            self._counts.clear()
-            self._seconds.clear()
+            self._rows.clear()
             self._events.clear()
 
 
@@ -479,11 +514,13 @@ def build_observer(
     """
     if not instrumentation:
         return None
-    sinks: list[Sink] = [tally]
+    sinks: list[Sink] = []
     if "prometheus" in instrumentation:
         from .metrics import PrometheusSink
 
-        sinks.append(PrometheusSink(registry))
+        sinks.append(PrometheusSink(registry))  # it counts for the status page too
+    else:
+        sinks.append(tally)
     if "opentelemetry" in instrumentation:
         from .traces import TraceSink
 

@@ -45,9 +45,14 @@ class TraceSink(BaseSink):
     def __init__(self, servers: Sequence[Server], *, trace_keys: bool = False) -> None:
         self.trace_keys = trace_keys
         self._tracer = trace.get_tracer(TRACER_NAME)
+        # What sampling may look at, made once per server: db.system, server.*.
         self._servers: dict[str, dict[str, Any]] = {}
         for server in servers:
-            where: dict[str, Any] = {"server.address": server.host}
+            where: dict[str, Any] = {
+                "db.system": "memcached",
+                "db.system.name": "memcached",
+                "server.address": server.host,
+            }
             if server.port is None:
                 where["network.transport"] = "unix"
             else:
@@ -56,24 +61,31 @@ class TraceSink(BaseSink):
 
     def round_trip(self, trip: RoundTrip) -> None:
         end = time.time_ns()
+        where = self._servers.get(trip.server)
+        if where is None:
+            where = self._servers[trip.server] = {
+                "db.system": "memcached",
+                "db.system.name": "memcached",
+                "server.address": trip.server,
+            }
+        span = self._tracer.start_span(
+            trip.operation,
+            kind=SpanKind.CLIENT,
+            attributes=where,
+            start_time=end - trip.nanoseconds,
+        )
+        if not span.is_recording():  # no SDK, or not sampled: nothing more to make
+            return
         attributes: dict[str, Any] = {
-            "db.system": "memcached",
-            "db.system.name": "memcached",
             "db.operation.name": trip.operation,
             "mcpatterns.cache": trip.cache,
             "mcpatterns.outcome": ",".join(result for _, result in trip.commands),
-            **self._servers.get(trip.server, {"server.address": trip.server}),
         }
         if len(trip.commands) > 1:
             attributes["db.operation.batch.size"] = len(trip.commands)
         if self.trace_keys:
             attributes["db.query.text"] = _query_text(trip)
-        span = self._tracer.start_span(
-            trip.operation,
-            kind=SpanKind.CLIENT,
-            attributes=attributes,
-            start_time=end - trip.nanoseconds,
-        )
+        span.set_attributes(attributes)
         if trip.error is not None:
             span.set_attribute("error.type", type(trip.error).__qualname__)
             span.set_status(Status(StatusCode.ERROR, str(trip.error)))

@@ -214,14 +214,26 @@ def test_a_server_in_its_wait_is_counted_unavailable(
     assert commands(found, command="get", outcome="unavailable") == 1
 
 
-def test_the_process_tally_counts_per_server(cluster3: Cluster) -> None:
-    tally.reset()
+def test_the_status_page_counts_come_from_the_metrics(cluster3: Cluster) -> None:
     cluster3.set("a", 1)
     cluster3.get("a")
-    rows = tally.servers("main")
-    server = cluster3.ring.get_node(b"a")
-    assert rows[server]["commands"] == 2
-    assert rows[server]["outcomes"] == {"hit": 1, "stored": 1}
+    assert cluster3.observer is not None
+    counts = cluster3.observer.counts()
+    assert counts is not None
+    servers, _ = counts
+    row = servers[cluster3.ring.get_node(b"a")]
+    assert row["commands"] == 2
+    assert row["outcomes"] == {"hit": 1, "stored": 1}
+    assert row["seconds"] > 0
+
+
+def test_without_prometheus_the_process_tally_counts(memcached_1: list[MemcachedServer]) -> None:
+    tally.reset()
+    cluster = instrumented([memcached_1[0].spec], "opentelemetry", instrumentation_name="t")
+    cluster.set("a", 1)
+    cluster.get("a")
+    cluster.get("b")
+    assert tally.servers("t")[memcached_1[0].spec]["outcomes"] == {"hit": 1, "miss": 1, "stored": 1}
 
 
 # -- configuration -----------------------------------------------------------------

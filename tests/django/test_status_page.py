@@ -124,14 +124,18 @@ def test_stampede_events_are_counted():
     assert counters.get("recomputed") == 1
 
 
+@pytest.mark.parametrize("instrumentation", ["opentelemetry", "prometheus"])
 def test_instrumented_caches_show_commands_per_server_and_events(
-    memcached_3: list[MemcachedServer],
+    memcached_3: list[MemcachedServer], instrumentation: str
 ):
+    from prometheus_client import CollectorRegistry
+
     from django_mcpatterns.core.observe import tally
 
     tally.reset()
     specs = [s.spec for s in memcached_3]
-    options = {"instrumentation": ["opentelemetry"]}
+    # Counted by the process tally, or read back from the Prometheus metrics.
+    options = {"instrumentation": [instrumentation], "prometheus_registry": CollectorRegistry()}
     caches_setting = {
         "default": {"BACKEND": CLUSTER_BACKEND, "LOCATION": specs, "OPTIONS": options},
         "plain": {"BACKEND": CLUSTER_BACKEND, "LOCATION": specs},
