@@ -338,6 +338,7 @@ class Cluster:
             self.servers,
             options.instrumentation,
             registry=options.prometheus_registry,
+            tracer_provider=options.tracer_provider,
             trace_keys=options.trace_keys,
         )
         self._refused_listeners.add(self._observe_refused)

@@ -505,6 +505,7 @@ def build_observer(
     instrumentation: Sequence[str],
     *,
     registry: Any = None,
+    tracer_provider: Any = None,
     trace_keys: bool = False,
 ) -> Observer | None:
     """The observer ``instrumentation`` asks for, or None (instrumentation off: free).
@@ -524,5 +525,5 @@ def build_observer(
     if "opentelemetry" in instrumentation:
         from .traces import TraceSink
 
-        sinks.append(TraceSink(servers, trace_keys=trace_keys))
+        sinks.append(TraceSink(servers, trace_keys=trace_keys, provider=tracer_provider))
     return Observer(cache, [s.node for s in servers], sinks)

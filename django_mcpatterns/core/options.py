@@ -91,6 +91,9 @@ class ClusterOptions:
     prometheus_registry
         The ``prometheus_client`` registry for the metrics (default: the
         default registry).
+    tracer_provider
+        The OpenTelemetry ``TracerProvider`` for the spans (default: the
+        global one, ``opentelemetry.trace.set_tracer_provider``).
     trace_keys
         Record keys in spans (``db.query.text``); off, because keys often hold
         user ids.  Values are never recorded.
@@ -121,6 +124,7 @@ class ClusterOptions:
     instrumentation: tuple[str, ...] = ()
     instrumentation_name: str = "default"
     prometheus_registry: Any = None
+    tracer_provider: Any = None
     trace_keys: bool = False
     client_options: Mapping[str, Any] = field(default_factory=dict)
 

@@ -15,8 +15,9 @@ One INTERNAL span per pattern call (``cache.sadd``, ``cache.get_or_compute``,
 causes are its children; pattern events (``recomputed``, ``lock_waited``...)
 become span events of the current span.
 
-Spans come from the global tracer provider (``opentelemetry.trace``): the
-application configures the SDK and its exporters, as with any instrumentation.
+Spans come from the global tracer provider (``opentelemetry.trace``), or the
+one given as ``OPTIONS["tracer_provider"]``: the application configures the
+SDK, its sampler and its exporters, as with any instrumentation.
 Round-trip spans are made when the reply is in, with the request's start
 time, so the hot path does no context switching.
 """
@@ -42,9 +43,15 @@ _MOST_KEYS = 16  # of a multi-key command, in db.query.text
 class TraceSink(BaseSink):
     """Makes the spans; see the module docstring for their names and attributes."""
 
-    def __init__(self, servers: Sequence[Server], *, trace_keys: bool = False) -> None:
+    def __init__(
+        self,
+        servers: Sequence[Server],
+        *,
+        trace_keys: bool = False,
+        provider: trace.TracerProvider | None = None,
+    ) -> None:
         self.trace_keys = trace_keys
-        self._tracer = trace.get_tracer(TRACER_NAME)
+        self._tracer = trace.get_tracer(TRACER_NAME, tracer_provider=provider)
         # What sampling may look at, made once per server: db.system, server.*.
         self._servers: dict[str, dict[str, Any]] = {}
         for server in servers:
