@@ -3,6 +3,7 @@ collected with the OpenTelemetry SDK's in-memory exporter, outcomes of every kin
 
 from __future__ import annotations
 
+import asyncio
 import sys
 from collections.abc import Iterator
 from typing import Any
@@ -13,7 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from django_mcpatterns.core.cluster import Cluster
 from django_mcpatterns.core.exceptions import ConfigurationError
-from django_mcpatterns.core.observe import tally
+from django_mcpatterns.core.observe import BaseSink, RoundTrip, tally
 from django_mcpatterns.core.options import ClusterOptions
 from tests.conftest import flush
 from tests.drills.proxy import Proxy
@@ -303,3 +304,56 @@ def test_a_failed_request_span_has_error_status(
     (span,) = exporter.get_finished_spans()
     assert span.status.status_code.name == "ERROR"
     assert dict(span.attributes or {})["error.type"]
+
+
+# -- the asyncio twin ----------------------------------------------------------------
+
+
+def test_the_async_twin_reports_to_the_same_metrics(
+    cluster3: Cluster, registry: CollectorRegistry
+) -> None:
+    twin = cluster3.aio
+    keys = [f"async:{i}" for i in range(12)]
+
+    async def work() -> None:
+        assert await twin.get("async:0") is None
+        assert await twin.set("async:0", "zero") is True
+        assert await twin.add("async:0", "again") is False
+        # Two tasks read in one loop iteration: one request on the wire, two reads counted.
+        assert await asyncio.gather(twin.get("async:0"), twin.get("async:0")) == ["zero"] * 2
+        await twin.set_many(dict.fromkeys(keys, 1))
+        assert len(await twin.get_many(keys)) == 12
+        await twin.close()
+
+    asyncio.run(work())
+    found = samples(registry)
+    server = cluster3.ring.get_node(b"async:0")
+    assert commands(found, server=server, command="get", outcome="miss") == 1
+    assert commands(found, server=server, command="get", outcome="hit") >= 2
+    assert commands(found, server=server, command="add", outcome="not_stored") == 1
+    assert commands(found, command="set", outcome="stored") == 13
+    assert commands(found, command="get", outcome="hit") == 2 + 3  # + get_many: one per server
+
+
+def test_a_sink_added_later_sees_the_twin_too(memcached_1: list[MemcachedServer]) -> None:
+    cluster = Cluster([memcached_1[0].spec])
+    twin = cluster.aio
+    seen: list[RoundTrip] = []
+
+    class Collect(BaseSink):
+        def round_trip(self, trip: RoundTrip) -> None:
+            seen.append(trip)
+
+    cluster.observe(Collect())
+
+    async def work() -> None:
+        await twin.set("later", 1)
+        await twin.get("later")
+        await twin.close()
+
+    asyncio.run(work())
+    assert [(trip.operation, trip.commands[0][1]) for trip in seen] == [
+        ("set", "stored"),
+        ("get", "hit"),
+    ]
+    assert all(trip.nanoseconds > 0 for trip in seen)
