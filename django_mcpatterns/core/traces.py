@@ -15,6 +15,10 @@ One INTERNAL span per pattern call (``cache.sadd``, ``cache.get_or_compute``,
 causes are its children; pattern events (``recomputed``, ``lock_waited``...)
 become span events of the current span.
 
+Inside a trace that was sampled out, no span is made at all (the default
+``ParentBased`` sampler would drop them; this skips the SDK's work), so
+sampling 1% of requests costs little on the other 99%.
+
 Spans come from the global tracer provider (``opentelemetry.trace``), or the
 one given as ``OPTIONS["tracer_provider"]``: the application configures the
 SDK, its sampler and its exporters, as with any instrumentation.
@@ -67,6 +71,8 @@ class TraceSink(BaseSink):
             self._servers[server.node] = where
 
     def round_trip(self, trip: RoundTrip) -> None:
+        if _unsampled():
+            return
         end = time.time_ns()
         where = self._servers.get(trip.server)
         if where is None:
@@ -107,6 +113,8 @@ class TraceSink(BaseSink):
             span.add_event(name, {"mcpatterns.cache": cache})
 
     def begin(self, call: PatternCall) -> Any:
+        if _unsampled():
+            return None
         attributes: dict[str, Any] = {"mcpatterns.cache": call.cache, "code.function": call.name}
         if self.trace_keys and call.args and isinstance(call.args[0], str | bytes | int):
             attributes["mcpatterns.key"] = str(call.args[0])
@@ -116,12 +124,24 @@ class TraceSink(BaseSink):
         return span, context.attach(trace.set_span_in_context(span))
 
     def end(self, call: PatternCall, state: Any, result: Any, error: BaseException | None) -> None:
+        if state is None:
+            return
         span, token = state
         context.detach(token)
         if error is not None:
             span.record_exception(error)
             span.set_status(Status(StatusCode.ERROR, str(error)))
         span.end()
+
+
+def _unsampled() -> bool:
+    """Whether the current trace was sampled out: its spans' children are not recorded.
+
+    The SDK's default sampler (``ParentBased``) drops them; not making them
+    saves the SDK's work for every request of an unsampled trace.
+    """
+    parent = trace.get_current_span().get_span_context()
+    return parent.is_valid and not parent.trace_flags.sampled
 
 
 def _query_text(trip: RoundTrip) -> str:

@@ -357,3 +357,16 @@ def test_a_sink_added_later_sees_the_twin_too(memcached_1: list[MemcachedServer]
         ("get", "hit"),
     ]
     assert all(trip.nanoseconds > 0 for trip in seen)
+
+
+def test_no_span_inside_a_trace_that_was_sampled_out(memcached_1: list[MemcachedServer]) -> None:
+    from opentelemetry import trace
+    from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
+
+    cluster = instrumented([memcached_1[0].spec], "opentelemetry")
+    unsampled = NonRecordingSpan(SpanContext(7, 9, is_remote=True, trace_flags=TraceFlags(0)))
+    with spans_exporter() as exporter:
+        with trace.use_span(unsampled):
+            cluster.set("quiet", 1)  # ParentBased would drop it: not even made
+        cluster.get("quiet")  # a root span: the sampler decides (always on here)
+    assert [span.name for span in exporter.get_finished_spans()] == ["get"]
