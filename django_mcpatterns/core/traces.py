@@ -56,6 +56,9 @@ class TraceSink(BaseSink):
     ) -> None:
         self.trace_keys = trace_keys
         self._tracer = trace.get_tracer(TRACER_NAME, tracer_provider=provider)
+        # With the global provider, spans exist only once the application sets one
+        # (OpenTelemetry sets it once per process): until then every span is a no-op.
+        self._awaiting_provider = provider is None
         # What sampling may look at, made once per server: db.system, server.*.
         self._servers: dict[str, dict[str, Any]] = {}
         for server in servers:
@@ -71,7 +74,7 @@ class TraceSink(BaseSink):
             self._servers[server.node] = where
 
     def round_trip(self, trip: RoundTrip) -> None:
-        if _unsampled():
+        if self._off():
             return
         end = time.time_ns()
         where = self._servers.get(trip.server)
@@ -107,13 +110,21 @@ class TraceSink(BaseSink):
             span.set_status(Status(StatusCode.ERROR, f"{trip.server} is in its retry wait"))
         span.end(end_time=end)
 
+    def _off(self) -> bool:
+        """Whether no span would be recorded: no SDK configured yet, or a trace sampled out."""
+        if self._awaiting_provider:
+            if isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
+                return True  # the API alone: every span a no-op, so none is made
+            self._awaiting_provider = False
+        return _unsampled()
+
     def event(self, cache: str, name: str) -> None:
         span = trace.get_current_span()
         if span.is_recording():
             span.add_event(name, {"mcpatterns.cache": cache})
 
     def begin(self, call: PatternCall) -> Any:
-        if _unsampled():
+        if self._off():
             return None
         attributes: dict[str, Any] = {"mcpatterns.cache": call.cache, "code.function": call.name}
         if self.trace_keys and call.args and isinstance(call.args[0], str | bytes | int):
