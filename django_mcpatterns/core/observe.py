@@ -257,15 +257,15 @@ class RoundTrip(NamedTuple):
 class PatternCall:
     """One call of a pattern method (``cache.sadd(...)``), for the sinks that track them.
 
-    ``state`` holds what each sink returned from :meth:`Sink.begin`, handed
-    back to its :meth:`Sink.end`.
+    ``state`` holds each sink with what it returned from :meth:`Sink.begin`,
+    handed back to its :meth:`Sink.end`.
     """
 
     cache: str
     name: str
     args: tuple[Any, ...]
     started: int = field(default_factory=time.perf_counter_ns)
-    state: list[Any] = field(default_factory=list)
+    state: list[tuple[Sink, Any]] = field(default_factory=list)
 
 
 class Sink(Protocol):
@@ -402,12 +402,13 @@ class Observer:
     def begin(self, name: str, args: tuple[Any, ...]) -> PatternCall:
         """A pattern call starts; pass the result to :meth:`end` when it returns or raises."""
         call = PatternCall(self.cache, name, args)
-        call.state = [_safely(sink.begin, call) for sink in self.sinks]
+        # The sinks of this call, kept with their state: one added meanwhile is not ended.
+        call.state = [(sink, _safely(sink.begin, call)) for sink in self.sinks]
         return call
 
     def end(self, call: PatternCall, result: Any, error: BaseException | None) -> None:
         # In reverse order, so context a sink attached is detached in turn.
-        for sink, state in reversed(list(zip(self.sinks, call.state, strict=False))):
+        for sink, state in reversed(call.state):
             _safely(sink.end, call, state, result, error)
 
 

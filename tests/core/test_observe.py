@@ -370,3 +370,27 @@ def test_no_span_inside_a_trace_that_was_sampled_out(memcached_1: list[Memcached
             cluster.set("quiet", 1)  # ParentBased would drop it: not even made
         cluster.get("quiet")  # a root span: the sampler decides (always on here)
     assert [span.name for span in exporter.get_finished_spans()] == ["get"]
+
+
+def test_a_failing_sink_is_logged_and_never_breaks_the_command(
+    memcached_1: list[MemcachedServer], caplog: pytest.LogCaptureFixture
+) -> None:
+    class Broken(BaseSink):
+        def round_trip(self, trip: RoundTrip) -> None:
+            raise RuntimeError("dashboard down")
+
+    cluster = Cluster([memcached_1[0].spec])
+    cluster.observe(Broken())
+    assert cluster.set("still", "works") is True
+    assert cluster.get("still") == "works"
+    assert "instrumentation sink" in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [("instrumentation", "prometheus"), ("instrumentation_name", ""), ("trace_keys", "yes")],
+)
+def test_invalid_instrumentation_options_are_named(option: str, value: object) -> None:
+    with pytest.raises(ConfigurationError, match=option) as caught:
+        ClusterOptions.from_mapping({option: value})
+    assert caught.value.option == option
