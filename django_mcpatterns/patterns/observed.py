@@ -28,7 +28,7 @@ from typing import Any, TypeVar
 
 from django_mcpatterns.core.observe import Observer
 
-__all__ = ["observe_patterns", "observer_of", "pattern_methods"]
+__all__ = ["observe_namespace_methods", "observe_patterns", "observer_of", "pattern_methods"]
 
 C = TypeVar("C", bound=type)
 
@@ -43,12 +43,16 @@ def observer_of(host: Any) -> Observer | None:
     return observer
 
 
-def pattern_methods(*mixins: type) -> dict[str, Callable[..., Any]]:
+def _namespace_observer(namespace: Any) -> Observer | None:
+    return observer_of(namespace._host)
+
+
+def pattern_methods(*mixins: type, skip: tuple[str, ...] = ()) -> dict[str, Callable[..., Any]]:
     """The public methods the mixins define themselves (properties and generators excluded)."""
     found: dict[str, Callable[..., Any]] = {}
     for mixin in mixins:
         for name, member in vars(mixin).items():
-            if name.startswith("_") or not inspect.isfunction(member):
+            if name.startswith("_") or name in skip or not inspect.isfunction(member):
                 continue
             if inspect.isgeneratorfunction(member) or inspect.isasyncgenfunction(member):
                 continue
@@ -67,7 +71,22 @@ def observe_patterns(*mixins: type) -> Callable[[C], C]:
     return decorate
 
 
-def observed(name: str, method: Callable[..., Any]) -> Callable[..., Any]:
+def observe_namespace_methods(cls: C) -> C:
+    """Wrap a cache namespace's own methods as ``namespace.<name>`` calls of its cache.
+
+    ``namespace()`` (a nested handle) and ``validate_key`` send nothing: not calls.
+    """
+    for name in pattern_methods(cls, skip=("namespace", "validate_key")):
+        method = getattr(cls, name)
+        setattr(cls, name, observed(f"namespace.{name}", method, _namespace_observer))
+    return cls
+
+
+def observed(
+    name: str,
+    method: Callable[..., Any],
+    observer_of: Callable[[Any], Observer | None] = observer_of,
+) -> Callable[..., Any]:
     """``method``, reported to the host's observer as the pattern call ``name``."""
     if inspect.iscoroutinefunction(method):
 

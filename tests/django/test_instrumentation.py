@@ -154,3 +154,15 @@ def test_a_missing_package_is_a_system_check_error_naming_the_extra(
     assert error.id == "mcpatterns.E006"
     assert "django-mcpatterns[opentelemetry]" in error.msg
     assert "django-mcpatterns[opentelemetry]" in error.hint
+
+
+def test_a_namespace_call_is_one_span_around_its_commands(instrumented: Any) -> None:
+    ns = instrumented.namespace("user", 42)
+    with spans_exporter() as exporter:
+        assert ns.get_or_compute("profile", lambda: {"name": "Ada"}, timeout=60) == {"name": "Ada"}
+    spans = exporter.get_finished_spans()
+    calls = [s for s in spans if s.name.startswith("cache.")]
+    assert [s.name for s in calls] == ["cache.namespace.get_or_compute"]
+    commands = [s for s in spans if not s.name.startswith("cache.")]
+    assert commands  # the version read, the claim, the fill...
+    assert {s.parent.span_id for s in commands} == {calls[0].context.span_id}  # type: ignore[union-attr]
