@@ -166,3 +166,20 @@ def test_a_namespace_call_is_one_span_around_its_commands(instrumented: Any) -> 
     commands = [s for s in spans if not s.name.startswith("cache.")]
     assert commands  # the version read, the claim, the fill...
     assert {s.parent.span_id for s in commands} == {calls[0].context.span_id}  # type: ignore[union-attr]
+
+
+def test_async_pattern_methods_of_the_backend_are_spans_too(instrumented: Any) -> None:
+    async def work() -> Any:
+        value = await instrumented.aget_or_compute("async-answer", lambda: 42, timeout=60)
+        await instrumented.astore.close()
+        return value
+
+    with spans_exporter() as exporter:
+        assert asyncio.run(work()) == 42
+    spans = exporter.get_finished_spans()
+    (call,) = [s for s in spans if s.name.startswith("cache.")]
+    assert call.name == "cache.aget_or_compute"
+    commands = [s for s in spans if not s.name.startswith("cache.")]
+    assert commands
+    assert {s.parent.span_id for s in commands} == {call.context.span_id}  # type: ignore[union-attr]
+    assert [event.name for event in call.events] == ["recomputed"]
