@@ -31,7 +31,8 @@ from .core.cluster import Cluster, NodeEvent, shared_cluster
 from .core.exceptions import ConfigurationError, InvalidKeyError, ValueTooLargeError
 from .core.keys import Key, key_bytes
 from .core.memory import AsyncMemoryStore, MemoryStore, memory_options, shared_memory_store
-from .core.options import ClusterOptions
+from .core.observe import check_installed
+from .core.options import INSTRUMENTATION_OPTIONS, ClusterOptions
 from .core.serializers import SerdeOptions, ValueRefused, with_derived_keys
 from .core.servers import parse_servers
 from .core.store import AsyncStore, Store
@@ -192,6 +193,19 @@ def _named_for_instrumentation(options: Mapping[str, Any]) -> Mapping[str, Any]:
     return {**options, "instrumentation_name": alias}
 
 
+def _without_instrumentation(options: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``OPTIONS`` without the instrumentation options, once they are checked.
+
+    The embedded store sends nothing over a wire: a project that shares its
+    ``OPTIONS`` between memcached and the embedded backend (development) may
+    keep them, and they measure nothing there.
+    """
+    if not any(name in options for name in INSTRUMENTATION_OPTIONS):
+        return options
+    check_installed(options.get("instrumentation", ()))
+    return {k: v for k, v in options.items() if k not in INSTRUMENTATION_OPTIONS}
+
+
 def _send_refused_signal(sender: type, event: ValueRefused) -> None:
     from . import signals
 
@@ -265,8 +279,9 @@ class LocMemPatternsCache(_StoreCache):
     def __init__(self, server: str | list[str], params: dict[str, Any]) -> None:
         super().__init__(server, params)
         try:
-            self._memory_options = memory_options(self._options)
-            self._serde_options = SerdeOptions.from_mapping(_with_signing_keys(self._options))
+            options = _without_instrumentation(self._options)
+            self._memory_options = memory_options(options)
+            self._serde_options = SerdeOptions.from_mapping(_with_signing_keys(options))
         except ConfigurationError as exc:
             raise _improperly_configured(exc) from exc
         self._name = server if isinstance(server, str) else ";".join(server)

@@ -22,6 +22,16 @@ from .observe import check_installed
 from .serializers import DEFAULT_SERIALIZER, SerdeOptions
 
 FAILOVER_POLICIES = ("miss", "remap")
+# What OPTIONS["instrumentation"] comes with (docs/operations.md, "Metrics and traces").
+INSTRUMENTATION_OPTIONS = frozenset(
+    {
+        "instrumentation",
+        "instrumentation_name",
+        "prometheus_registry",
+        "tracer_provider",
+        "trace_keys",
+    }
+)
 PROTOCOLS = ("meta", "text")
 
 # pymemcache Client arguments that this project decides itself: accepting them

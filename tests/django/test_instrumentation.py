@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from django.core.cache import caches
+from django.core.exceptions import ImproperlyConfigured
 from django.test import override_settings
 from prometheus_client import CollectorRegistry
 
@@ -16,7 +17,7 @@ from django_mcpatterns.checks import check_caches
 from django_mcpatterns.core.observe import Observer
 from django_mcpatterns.patterns.observed import observe_patterns, observer_of
 from tests.core.test_observe import commands, sample, samples
-from tests.django.conftest import CLUSTER_BACKEND
+from tests.django.conftest import CLUSTER_BACKEND, EMBEDDED_BACKEND
 from tests.harness import MemcachedServer
 from tests.observing import spans_exporter
 
@@ -183,3 +184,15 @@ def test_async_pattern_methods_of_the_backend_are_spans_too(instrumented: Any) -
     assert commands
     assert {s.parent.span_id for s in commands} == {call.context.span_id}  # type: ignore[union-attr]
     assert [event.name for event in call.events] == ["recomputed"]
+
+
+def test_the_embedded_backend_takes_the_options_and_measures_nothing() -> None:
+    options = {"instrumentation": ["prometheus"], "trace_keys": True, "max_bytes": 2**22}
+    entry = {"BACKEND": EMBEDDED_BACKEND, "LOCATION": "instrumented", "OPTIONS": options}
+    with override_settings(CACHES={"default": entry}):
+        cache = caches["default"]
+        assert cache.sadd("dev", 1) == 1  # no wire: nothing to measure, nothing refused
+        assert observer_of(cache) is None
+    entry["OPTIONS"] = {"instrumentation": ["statsd"]}
+    with override_settings(CACHES={"default": entry}), pytest.raises(ImproperlyConfigured):
+        caches["default"].get("x")
