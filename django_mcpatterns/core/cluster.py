@@ -701,10 +701,13 @@ class Cluster:
         flushed = [self._on_node(node, FlushAll(), _ok, False) for node in self._nodes.values()]
         return all(flushed)
 
-    def stats(self) -> dict[str, dict[str, Any]]:
-        """Return memcached's ``stats`` of every server that answers, by node."""
+    def stats(self, *, gutter: bool = False) -> dict[str, dict[str, Any]]:
+        """Return memcached's ``stats`` of every server that answers, by node.
+
+        ``gutter``: of the gutter pool's servers instead.
+        """
         result: dict[str, dict[str, Any]] = {}
-        for node in self._nodes.values():
+        for node in (self._gutter_nodes if gutter else self._nodes).values():
             try:
                 stats = self._on_node(node, Stats(), _stats, None)
             except (NodeUnavailableError, CommandNotSupportedError):
@@ -812,7 +815,10 @@ class Cluster:
     ) -> None:
         """The gutter pool: its own servers, health and ketama ring."""
         options = self.options
-        servers = _as_servers(list(options.gutter))
+        try:
+            servers = _as_servers(list(options.gutter))
+        except ConfigurationError as exc:
+            raise ConfigurationError(f"OPTIONS['gutter']: {exc}", option="gutter") from exc
         for server in servers:
             health = NodeHealth(
                 server.node,

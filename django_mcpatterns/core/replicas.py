@@ -138,7 +138,6 @@ def mirror(request: Request[Any]) -> Store | None:
     return None
 
 
-
 @dataclass(frozen=True)
 class ReplicaPolicy:
     """Which keys are replicated, and on how many servers.
