@@ -224,7 +224,8 @@ def test_add_is_decided_by_the_home_and_mirrored(five):
     held = holders(five[:4], "hot:lock")
     assert {held[node] for node in cluster.replicas("hot:lock")} == {b"mine"}
     value, token = cluster.gets("hot:lock")
-    assert value == b"mine" and type(token) is bytes
+    assert value == b"mine"
+    assert type(token) is bytes
     assert cluster.cas("hot:lock", b"next", token)
     assert {held for held in holders(five[:4], "hot:lock").values() if held} == {b"next"}
 
@@ -249,7 +250,8 @@ def test_a_copys_cas_token_is_never_used_on_the_home(five):
     home.pause()
     try:
         value, token = cluster.gets("hot:t")  # the home times out: a copy answers
-        assert value == b"v" and type(token) is CopyToken
+        assert value == b"v"
+        assert type(token) is CopyToken
         assert cluster.cas("hot:t", b"w", token) is False
         assert cluster.recas("hot:t", b"w", token) is None
         assert cluster.delete_cas("hot:t", token) is False
