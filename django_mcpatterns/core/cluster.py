@@ -73,27 +73,17 @@ from .exceptions import (
     NonNumericValueError,
     OutcomeUnknownError,
     ProtocolError,
-    ReplicatedKeyError,
     ServerError,
     ValueTooLargeError,
 )
-from .gutter import allowed as gutter_allows
 from .gutter import clamp
 from .health import Admission, HealthSnapshot, NodeEvent, NodeHealth
 from .ketama import Continuum
 from .keys import Key, KeyT, Routed, placed
 from .options import ClusterOptions
 from .registry import Registry
-from .replicas import (
-    CopyToken,
-    Fate,
-    Journal,
-    ReplicaPolicy,
-    fate,
-    is_write,
-    mirror,
-    request_key,
-)
+from .replicas import CopyToken, Journal, ReplicaPolicy
+from .routes import FAILED, UNROUTED, Parallel, Plan, Refuse, Routes, Run
 from .serializers import ValueRefused, is_refused
 from .servers import Server, parse_server, parse_servers
 from .store import MAX_RELATIVE_EXPIRE, CasToken
@@ -147,7 +137,6 @@ Serde = Any  # pymemcache's protocol: serialize(key, value), deserialize(key, da
 _NO_CAS: tuple[None, None] = (None, None)
 _NO_CAS_TTL: tuple[None, None, None] = (None, None, None)
 _MISSING: Any = object()  # a get's miss, told apart from any value
-_FAILED: Any = object()  # a server that could not be used, told apart from any result
 _MAX_DELTA = 2**64  # incr/decr deltas are unsigned 64-bit (protocol.txt)
 _EXPIRED = MAX_RELATIVE_EXPIRE + 1  # an absolute Unix time long past
 
@@ -348,16 +337,22 @@ class Cluster:
         self._fetch_envelopes = _Fetch(self.serde, envelopes=True)
         self._strict: Cluster | None = None
         # Replicated keys and the gutter pool (replicas.py, gutter.py): off unless configured.
-        self._rng = rng
-        self._replicas = ReplicaPolicy.build(options.replicate, options.replicate_scope)
-        self._journal = Journal()
-        _journals.add(self._journal)
         self._gutter_nodes: dict[str, _Node] = {}
-        self._gutter_ring: Continuum | None = None
-        self._gutter_set: frozenset[_Node] = frozenset()
-        if options.failover == "gutter":
-            self._build_gutter(socket_options, clock, rng)
-        self._guarded = self._replicas is not None or self._gutter_ring is not None
+        self._routes: Routes | None = None
+        policy = ReplicaPolicy.build(options.replicate, options.replicate_scope)
+        if policy is not None or options.failover == "gutter":
+            gutter_ring = self._build_gutter(socket_options, clock, rng)
+            self._routes = Routes(
+                ring=self.ring,
+                nodes=self._nodes,
+                locate=self._locate,
+                policy=policy,
+                gutter_ring=gutter_ring,
+                gutter_nodes=self._gutter_nodes,
+                gutter_ttl=options.gutter_ttl,
+                rng=rng,
+            )
+            _journals.add(self._routes.journal)
 
     def __repr__(self) -> str:
         return f"<Cluster {', '.join(self._nodes)} ketama={self.options.ketama}>"
@@ -578,7 +573,8 @@ class Cluster:
 
     def get_many_envelopes(self, keys: Iterable[Key]) -> dict[Key, Any]:
         given = {placed(key)[0]: key for key in keys}
-        parts = self._fan_out(self._fetch_envelopes, given, self._spread(given))
+        spread = self._routes.spread(given) if self._routes is not None else None
+        parts = self._fan_out(self._fetch_envelopes, given, spread)
         return self._hits(parts, given, lambda value: value)
 
     def _envelope_cas(self, reply: list[Value] | ErrorReply) -> tuple[Any, CasToken | None]:
@@ -602,7 +598,7 @@ class Cluster:
         if self._text:
             return None
         kb, ring = placed(key)
-        if self._replicas is not None and kb == ring and self._replicas.copies(kb) > 1:
+        if self._routes is not None and self._routes.copies(kb, ring) > 1:
             return None
         batch: list[Request[Any]] = [
             MetaGet(kb, value=True, cas=True, ttl=True, client_flags=True, recache=recache)
@@ -665,7 +661,8 @@ class Cluster:
     def get_many(self, keys: Iterable[Key]) -> dict[Key, Any]:
         """Return the hits only, keyed by the keys as given."""
         given = {placed(key)[0]: key for key in keys}
-        parts = self._fan_out(self._fetch, given, self._spread(given))
+        spread = self._routes.spread(given) if self._routes is not None else None
+        parts = self._fan_out(self._fetch, given, spread)
         return self._hits(parts, given, lambda value: value)
 
     def gets_many(self, keys: Iterable[Key]) -> dict[Key, tuple[Any, CasToken]]:
@@ -684,7 +681,8 @@ class Cluster:
         # Every value is encoded before anything is sent: one that cannot be raises alone.
         encoded = {kb: _encoded(self.serde, kb, values[key]) for kb, key in given.items()}
         failed: list[KeyT] = []
-        for kb in self._replicated_keys(given):  # each to all its replicas (one round trip)
+        replicated = self._routes.replicated_keys(given) if self._routes is not None else ()
+        for kb in replicated:  # each to all its replicas (one round trip)
             key = given.pop(kb)
             if not self.set(key, values[key], expire):
                 failed.append(key)
@@ -693,7 +691,8 @@ class Cluster:
 
     def delete_many(self, keys: Iterable[Key]) -> None:
         given = {placed(key)[0]: key for key in keys}
-        for kb in self._replicated_keys(given):  # each from all its replicas
+        replicated = self._routes.replicated_keys(given) if self._routes is not None else ()
+        for kb in replicated:  # each from all its replicas
             self.delete(given.pop(kb))
         self._fan_out(_DELETE_MANY, given)
 
@@ -804,9 +803,10 @@ class Cluster:
         """Send ``request`` to the server the ring names for ``ring`` (a key's route: see
         :func:`~.keys.placed`) and decode its reply (None: the replies to a batch as they
         are); lock-free while the server is healthy."""
-        if self._guarded:
-            routed = self._routed(ring, request, decode, failed)
-            if routed is not _UNROUTED:
+        if self._routes is not None:
+            plan = self._routes.single(ring, request, decode, failed, self.options.raise_errors)
+            routed = self._drive(plan)
+            if routed is not UNROUTED:
                 return routed  # type: ignore[no-any-return]
         node = self._nodes[self._locate(ring)]
         admission = node.health.open
@@ -830,9 +830,11 @@ class Cluster:
 
     def _build_gutter(
         self, socket_options: SocketOptions, clock: Callable[[], float], rng: Callable[[], float]
-    ) -> None:
-        """The gutter pool: its own servers, health and ketama ring."""
+    ) -> Continuum | None:
+        """The gutter pool's servers (with their own health) and its ketama ring, if any."""
         options = self.options
+        if not options.gutter:
+            return None
         try:
             servers = _as_servers(list(options.gutter))
         except ConfigurationError as exc:
@@ -855,17 +857,16 @@ class Cluster:
                 _connection_factory(server, socket_options),
             )
         weighted = any(s.weight != 1 for s in servers)
-        self._gutter_ring = Continuum(
+        return Continuum(
             [s.node for s in servers],
             weights=[s.weight for s in servers] if weighted else None,
             variant=options.ketama,
         )
-        self._gutter_set = frozenset(self._gutter_nodes.values())
 
     def replicas(self, key: Key) -> list[str]:
         """Return the servers that hold ``key``: its home first, then its copies."""
         kb, ring = placed(key)
-        copies = self._replicas.copies(kb) if self._replicas is not None and kb == ring else 1
+        copies = self._routes.copies(kb, ring) if self._routes is not None else 1
         return self.ring.get_nodes(ring, copies)
 
     def gutter_health(self) -> dict[str, HealthSnapshot]:
@@ -874,75 +875,26 @@ class Cluster:
 
     def journal(self) -> dict[str, int]:
         """Return how many keys each server still has to delete before it serves (replicas.py)."""
-        return self._journal.pending()
+        return self._routes.journal.pending() if self._routes is not None else {}
 
-    def _replicated_keys(self, given: Mapping[bytes, Key]) -> list[bytes]:
-        policy = self._replicas
-        if policy is None:
-            return []
-        return [
-            kb for kb, key in given.items() if type(key) is not Routed and policy.copies(kb) > 1
-        ]
+    def _drive(self, plan: Plan) -> Any:
+        """Run a routing plan (routes.py) with this view's sockets."""
+        try:
+            op = next(plan)
+            while True:
+                op = plan.send(self._perform(op))
+        except StopIteration as done:
+            return done.value
 
-    def _spread(self, given: Mapping[bytes, Key]) -> dict[bytes, str] | None:
-        """For a multi-get: a live replica chosen at random for each replicated key."""
-        chosen: dict[bytes, str] = {}
-        for kb in self._replicated_keys(given):
-            names = self.ring.get_nodes(kb, self._replicas.copies(kb))  # type: ignore[union-attr]
-            live = [n for n in names if self._nodes[n].health.open is not None]
-            if live:
-                chosen[kb] = live[int(self._rng() * len(live)) % len(live)]
-        return chosen or None
-
-    def _routed(
-        self,
-        ring: bytes,
-        request: Request[Any] | tuple[Request[Any], ...],
-        decode: Callable[[Any], Any] | None,
-        failed: Any,
-    ) -> Any:
-        """A single-key command under replication or the gutter policy; ``_UNROUTED`` otherwise."""
-        kb = request_key(request)
-        plain = kb is not None and kb == ring
-        if plain and self._replicas is not None:
-            copies = self._replicas.copies(kb)  # type: ignore[arg-type]
-            if copies > 1:
-                return self._replicated(kb, copies, request, decode, failed)  # type: ignore[arg-type]
-        if self._gutter_ring is None:
-            return _UNROUTED
-        node = self._nodes[self._locate(ring)]
-        admission = self._admit(node)
-        if admission is not None:
-            result = self._run(node, request, decode, _FAILED, admission)  # the strict view raises
-            if result is not _FAILED:
-                return result
-        elif self.options.raise_errors:
-            return self._refused(node, failed)  # the strict view (locks) never uses the gutter
-        if not plain or not gutter_allows(request):
-            return failed  # namespaced keys and in-place edits fail as under "miss"
-        if is_write(request):
-            self._journal.missed(node.name, (kb,))  # type: ignore[arg-type]
-        return self._in_gutter(kb, request, decode, failed)  # type: ignore[arg-type]
-
-    def _admit(self, node: _Node) -> Admission | None:
-        """Leave to use ``node`` (see NodeHealth.admit), after deleting the writes it missed."""
-        admission = node.health.admit()
-        if admission is not None and node.name in self._journal.dirty:
-            return self._replay(node, admission)
-        return admission
-
-    def _replay(self, node: _Node, admission: Admission) -> Admission | None:
-        """Delete on ``node`` the keys it missed writes of; None when it could not be done."""
-        journal = self._journal
-        due = journal.due(node.name)
-        keys = list(due)
-        for start in range(0, len(keys), _REPLAY_BATCH):
-            batch = tuple(Delete(kb) for kb in keys[start : start + _REPLAY_BATCH])
-            if self._quietly(node, batch, None, admission) is _FAILED:
-                return None
-            admission = node.health.open or admission
-        journal.replayed(node.name, due)
-        return node.health.admit()
+    def _perform(self, op: Run | Parallel | Refuse) -> Any:
+        if type(op) is Run:
+            if op.loud:
+                return self._run(op.node, op.request, op.decode, FAILED, op.admission)
+            return self._quietly(op.node, op.request, op.decode, op.admission)
+        if type(op) is Parallel:
+            return self._parallel(op.targets, op.decode)
+        assert type(op) is Refuse
+        return self._refused(op.node, op.failed)
 
     def _quietly(
         self,
@@ -951,237 +903,11 @@ class Cluster:
         decode: Callable[[Any], Any] | None,
         admission: Admission,
     ) -> Any:
-        """``_run`` that answers ``_FAILED`` for a server failure, in the strict view too."""
+        """``_run`` that answers ``FAILED`` for a server failure, in the strict view too."""
         try:
-            return self._run(node, request, decode, _FAILED, admission)
+            return self._run(node, request, decode, FAILED, admission)
         except NodeUnavailableError:
-            return _FAILED
-
-    def _in_gutter(
-        self,
-        kb: bytes,
-        request: Request[Any] | tuple[Request[Any], ...],
-        decode: Callable[[Any], Any] | None,
-        failed: Any,
-    ) -> Any:
-        """Run ``request`` on ``kb``'s gutter server, every TTL clamped to ``gutter_ttl``."""
-        node = self._gutter_node(kb)
-        admission = node.health.admit()
-        if admission is None:
-            return failed
-        ttl = self.options.gutter_ttl
-        clamped = (
-            tuple(clamp(r, ttl) for r in request)
-            if isinstance(request, tuple)
-            else clamp(request, ttl)
-        )
-        return self._run(node, clamped, decode, failed, admission)
-
-    def _gutter_node(self, kb: bytes) -> _Node:
-        return self._gutter_nodes[self._gutter_ring.get_node(kb)]  # type: ignore[union-attr]
-
-    def _gutter_pick(
-        self, dead: _Node, kb: bytes, admitted: dict[_Node, Admission | None], write: bool
-    ) -> tuple[_Node, Admission] | None:
-        """For a multi-key command: ``kb``'s gutter server while its own is unusable."""
-        if self.options.raise_errors:
-            return None
-        node = self._gutter_node(kb)
-        if node not in admitted:
-            admitted[node] = node.health.admit()
-        admission = admitted[node]
-        if admission is None:
-            return None
-        if write:
-            self._journal.missed(dead.name, (kb,))
-        return node, admission
-
-    def _replicated(
-        self,
-        kb: bytes,
-        copies: int,
-        request: Request[Any] | tuple[Request[Any], ...],
-        decode: Callable[[Any], Any] | None,
-        failed: Any,
-    ) -> Any:
-        """A command on a replicated key, where :func:`~.replicas.fate` says."""
-        where = fate(request)
-        if where is Fate.REFUSED:
-            verb = _verb(request[0] if isinstance(request, tuple) else request)
-            raise ReplicatedKeyError(
-                f"{verb} of {kb!r}: the key is under an OPTIONS['replicate'] prefix, and "
-                "in-place edits (append, prepend, incr, decr) are not replicated; keep sets, "
-                "lists, counters and namespaces outside replicated prefixes",
-                option="replicate",
-            )
-        nodes = [self._nodes[name] for name in self.ring.get_nodes(kb, copies)]
-        if where is Fate.READ:
-            return self._read_replica(kb, nodes, request, decode, failed)
-        if where is Fate.EVERYWHERE:
-            return self._write_replicas(kb, nodes, request, decode, failed)
-        return self._at_home(kb, nodes, request, decode, failed, where)
-
-    def _read_replica(
-        self,
-        kb: bytes,
-        nodes: list[_Node],
-        request: Request[Any] | tuple[Request[Any], ...],
-        decode: Callable[[Any], Any] | None,
-        failed: Any,
-    ) -> Any:
-        """Read from one live replica chosen at random; a miss there is checked on one more."""
-        order = list(nodes)
-        for i in range(len(order) - 1, 0, -1):  # Fisher-Yates on the injected rng
-            j = int(self._rng() * (i + 1)) % (i + 1)
-            order[i], order[j] = order[j], order[i]
-        missed: Any = _FAILED
-        seen: list[Any] = []
-
-        def peek(reply: Any) -> Any:
-            seen.append(reply)
-            return reply if decode is None else decode(reply)
-
-        for node in order:
-            admission = self._admit(node)
-            if admission is None:
-                continue
-            seen.clear()
-            result = self._quietly(node, request, peek, admission)
-            if result is _FAILED:
-                continue
-            if seen and seen[0] == [] and missed is _FAILED:
-                missed = result  # a miss on one copy (evicted, or replayed): ask one more
-                continue
-            return result
-        if missed is not _FAILED:
-            return missed
-        if self._gutter_ring is not None and not self.options.raise_errors:
-            return self._in_gutter(kb, request, decode, failed)
-        if self.options.raise_errors:
-            raise NodeUnavailableError(
-                f"no replica of {kb!r} could be read ({', '.join(n.name for n in nodes)})",
-                node=nodes[0].name,
-            )
-        return failed
-
-    def _write_replicas(
-        self,
-        kb: bytes,
-        nodes: list[_Node],
-        request: Request[Any] | tuple[Request[Any], ...],
-        decode: Callable[[Any], Any] | None,
-        failed: Any,
-    ) -> Any:
-        """Send a write to every replica in one parallel round trip; journal those that missed it.
-
-        A dead replica's share goes to the gutter under the gutter policy.
-        The answer is the first replica's that stored (deleted, touched), else
-        the first answer; none (every replica failed) is ``failed``.
-        """
-        assert not isinstance(request, tuple)
-        targets: list[tuple[_Node, Request[Any], Admission]] = []
-        missed: list[_Node] = []
-        gutter = self._gutter_ring is not None and not self.options.raise_errors
-        for node in nodes:
-            admission = self._admit(node)
-            if admission is not None:
-                targets.append((node, request, admission))
-                continue
-            missed.append(node)
-            if gutter:
-                spare = self._gutter_node(kb)
-                spare_admission = spare.health.admit()
-                if spare_admission is not None and all(t[0] is not spare for t in targets):
-                    targets.append(
-                        (spare, clamp(request, self.options.gutter_ttl), spare_admission)
-                    )
-        results = self._parallel(targets, decode)
-        missed += [
-            t[0] for t, r in zip(targets, results, strict=True) if r is _FAILED and t[0] in nodes
-        ]
-        for node in missed:
-            self._journal.missed(node.name, (kb,))
-        answers = [r for r in results if r is not _FAILED]
-        if not answers:
-            if self.options.raise_errors:
-                raise OutcomeUnknownError(
-                    f"no replica of {kb!r} answered ({', '.join(n.name for n in nodes)})",
-                    node=nodes[0].name,
-                )
-            return failed
-        return next((answer for answer in answers if answer), answers[0])
-
-    def _at_home(
-        self,
-        kb: bytes,
-        nodes: list[_Node],
-        request: Request[Any] | tuple[Request[Any], ...],
-        decode: Callable[[Any], Any] | None,
-        failed: Any,
-        where: Fate,
-    ) -> Any:
-        """Run on the key's home, then bring the copies in line (see replicas.py).
-
-        A token read (``gets``) goes to a live copy while the home cannot be
-        used; its tokens are :class:`~.replicas.CopyToken`.
-        """
-        home, copies = nodes[0], nodes[1:]
-        seen: list[Any] = []
-
-        def peek(reply: Any) -> Any:
-            seen.append(reply)
-            return reply if decode is None else decode(reply)
-
-        admission = self._admit(home)
-        result: Any = _FAILED
-        if admission is not None:
-            result = self._quietly(home, request, peek, admission)
-        if where is Fate.TOKEN_READ:
-            if result is _FAILED and type(request) is Get:
-                return self._read_copy(kb, copies, request, decode, failed)
-            if result is _FAILED:
-                return self._refused(home, failed)
-            return result
-        if result is _FAILED:
-            if admission is not None and is_write(request):
-                self._drop_copies(kb, copies)  # applied or not on the home: unknown
-            return self._refused(home, failed)
-        stored = bool(seen) and _changed(seen[0])
-        if stored:
-            copy = mirror(request) if where is Fate.HOME_THEN_MIRROR else None  # type: ignore[arg-type]
-            if copy is not None:
-                self._write_replicas(kb, copies, copy, None, None)
-            else:
-                self._drop_copies(kb, copies)
-        return result
-
-    def _read_copy(
-        self,
-        kb: bytes,
-        copies: list[_Node],
-        request: Get,
-        decode: Callable[[Any], Any] | None,
-        failed: Any,
-    ) -> Any:
-        """A ``gets`` answered by a live copy: its tokens are marked as a copy's."""
-
-        def marked(reply: Any) -> Any:
-            if type(reply) is list:
-                reply = [v._replace(cas=CopyToken(v.cas)) if v.cas else v for v in reply]
-            return reply if decode is None else decode(reply)
-
-        for node in copies:
-            admission = self._admit(node)
-            if admission is None:
-                continue
-            result = self._quietly(node, request, marked, admission)
-            if result is not _FAILED:
-                return result
-        return self._refused(copies[0] if copies else self._nodes[self.ring.get_node(kb)], failed)
-
-    def _drop_copies(self, kb: bytes, copies: list[_Node]) -> None:
-        if copies:
-            self._write_replicas(kb, copies, Delete(kb), None, None)
+            return FAILED
 
     def _parallel(
         self,
@@ -1190,10 +916,10 @@ class Cluster:
     ) -> list[Any]:
         """Send each target its request, then read every reply: one round trip for all.
 
-        A server failure is that target's ``_FAILED`` (recorded in its health);
+        A server failure is that target's ``FAILED`` (recorded in its health);
         an error for the caller is raised once every reply has been read.
         """
-        results: list[Any] = [_FAILED] * len(targets)
+        results: list[Any] = [FAILED] * len(targets)
         errors: list[BaseException] = []
         pending: list[tuple[int, _Node, Connection, Request[Any], Admission]] = []
 
@@ -1247,7 +973,7 @@ class Cluster:
         for name in names:
             node = self._nodes[name]
             if node not in admitted:
-                admitted[node] = self._admit(node) if self._guarded else node.health.admit()
+                admitted[node] = node.health.admit()
             admission = admitted[node]
             if admission is not None:
                 return node, admission
@@ -1392,6 +1118,13 @@ class Cluster:
         Errors for the caller are raised only once every server's reply has
         been read, so no connection goes back to the pool mid-reply.
         """
+        routes = self._routes
+        if routes is not None and routes.journal.dirty:
+            for name in routes.journal.dirty:  # servers that missed writes delete them first
+                self._drive(routes.admit(self._nodes[name]))
+        gutter = (
+            routes is not None and routes.gutter_ring is not None and not self.options.raise_errors
+        )
         groups: dict[_Node, list[bytes]] = defaultdict(list)
         skipped: dict[_Node, list[bytes]] = defaultdict(list)
         granted: dict[_Node, Admission] = {}  # one admission per server contacted
@@ -1405,8 +1138,6 @@ class Cluster:
         for name, kbs in owned.items():
             node = self._nodes[name]
             admission = granted.get(node) or node.health.open
-            if admission is not None and name in self._journal.dirty and node not in granted:
-                admission = self._admit(node)  # it missed writes: delete them there first
             if admission is not None:
                 granted.setdefault(node, admission)
                 groups[node].extend(kbs)
@@ -1414,8 +1145,9 @@ class Cluster:
             for kb in kbs:  # a failing server: each key goes where the policy says
                 key = given[kb]
                 picked = self._pick(key.route if type(key) is Routed else kb, node, admitted)
-                if picked is None and self._gutter_ring is not None and type(key) is not Routed:
-                    picked = self._gutter_pick(node, kb, admitted, not isinstance(exchange, _Fetch))
+                if picked is None and gutter and type(key) is not Routed:
+                    write = not isinstance(exchange, _Fetch)
+                    picked = self._routes.gutter_pick(node, kb, admitted, write)  # type: ignore[union-attr]
                 if picked is None:
                     skipped[node].append(kb)
                     continue
@@ -1444,9 +1176,8 @@ class Cluster:
                 client.connect()
                 sent = True
                 requests = exchange.requests(kbs)
-                if node in self._gutter_set:
-                    ttl = self.options.gutter_ttl
-                    requests = [clamp(request, ttl) for request in requests]
+                if gutter and node in self._routes.gutter_set:  # type: ignore[union-attr]
+                    requests = [clamp(request, self.options.gutter_ttl) for request in requests]
                 client.send(b"".join([request.encode() for request in requests]))
             except BaseException as exc:
                 settle(node, client, exc, kbs, sent)
@@ -1668,15 +1399,6 @@ def _ttl(reply: MetaReply | ErrorReply) -> int | None:
     return ttl
 
 
-def _changed(reply: Any) -> bool:
-    """Whether a write's reply says the server changed the item (stored, deleted...)."""
-    if isinstance(reply, MetaReply):
-        return reply.status == b"HD"
-    if type(reply) is list:  # a batch: any of its writes
-        return any(_changed(r) for r in reply)
-    return reply in (STORED, DELETED, TOUCHED)
-
-
 def _identity(reply: Any) -> Any:
     """The reply as it came (its caller judges it)."""
     return reply
@@ -1811,8 +1533,6 @@ class _DeleteMany:
 
 
 _DELETE_MANY = _DeleteMany()
-_UNROUTED: Any = object()  # _routed: the command is not replicated and no gutter applies
-_REPLAY_BATCH = 500  # deletes per write when a server replays the writes it missed
 
 # -- process-wide sharing ---------------------------------------------------------
 
