@@ -85,9 +85,12 @@ from .exceptions import (
     NodeUnavailableError,
     ProtocolError,
 )
+from .gutter import clamp
 from .health import Admission, HealthSnapshot, NodeEvent
 from .keys import Key, KeyT, Routed, placed
 from .options import ClusterOptions
+from .replicas import CopyToken
+from .routes import FAILED, UNROUTED, Parallel, Plan, Refuse, Routes, Run
 from .serializers import ValueRefused, is_refused
 from .servers import Server
 from .store import CasToken
@@ -225,7 +228,9 @@ class AsyncCluster:
         self.serde = cluster.serde
         self.ring = cluster.ring
         self._nodes: dict[str, _Node] = cluster._nodes
-        self._links: dict[_Node, _Links] = {node: _links_of(node) for node in self._nodes.values()}
+        self._routes: Routes | None = cluster._routes  # replicas and the gutter (routes.py)
+        every = [*self._nodes.values(), *cluster._gutter_nodes.values()]
+        self._links: dict[_Node, _Links] = {node: _links_of(node) for node in every}
         self._locate = cluster._locate
         self._text = cluster._text
         self._deserialize = cluster._deserialize
@@ -306,6 +311,12 @@ class AsyncCluster:
         return hits
 
     async def _read_one(self, ring: bytes, kb: bytes, cas: bool) -> Value | None:
+        if self._routes is not None:  # replicated, or under the gutter policy: not batched
+            strict = self.options.raise_errors
+            plan = self._routes.single(ring, Get((kb,), cas), _first_value, None, strict)
+            routed = await self._drive(plan)
+            if routed is not UNROUTED:
+                return routed  # type: ignore[no-any-return]
         node = self._nodes[self._locate(ring)]
         admission = node.health.open
         if admission is None:
@@ -339,7 +350,11 @@ class AsyncCluster:
         """Every server's keys in its channel's batch, all awaited together."""
         if not given:
             return {}
-        groups, skipped, granted = self._group(given)
+        spread = None
+        if self._routes is not None:
+            await self._replay_all()
+            spread = None if cas else self._routes.spread(given)
+        groups, skipped, granted = self._group(given, spread)
         loop = asyncio.get_running_loop()
         found: dict[bytes, Value] = {}
         errors: list[BaseException] = []
@@ -400,6 +415,8 @@ class AsyncCluster:
 
     async def cas(self, key: Key, value: Any, cas: CasToken, expire: int = 0) -> bool | None:
         kb, ring = placed(key)
+        if type(cas) is CopyToken:
+            return False  # read from a replica's copy: meaningless on the key's home
         data, flags = _encoded(self.serde, kb, value)
         request = Store("cas", kb, data, flags, _expire(expire), _cas_token(cas))
         failed: bool | None = False
@@ -493,6 +510,8 @@ class AsyncCluster:
 
     async def recas(self, key: Key, value: Any, cas: CasToken, expire: int = 0) -> CasToken | None:
         kb, ring = placed(key)
+        if type(cas) is CopyToken:
+            return None  # read from a replica's copy (replicas.py)
         data, flags = _encoded(self.serde, kb, value)
         token = _cas_token(cas)
         if self._text:
@@ -505,6 +524,8 @@ class AsyncCluster:
 
     async def delete_cas(self, key: Key, cas: CasToken) -> bool:
         kb, ring = placed(key)
+        if type(cas) is CopyToken:
+            return False  # read from a replica's copy (replicas.py)
         token = _cas_token(cas)
         if self._text:
             item = await self._single(ring, Get((kb,), cas=True), _first_value, None)
@@ -539,7 +560,9 @@ class AsyncCluster:
     ) -> Claimed | None:
         if self._text:
             return None
-        kb, _ = placed(key)
+        kb, ring = placed(key)
+        if self._routes is not None and self._routes.copies(kb, ring) > 1:
+            return None  # a replicated key: the lock-based path decides (Cluster.claim)
         batch: list[Request[Any]] = [
             MetaGet(kb, value=True, cas=True, ttl=True, client_flags=True, recache=recache)
         ]
@@ -567,7 +590,7 @@ class AsyncCluster:
 
     async def cas_stale(self, key: Key, value: Any, cas: CasToken, expire: int = 0) -> bool | None:
         """As :meth:`Cluster.cas_stale`: the swap, then ``md I`` of the version it wrote."""
-        if self._text:
+        if self._text or type(cas) is CopyToken:
             return await self.cas(key, value, cas, expire)
         kb, ring = placed(key)
         data, flags = _encoded(self.serde, kb, value)
@@ -600,11 +623,20 @@ class AsyncCluster:
             raise ValueError(f"expire must be an integer, not {expire!r}")
         given = {placed(key)[0]: key for key in values}
         encoded = {kb: _encoded(self.serde, kb, values[key]) for kb, key in given.items()}
+        failed: list[KeyT] = []
+        replicated = self._routes.replicated_keys(given) if self._routes is not None else ()
+        for kb in replicated:  # each to all its replicas (one round trip)
+            key = given.pop(kb)
+            if not await self.set(key, values[key], expire):
+                failed.append(key)
         parts = await self._fan_out(_StoreMany(encoded, _expire(expire)), given)
-        return [given[kb] for part in parts for kb in part]
+        return failed + [given[kb] for part in parts for kb in part]
 
     async def delete_many(self, keys: Iterable[Key]) -> None:
         given = {placed(key)[0]: key for key in keys}
+        replicated = self._routes.replicated_keys(given) if self._routes is not None else ()
+        for kb in replicated:  # each from all its replicas
+            await self.delete(given.pop(kb))
         await self._fan_out(_DELETE_MANY, given)
 
     # -- whole-cluster commands and introspection --
@@ -665,6 +697,11 @@ class AsyncCluster:
         decode: Callable[[Any], R] | None,
         failed: R,
     ) -> R:
+        if self._routes is not None:
+            plan = self._routes.single(ring, request, decode, failed, self.options.raise_errors)
+            routed = await self._drive(plan)
+            if routed is not UNROUTED:
+                return routed  # type: ignore[no-any-return]
         node = self._nodes[self._locate(ring)]
         admission = node.health.open
         if admission is None:
@@ -673,6 +710,51 @@ class AsyncCluster:
                 return self.sync._refused(node, failed)
             node, admission = picked
         return await self._run(node, request, decode, failed, admission)
+
+    # -- replicated keys and the gutter: Cluster's plans (routes.py), with channels --
+
+    async def _drive(self, plan: Plan) -> Any:
+        """Run a routing plan with this loop's channels (as Cluster._drive with sockets)."""
+        try:
+            op = next(plan)
+            while True:
+                op = plan.send(await self._perform(op))
+        except StopIteration as done:
+            return done.value
+
+    async def _perform(self, op: Run | Parallel | Refuse) -> Any:
+        if type(op) is Run:
+            if op.loud:
+                return await self._run(op.node, op.request, op.decode, FAILED, op.admission)
+            return await self._quietly(op.node, op.request, op.decode, op.admission)
+        if type(op) is Parallel:
+            runs = [self._quietly(node, r, op.decode, a) for node, r, a in op.targets]
+            results = await asyncio.gather(*runs, return_exceptions=True)
+            errors = [r for r in results if isinstance(r, BaseException)]
+            if errors:
+                raise errors[0]
+            return results
+        assert type(op) is Refuse
+        return self.sync._refused(op.node, op.failed)
+
+    async def _quietly(
+        self,
+        node: _Node,
+        request: Request[Any] | tuple[Request[Any], ...],
+        decode: Callable[[Any], Any] | None,
+        admission: Admission,
+    ) -> Any:
+        try:
+            return await self._run(node, request, decode, FAILED, admission)
+        except NodeUnavailableError:
+            return FAILED
+
+    async def _replay_all(self) -> None:
+        """Servers that missed writes of replicated keys delete them before serving again."""
+        routes = self._routes
+        if routes is not None:
+            for name in routes.journal.dirty:
+                await self._drive(routes.admit(self._nodes[name]))
 
     async def _on_node(
         self, node: _Node, request: Request[Any], decode: Callable[[Any], R], failed: R
@@ -761,7 +843,10 @@ class AsyncCluster:
         return exc
 
     def _group(
-        self, given: Mapping[bytes, Key]
+        self,
+        given: Mapping[bytes, Key],
+        owners: Mapping[bytes, str] | None = None,
+        write: bool = False,
     ) -> tuple[dict[_Node, list[bytes]], dict[_Node, list[bytes]], dict[_Node, Admission]]:
         """Keys per server as :meth:`Cluster._fan_out` groups them (with failover)."""
         groups: dict[_Node, list[bytes]] = defaultdict(list)
@@ -771,7 +856,11 @@ class AsyncCluster:
         owned: dict[str, list[bytes]] = defaultdict(list)
         locate = self._locate
         for kb, key in given.items():
-            owned[locate(key.route if type(key) is Routed else kb)].append(kb)
+            owner = owners.get(kb) if owners else None  # a replica chosen for a read
+            owned[owner or locate(key.route if type(key) is Routed else kb)].append(kb)
+        routes = self._routes
+        gutter = routes is not None and routes.gutter_ring is not None
+        gutter = gutter and not self.options.raise_errors  # the strict view never uses it
         for name, kbs in owned.items():
             node = self._nodes[name]
             admission = granted.get(node) or node.health.open
@@ -782,6 +871,8 @@ class AsyncCluster:
             for kb in kbs:
                 key = given[kb]
                 picked = self.sync._pick(key.route if type(key) is Routed else kb, node, admitted)
+                if picked is None and gutter and type(key) is not Routed:
+                    picked = routes.gutter_pick(node, kb, admitted, write)  # type: ignore[union-attr]
                 if picked is None:
                     skipped[node].append(kb)
                     continue
@@ -806,12 +897,16 @@ class AsyncCluster:
         """As :meth:`Cluster._fan_out`: every server's requests, pipelined; a failure is its own."""
         if not given:
             return []
-        groups, skipped, granted = self._group(given)
+        await self._replay_all()
+        groups, skipped, granted = self._group(given, write=True)
         results: list[R] = []
         errors: list[BaseException] = []
+        routes = self._routes
 
         async def run(node: _Node, kbs: list[bytes]) -> None:
             requests = tuple(exchange.requests(kbs))
+            if routes is not None and node in routes.gutter_set:
+                requests = tuple(clamp(request, routes.gutter_ttl) for request in requests)
             unavailable: Any = None
             try:
                 replies = await self._run(node, requests, None, unavailable, granted[node])
