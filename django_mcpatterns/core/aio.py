@@ -69,6 +69,7 @@ from .cluster import (
     _not_supported,
     _ok,
     _raw,
+    _reassigned,
     _reply_error,
     _stats,
     _stored,
@@ -856,8 +857,9 @@ class AsyncCluster:
         owned: dict[str, list[bytes]] = defaultdict(list)
         locate = self._locate
         for kb, key in given.items():
-            owner = owners.get(kb) if owners else None  # a replica chosen for a read
-            owned[owner or locate(key.route if type(key) is Routed else kb)].append(kb)
+            owned[locate(key.route if type(key) is Routed else kb)].append(kb)
+        if owners:  # replicated keys: the replica chosen for this read instead
+            owned = _reassigned(owned, owners)
         routes = self._routes
         gutter = routes is not None and routes.gutter_ring is not None
         gutter = gutter and not self.options.raise_errors  # the strict view never uses it

@@ -1133,8 +1133,9 @@ class Cluster:
         owned: dict[str, list[bytes]] = defaultdict(list)
         locate = self._locate
         for kb, key in given.items():
-            owner = owners.get(kb) if owners else None  # a replica chosen for a read
-            owned[owner or locate(key.route if type(key) is Routed else kb)].append(kb)
+            owned[locate(key.route if type(key) is Routed else kb)].append(kb)
+        if owners:  # replicated keys: the replica chosen for this read instead
+            owned = _reassigned(owned, owners)
         for name, kbs in owned.items():
             node = self._nodes[name]
             admission = granted.get(node) or node.health.open
@@ -1203,6 +1204,17 @@ class Cluster:
 
 
 # -- helpers ---------------------------------------------------------------------
+
+
+def _reassigned(
+    owned: dict[str, list[bytes]], owners: Mapping[bytes, str]
+) -> dict[str, list[bytes]]:
+    """Keys per server, with each key of ``owners`` moved to the server named there."""
+    moved: dict[str, list[bytes]] = defaultdict(list)
+    for name, kbs in owned.items():
+        for kb in kbs:
+            moved[owners.get(kb, name)].append(kb)
+    return moved
 
 
 def _as_servers(servers: Sequence[str | Server] | str) -> tuple[Server, ...]:

@@ -6,17 +6,21 @@ the ``KEY_PREFIX:version:`` the backend puts before it.
 
 from __future__ import annotations
 
+import io
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from django.core.cache import caches
+from django.core.management import call_command
 from django.template import engines
-from django.test import override_settings
+from django.test import RequestFactory, override_settings
 
+from django_mcpatterns.checks import check_caches
 from django_mcpatterns.core.cluster import reset_shared_clusters
 from django_mcpatterns.core.exceptions import ReplicatedKeyError
 from django_mcpatterns.decorators import cached
+from django_mcpatterns.views import StatusView
 from tests.django.conftest import CLUSTER_BACKEND
 from tests.harness import MemcachedServer, servers_holding
 
@@ -97,3 +101,77 @@ def test_a_replicated_lock_is_held_once(cache):
     assert not cache.lock("hot:job", timeout=30).acquire(blocking=False)
     first.release()
     assert cache.lock("hot:job", timeout=30).acquire(blocking=False)
+
+
+# -- what operators see --------------------------------------------------------------
+
+
+def test_checks_warn_of_more_copies_than_servers_and_a_gutter_server_in_location():
+    location = ["127.0.0.1:11211", "127.0.0.1:11212", "127.0.0.1:11213"]
+    options = {
+        "replicate": {"hot:": 4, "warm:": 2},
+        "failover": "gutter",
+        "gutter": ["127.0.0.1:11212", "127.0.0.1:11311"],
+    }
+    reset_shared_clusters()
+    entry = {"BACKEND": CLUSTER_BACKEND, "LOCATION": location, "OPTIONS": options}
+    with override_settings(CACHES={"default": entry}):
+        messages = check_caches(None)
+    assert [m.id for m in messages] == ["mcpatterns.W008", "mcpatterns.W009"]
+    assert "'hot:': 4" in messages[0].msg
+    assert "warm" not in messages[0].msg
+    assert "127.0.0.1:11212" in messages[1].msg
+    reset_shared_clusters()
+
+
+def test_bad_replication_options_stop_the_backend_with_their_name():
+    entry = {
+        "BACKEND": CLUSTER_BACKEND,
+        "LOCATION": ["127.0.0.1:11211"],
+        "OPTIONS": {"failover": "gutter"},
+    }
+    with override_settings(CACHES={"default": entry}):
+        (error,) = check_caches(None)
+    assert error.id == "mcpatterns.E005"
+    assert "gutter" in error.msg
+
+
+def test_health_command_and_status_page_show_replicas_the_gutter_and_the_journal(
+    memcached_4_fresh,
+):
+    main, spare = memcached_4_fresh[:3], memcached_4_fresh[3]
+    entry = {
+        "BACKEND": CLUSTER_BACKEND,
+        "LOCATION": [s.spec for s in main],
+        "OPTIONS": {
+            "replicate": {"hot:": 2},
+            "failover": "gutter",
+            "gutter": [spare.spec],
+            "timeout": 0.3,
+            "retry_attempts": 1,
+        },
+    }
+    reset_shared_clusters()
+    with override_settings(CACHES={"default": entry}, TEMPLATES=TEMPLATES):
+        cache = caches["default"]
+        key = "hot:seen"
+        stalled = next(s for s in main if s.spec == cache.store.replicas(cache.make_key(key))[1])
+        stalled.pause()
+        try:
+            cache.set(key, 1)  # the stalled copy misses it: one key to delete there
+        finally:
+            stalled.resume()
+        out = io.StringIO()
+        call_command("mcpatterns_health", stdout=out)
+        text = out.getvalue()
+        response = StatusView.as_view(permission=lambda request: True)(RequestFactory().get("/"))
+        html = response.render().content.decode()
+    reset_shared_clusters()
+    assert "failover 'gutter'" in text
+    assert "Replicated key prefixes: 'hot:' x2" in text
+    assert "Gutter pool (TTLs of at most 10 s):" in text
+    assert spare.spec in text
+    assert "to delete" in text
+    assert "<code>hot:</code> on 2 servers" in html
+    assert "Gutter pool" in html
+    assert html.count('<td class="journal">1</td>') == 1
