@@ -20,6 +20,7 @@ from django_mcpatterns.core.cluster import Cluster
 from django_mcpatterns.core.exceptions import NodeUnavailableError
 from django_mcpatterns.core.locks import Lock
 from django_mcpatterns.core.options import ClusterOptions
+from django_mcpatterns.core.stampede import Stampede
 from tests.harness import MemcachedServer, memcached_cluster
 
 pytestmark = pytest.mark.slow
@@ -313,3 +314,44 @@ def test_hit_ratios_of_a_one_server_outage_under_each_policy(six):
         assert results[name][1] == 0, name
     assert results["gutter"][0] > results["miss"][0]
     assert results["replicate x2"][0] > 0.99
+
+
+def test_async_twin_uses_the_gutter_and_never_for_locks(six):
+    cluster = build(six[:4], six[4:])
+    twin = cluster.aio
+    keys = [f"a{i}" for i in range(300) if cluster.ring.get_node(f"a{i}") == six[3].spec][:20]
+    six[3].kill()
+
+    async def outage() -> tuple[dict, object, object]:
+        await twin.get(keys[0])  # the server fails: dead for this process
+        await twin.set_many(dict.fromkeys(keys, "gutter"))
+        one = await twin.get(keys[1])
+        many = await twin.get_many(keys)
+        try:
+            added = await twin.strict().add(keys[2] + ":lock", b"token", 30)
+        except NodeUnavailableError:
+            added = "refused"
+        return many, one, added
+
+    many, one, added = asyncio.run(outage())
+    assert one == "gutter"
+    assert many == dict.fromkeys(keys, "gutter")
+    assert added == "refused"  # the strict view (every lock) never uses the gutter
+    assert cluster.journal() == {six[3].spec: len(keys)}
+
+
+@pytest.mark.parametrize("protocol", ["meta", "text"])
+def test_get_or_compute_survives_its_homes_death_without_recomputing(six, protocol):
+    cluster = build(six[:4], replicate={"hot:": 3}, protocol=protocol)
+    stampede = Stampede(cluster)
+    calls = Counter()
+
+    def compute() -> str:
+        calls["compute"] += 1
+        return "page"
+
+    assert stampede.get_or_compute("hot:page", compute, 60) == "page"
+    server_of(six, cluster.replicas("hot:page")[0]).kill()
+    served = [stampede.get_or_compute("hot:page", compute, 60) for _ in range(50)]
+    assert served == ["page"] * 50
+    assert calls["compute"] == 1  # read from a copy: no miss, no recompute
