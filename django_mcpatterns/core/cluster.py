@@ -42,6 +42,12 @@ Outcomes
     for those (a :class:`NodeUnavailableError`), so rewriters can tell "not
     stored" from "unknown" (:mod:`.store`); the default view answers both
     ``False``, as Django's backends do.
+Replicas and the gutter
+    ``OPTIONS["replicate"]`` keeps keys under a prefix on several servers and
+    ``failover="gutter"`` serves a dead server's keys from a spare pool; where
+    their commands go is decided by :class:`~.routes.Routes` (plans driven by
+    :meth:`Cluster._drive`, and by the async twin), with a journal of the
+    writes each server missed, deleted there before it serves again.
 Multi-key commands
     Keys are grouped per server and every server's request is written before
     any reply is read (pipelined fan-out), so four servers cost about one round

@@ -35,6 +35,7 @@ read again (docs/replication.md).
 from __future__ import annotations
 
 import enum
+import logging
 import re
 import threading
 from collections.abc import Iterable, Mapping
@@ -43,6 +44,12 @@ from typing import Any
 
 from .exceptions import ConfigurationError
 from .wire import Delete, Get, Incr, MetaArithmetic, MetaDelete, MetaGet, MetaSet, Request, Store
+
+logger = logging.getLogger("django_mcpatterns.replicas")
+
+# Entries for one server past which a warning is logged (once per server and process):
+# each is a key's bytes, so this many are a few tens of MB at most.
+JOURNAL_WARNING = 100_000
 
 __all__ = [
     "CopyToken",
@@ -230,6 +237,7 @@ class Journal:
         self._entries: dict[str, dict[bytes, int]] = {}
         self._seq = 0
         self.dirty: frozenset[str] = frozenset()
+        self._warned: set[str] = set()
         self.recorded = 0  # entries ever recorded (status page, tests)
         self.replayed_count = 0  # deletes ever replayed
 
@@ -243,6 +251,16 @@ class Journal:
                 self.recorded += 1
             if entries and node not in self.dirty:
                 self.dirty = self.dirty | {node}
+            crowded = len(entries) > JOURNAL_WARNING and node not in self._warned
+            if crowded:
+                self._warned.add(node)
+        if crowded:
+            logger.warning(
+                "%s has missed writes of %d keys, kept until it answers again: "
+                "a server down this long is better removed from LOCATION",
+                node,
+                len(entries),
+            )
 
     def due(self, node: str) -> dict[bytes, int]:
         """A snapshot of ``node``'s entries, to delete there before it serves."""
