@@ -62,11 +62,12 @@ import dataclasses
 import logging
 import os
 import random
+import selectors
 import threading
 import time
 import weakref
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
@@ -952,8 +953,11 @@ class Cluster:
                 settle(node, client, exc, admission, sent)
             else:
                 pending.append((i, node, client, request, admission))
+        answering = _answering([client for _, _, client, _, _ in pending], self.options.timeout)
         for i, node, client, request, admission in pending:
             try:
+                if client not in answering:  # silent for a whole timeout, as the others ran
+                    raise TimeoutError("timed out")
                 (reply,) = client.receive((request,))
                 result = reply if decode is None else decode(reply)
             except BaseException as exc:
@@ -1210,6 +1214,30 @@ class Cluster:
 
 
 # -- helpers ---------------------------------------------------------------------
+
+
+def _answering(clients: list[Connection], timeout: float | None) -> Collection[Connection]:
+    """The connections that start answering within one ``timeout``, waited for together.
+
+    Reading replies one after another, each stalled server would cost a
+    timeout of its own; waiting on all of them at once costs one.
+    """
+    if len(clients) < 2 or not timeout:
+        return clients
+    deadline = time.monotonic() + timeout
+    waiting = {client.sock: client for client in clients if client.sock is not None}
+    ready: set[Connection] = set()
+    with selectors.DefaultSelector() as selector:
+        for sock in waiting:
+            selector.register(sock, selectors.EVENT_READ)
+        while len(ready) < len(waiting):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            for event, _ in selector.select(left):
+                ready.add(waiting[event.fileobj])
+                selector.unregister(event.fileobj)
+    return ready
 
 
 def _reassigned(

@@ -302,3 +302,21 @@ def test_each_replica_gets_one_round_trip_per_write(five):
             assert sum(after) - sum(before) == 1  # one replica, one round trip
             reads[after.index(next(x for x, y in zip(after, before, strict=True) if x != y))] += 1
         assert len(reads) == 3
+
+
+def test_two_stalled_copies_cost_one_timeout_not_two(five):
+    """Every copy is written before any reply is awaited, and the replies are awaited together."""
+    cluster = replicated(five[:4], timeout=0.5, retry_attempts=1)
+    key = "hot:both-stalled"
+    stalled = [s for s in five[:4] if s.spec in cluster.replicas(key)[1:]]
+    for server in stalled:
+        server.pause()
+    try:
+        started = time.monotonic()
+        assert cluster.set(key, b"v")  # the home stored it
+        elapsed = time.monotonic() - started
+    finally:
+        for server in stalled:
+            server.resume()
+    assert 0.45 < elapsed < 0.85, elapsed
+    assert cluster.journal() == {server.spec: 1 for server in stalled}
