@@ -312,9 +312,14 @@ class AsyncCluster:
         return hits
 
     async def _read_one(self, ring: bytes, kb: bytes, cas: bool) -> Value | None:
-        if self._routes is not None:  # replicated, or under the gutter policy: not batched
+        routes = self._routes
+        if routes is not None:  # replicated, or under the gutter policy: not batched
             strict = self.options.raise_errors
-            plan = self._routes.single(ring, Get((kb,), cas), _first_value, None, strict)
+            request = Get((kb,), cas)
+            if cas and routes.copies(kb, ring) > 1:  # a caller's gets: spread too
+                plan = routes.spread_tokens(kb, request, _first_value, None, strict)
+            else:
+                plan = routes.single(ring, request, _first_value, None, strict)
             routed = await self._drive(plan)
             if routed is not UNROUTED:
                 return routed  # type: ignore[no-any-return]
@@ -416,8 +421,10 @@ class AsyncCluster:
 
     async def cas(self, key: Key, value: Any, cas: CasToken, expire: int = 0) -> bool | None:
         kb, ring = placed(key)
-        if type(cas) is CopyToken:
-            return False  # read from a replica's copy: meaningless on the key's home
+        home_cas = await self._home_token(kb, cas)
+        if home_cas is None:
+            return False  # a copy's token, and the home holds another item
+        cas = home_cas
         data, flags = _encoded(self.serde, kb, value)
         request = Store("cas", kb, data, flags, _expire(expire), _cas_token(cas))
         failed: bool | None = False
@@ -511,10 +518,11 @@ class AsyncCluster:
 
     async def recas(self, key: Key, value: Any, cas: CasToken, expire: int = 0) -> CasToken | None:
         kb, ring = placed(key)
-        if type(cas) is CopyToken:
-            return None  # read from a replica's copy (replicas.py)
+        home_cas = await self._home_token(kb, cas)
+        if home_cas is None:
+            return None  # a copy's token, and the home holds another item
         data, flags = _encoded(self.serde, kb, value)
-        token = _cas_token(cas)
+        token = _cas_token(home_cas)
         if self._text:
             swapped = Store("cas", kb, data, flags, _expire(expire), token)
             return await self._text_cas(key, swapped, data, flags)
@@ -525,9 +533,10 @@ class AsyncCluster:
 
     async def delete_cas(self, key: Key, cas: CasToken) -> bool:
         kb, ring = placed(key)
-        if type(cas) is CopyToken:
-            return False  # read from a replica's copy (replicas.py)
-        token = _cas_token(cas)
+        home_cas = await self._home_token(kb, cas)
+        if home_cas is None:
+            return False  # a copy's token, and the home holds another item
+        token = _cas_token(home_cas)
         if self._text:
             item = await self._single(ring, Get((kb,), cas=True), _first_value, None)
             if item is None or item.cas != token:
@@ -591,9 +600,13 @@ class AsyncCluster:
 
     async def cas_stale(self, key: Key, value: Any, cas: CasToken, expire: int = 0) -> bool | None:
         """As :meth:`Cluster.cas_stale`: the swap, then ``md I`` of the version it wrote."""
-        if self._text or type(cas) is CopyToken:
+        if self._text:
             return await self.cas(key, value, cas, expire)
         kb, ring = placed(key)
+        home_cas = await self._home_token(kb, cas)
+        if home_cas is None:
+            return False  # a copy's token, and the home holds another item
+        cas = home_cas
         data, flags = _encoded(self.serde, kb, value)
         swap = MetaSet(
             kb,
@@ -749,6 +762,13 @@ class AsyncCluster:
             return await self._run(node, request, decode, FAILED, admission)
         except NodeUnavailableError:
             return FAILED
+
+    async def _home_token(self, kb: bytes, cas: CasToken) -> CasToken | None:
+        """As :meth:`Cluster._home_token`: a copy's token becomes the home's, or None."""
+        if type(cas) is not CopyToken or self._routes is None:
+            return cas
+        token: CasToken | None = await self._drive(self._routes.home_token(kb, cas))
+        return token
 
     async def _replay_all(self) -> None:
         """Servers that missed writes of replicated keys delete them before serving again."""

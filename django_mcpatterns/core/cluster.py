@@ -376,7 +376,7 @@ class Cluster:
     def gets(self, key: Key) -> tuple[Any, CasToken | None]:
         kb, ring = placed(key)
         miss: tuple[Any, CasToken | None] = _NO_CAS
-        found = self._single(ring, Get((kb,), cas=True), self._value_cas, miss)
+        found = self._gets(kb, ring, self._value_cas, miss)
         if found[0] is STALE or is_refused(found[0]):
             return _NO_CAS  # past its soft expiry, or refused (left in place): a miss
         return found
@@ -395,8 +395,10 @@ class Cluster:
 
     def cas(self, key: Key, value: Any, cas: CasToken, expire: int = 0) -> bool | None:
         kb, ring = placed(key)
-        if type(cas) is CopyToken:
-            return False  # read from a replica's copy: meaningless on the key's home
+        home_cas = self._home_token(kb, cas)
+        if home_cas is None:
+            return False  # a copy's token, and the home holds another item
+        cas = home_cas
         data, flags = _encoded(self.serde, kb, value)
         request = Store("cas", kb, data, flags, _expire(expire), _cas_token(cas))
         failed: bool | None = False
@@ -504,10 +506,11 @@ class Cluster:
     def recas(self, key: Key, value: Any, cas: CasToken, expire: int = 0) -> CasToken | None:
         """``cas``, returning the new item's cas token (None: not stored)."""
         kb, ring = placed(key)
-        if type(cas) is CopyToken:
-            return None  # read from a replica's copy (replicas.py)
+        home_cas = self._home_token(kb, cas)
+        if home_cas is None:
+            return None  # a copy's token, and the home holds another item
         data, flags = _encoded(self.serde, kb, value)
-        token = _cas_token(cas)
+        token = _cas_token(home_cas)
         if self._text:
             swapped = Store("cas", kb, data, flags, _expire(expire), token)
             return self._text_cas(key, swapped, data, flags)
@@ -524,9 +527,10 @@ class Cluster:
     def delete_cas(self, key: Key, cas: CasToken) -> bool:
         """Delete the item only while its cas token is ``cas``."""
         kb, ring = placed(key)
-        if type(cas) is CopyToken:
-            return False  # read from a replica's copy (replicas.py)
-        token = _cas_token(cas)
+        home_cas = self._home_token(kb, cas)
+        if home_cas is None:
+            return False  # a copy's token, and the home holds another item
+        token = _cas_token(home_cas)
         if self._text:
             # No cas on a text delete: read the item's bytes, then expire that version.
             item = self._single(ring, Get((kb,), cas=True), _first_value, None)
@@ -575,8 +579,24 @@ class Cluster:
     def gets_envelope(self, key: Key) -> tuple[Any, CasToken | None]:
         kb, ring = placed(key)
         miss: tuple[Any, CasToken | None] = _NO_CAS
-        found = self._single(ring, Get((kb,), cas=True), self._envelope_cas, miss)
+        found = self._gets(kb, ring, self._envelope_cas, miss)
         return _NO_CAS if is_refused(found[0]) else found
+
+    def _gets(self, kb: bytes, ring: bytes, decode: Callable[[Any], R], miss: R) -> R:
+        """A caller's ``gets``: spread over a replicated key's replicas (routes.py)."""
+        request = Get((kb,), cas=True)
+        routes = self._routes
+        if routes is not None and routes.copies(kb, ring) > 1:
+            strict = self.options.raise_errors
+            return self._drive(routes.spread_tokens(kb, request, decode, miss, strict))  # type: ignore[no-any-return]
+        return self._single(ring, request, decode, miss)
+
+    def _home_token(self, kb: bytes, cas: CasToken) -> CasToken | None:
+        """``cas`` itself, or for a copy's token the home's while it holds the same item."""
+        if type(cas) is not CopyToken or self._routes is None:
+            return cas
+        token: CasToken | None = self._drive(self._routes.home_token(kb, cas))
+        return token
 
     def get_many_envelopes(self, keys: Iterable[Key]) -> dict[Key, Any]:
         given = {placed(key)[0]: key for key in keys}
@@ -639,9 +659,13 @@ class Cluster:
         a swap that failed, it would mark whatever the key holds by then (a
         filler's placeholder, voiding its lease and wedging the key).
         """
-        if self._text or type(cas) is CopyToken:
+        if self._text:
             return self.cas(key, value, cas, expire)
         kb, ring = placed(key)
+        home_cas = self._home_token(kb, cas)
+        if home_cas is None:
+            return False  # a copy's token, and the home holds another item
+        cas = home_cas
         data, flags = _encoded(self.serde, kb, value)
         swap = MetaSet(
             kb,

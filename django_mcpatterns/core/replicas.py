@@ -13,9 +13,9 @@ What each command does (:func:`fate`)
     ``set``, ``delete``, ``touch``
         Every replica, in one parallel round trip.
     ``gets`` (cas tokens)
-        The home; while the home cannot be used, a live copy, whose token is a
-        :class:`CopyToken`: a ``cas`` with it is answered "not stored" without
-        being sent, since a copy's token means nothing on the home.
+        One live replica, as ``get``; a copy's token is a :class:`CopyToken`,
+        which a ``cas`` checks against the home's item first (one round trip
+        more).  The owner primitives' own reads go to the home.
     ``add``, ``cas`` and the meta stores
         The home decides (an ``add`` lock is held at most once: one server
         arbitrates it), then the copies are brought in line in a second round
@@ -64,16 +64,29 @@ __all__ = [
 
 
 class CopyToken(bytes):
-    """A cas token read from a copy, not from the key's home: no ``cas`` accepts it."""
+    """A cas token read from a copy, not from the key's home, with the item it came with.
 
-    __slots__ = ()
+    A copy's token means nothing on the home.  A ``cas`` given one first reads
+    the home's item and token: the swap goes ahead, with the home's token, only
+    if the home holds the very item (data and flags) the copy handed out; else
+    it is "not stored", as for a changed token.
+    """
+
+    data: bytes
+    flags: int
+
+    def __new__(cls, token: bytes, data: bytes, flags: int) -> CopyToken:
+        made = super().__new__(cls, token)
+        made.data = data
+        made.flags = flags
+        return made
 
 
 class Fate(enum.Enum):
     """Where a command on a replicated key goes (see the module docstring)."""
 
     READ = "one live replica"
-    TOKEN_READ = "the home, else a live copy (CopyToken)"
+    TOKEN_READ = "the home, else a live copy (CopyToken)"  # the owner primitives' own reads
     EVERYWHERE = "every replica"
     HOME_THEN_MIRROR = "the home, then the stored value on the copies"
     HOME_THEN_DROP = "the home, then the copies deleted"

@@ -27,7 +27,7 @@ from .health import Admission
 from .ketama import Continuum
 from .keys import Key, Routed
 from .replicas import CopyToken, Fate, Journal, ReplicaPolicy, fate, is_write, mirror, request_key
-from .wire import DELETED, STORED, TOUCHED, Delete, Get, MetaReply, Request
+from .wire import DELETED, STORED, TOUCHED, Delete, Get, MetaReply, Request, Value
 
 if TYPE_CHECKING:
     from .cluster import _Node
@@ -228,6 +228,24 @@ class Routes:
             return (yield from self.write_replicas(kb, nodes, request, decode, failed, strict))
         return (yield from self.at_home(kb, nodes, request, decode, failed, where, strict))
 
+    def spread_tokens(
+        self, kb: bytes, request: Get, decode: Decode, failed: Any, strict: bool
+    ) -> Plan:
+        """A caller's ``gets`` of a replicated key: spread as a ``get``; copies' tokens marked."""
+        nodes = [self.nodes[name] for name in self.ring.get_nodes(kb, self.copies(kb, kb))]
+        return (yield from self.read_replica(kb, nodes, request, decode, failed, strict, True))
+
+    def home_token(self, kb: bytes, token: CopyToken) -> Plan:
+        """The home's cas token while it holds the item ``token`` was read with; else None."""
+        home = self.nodes[self.locate(kb)]
+        admission = yield from self.admit(home)
+        if admission is None:
+            return None
+        item = yield Run(home, Get((kb,), cas=True), _first_item, admission)
+        if item is FAILED or item is None or (item.data, item.flags) != (token.data, token.flags):
+            return None
+        return item.cas
+
     def read_replica(
         self,
         kb: bytes,
@@ -236,8 +254,12 @@ class Routes:
         decode: Decode,
         failed: Any,
         strict: bool,
+        mark: bool = False,
     ) -> Plan:
-        """Read from one live replica chosen at random; a miss there is checked on one more."""
+        """Read from one live replica chosen at random; a miss there is checked on one more.
+
+        ``mark``: the cas tokens of copies (not the home) become CopyTokens.
+        """
         order = list(nodes)
         for i in range(len(order) - 1, 0, -1):  # Fisher-Yates on the injected rng
             j = int(self.rng() * (i + 1)) % (i + 1)
@@ -249,12 +271,16 @@ class Routes:
             seen.append(reply)
             return reply if decode is None else decode(reply)
 
+        def marked(reply: Any) -> Any:
+            return peek(_marked(reply))
+
         for node in order:
             admission = yield from self.admit(node)
             if admission is None:
                 continue
             seen.clear()
-            result = yield Run(node, request, peek, admission)
+            read = marked if mark and node is not nodes[0] else peek
+            result = yield Run(node, request, read, admission)
             if result is FAILED:
                 continue
             if seen and seen[0] == [] and missed is FAILED:
@@ -369,8 +395,7 @@ class Routes:
         """A ``gets`` answered by a live copy: its tokens are marked as a copy's."""
 
         def marked(reply: Any) -> Any:
-            if type(reply) is list:
-                reply = [v._replace(cas=CopyToken(v.cas)) if v.cas else v for v in reply]
+            reply = _marked(reply)
             return reply if decode is None else decode(reply)
 
         for node in copies:
@@ -381,6 +406,17 @@ class Routes:
             if result is not FAILED:
                 return result
         return (yield Refuse(home, failed))
+
+
+def _marked(reply: Any) -> Any:
+    """A ``gets`` reply from a copy, its tokens as CopyTokens carrying their item."""
+    if type(reply) is not list:
+        return reply
+    return [v._replace(cas=CopyToken(v.cas, v.data, v.flags)) if v.cas else v for v in reply]
+
+
+def _first_item(reply: Any) -> Value | None:
+    return reply[0] if type(reply) is list and reply else None
 
 
 def _changed(reply: Any) -> bool:

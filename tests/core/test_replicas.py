@@ -223,11 +223,52 @@ def test_add_is_decided_by_the_home_and_mirrored(five):
     assert not cluster.add("hot:lock", b"theirs", 30)
     held = holders(five[:4], "hot:lock")
     assert {held[node] for node in cluster.replicas("hot:lock")} == {b"mine"}
-    value, token = cluster.gets("hot:lock")
+    value, token = cluster.gets("hot:lock")  # from any replica
     assert value == b"mine"
-    assert type(token) is bytes
     assert cluster.cas("hot:lock", b"next", token)
     assert {held for held in holders(five[:4], "hot:lock").values() if held} == {b"next"}
+
+
+def copy_token(cluster: Cluster, key: str) -> tuple[object, CopyToken]:
+    """A gets of ``key`` that a copy (not its home) answered."""
+    for _ in range(200):
+        value, token = cluster.gets(key)
+        if type(token) is CopyToken:
+            return value, token
+    raise AssertionError("gets never reached a copy")
+
+
+def test_gets_spread_and_a_copys_token_holds_while_the_home_holds_its_item(five):
+    cluster = replicated(five[:4])
+    cluster.set("hot:t", b"v1")
+    before = {node: s["get_hits"] for node, s in cluster.stats().items()}
+    assert {cluster.gets("hot:t")[0] for _ in range(300)} == {b"v1"}
+    served = {node: s["get_hits"] - before[node] for node, s in cluster.stats().items()}
+    assert all(served[node] >= 45 for node in cluster.replicas("hot:t")), served
+    _, token = copy_token(cluster, "hot:t")
+    assert cluster.cas("hot:t", b"v2", token)  # the home still held v1: swapped there
+    assert set(holders(five[:4], "hot:t").values()) - {None} == {b"v2"}
+    _, stale = copy_token(cluster, "hot:t")
+    cluster.set("hot:t", b"v3")  # the home moved on
+    assert cluster.cas("hot:t", b"v4", stale) is False
+    assert cluster.recas("hot:t", b"v4", stale) is None
+    assert cluster.delete_cas("hot:t", stale) is False
+    assert cluster.get("hot:t") == b"v3"
+
+
+def test_a_copys_token_is_refused_while_the_home_is_unreachable(five):
+    cluster = replicated(five[:4], retry_attempts=1, retry_timeout=30)
+    cluster.set("hot:u", b"v")
+    home = next(s for s in five[:4] if s.spec == cluster.replicas("hot:u")[0])
+    home.pause()
+    try:
+        value, token = copy_token(cluster, "hot:u")
+        assert value == b"v"
+        assert cluster.cas("hot:u", b"w", token) is False
+        assert cluster.recas("hot:u", b"w", token) is None
+        assert cluster.delete_cas("hot:u", token) is False
+    finally:
+        home.resume()
 
 
 def test_in_place_edits_of_a_replicated_key_are_refused_before_any_io(five):
@@ -241,22 +282,6 @@ def test_in_place_edits_of_a_replicated_key_are_refused_before_any_io(five):
         with pytest.raises(ReplicatedKeyError, match="replicate"):
             edit()
     assert cluster.incr("cold:n") is None  # other keys are untouched
-
-
-def test_a_copys_cas_token_is_never_used_on_the_home(five):
-    cluster = replicated(five[:4], retry_attempts=1, retry_timeout=30)
-    cluster.set("hot:t", b"v")
-    home = next(s for s in five[:4] if s.spec == cluster.replicas("hot:t")[0])
-    home.pause()
-    try:
-        value, token = cluster.gets("hot:t")  # the home times out: a copy answers
-        assert value == b"v"
-        assert type(token) is CopyToken
-        assert cluster.cas("hot:t", b"w", token) is False
-        assert cluster.recas("hot:t", b"w", token) is None
-        assert cluster.delete_cas("hot:t", token) is False
-    finally:
-        home.resume()
 
 
 def test_a_replicated_lock_is_held_once_its_home_decides(five):

@@ -328,7 +328,7 @@ def test_async_twin_uses_the_gutter_and_never_for_locks(six):
         one = await twin.get(keys[1])
         many = await twin.get_many(keys)
         try:
-            added = await twin.strict().add(keys[2] + ":lock", b"token", 30)
+            added = await twin.strict().add(keys[2], b"token", 30)
         except NodeUnavailableError:
             added = "refused"
         return many, one, added
@@ -355,3 +355,15 @@ def test_get_or_compute_survives_its_homes_death_without_recomputing(six, protoc
     served = [stampede.get_or_compute("hot:page", compute, 60) for _ in range(50)]
     assert served == ["page"] * 50
     assert calls["compute"] == 1  # read from a copy: no miss, no recompute
+
+
+@pytest.mark.parametrize("protocol", ["meta", "text"])
+def test_get_or_compute_reads_spread_over_the_replicas(six, protocol):
+    cluster = build(six[:4], replicate={"hot:": 3}, protocol=protocol)
+    stampede = Stampede(cluster)
+    assert stampede.get_or_compute("hot:spread", lambda: "page", 60) == "page"
+    before = {node: s["get_hits"] for node, s in cluster.stats().items()}
+    served = [stampede.get_or_compute("hot:spread", lambda: "again", 60) for _ in range(300)]
+    hits = {node: s["get_hits"] - before[node] for node, s in cluster.stats().items()}
+    assert served == ["page"] * 300
+    assert all(hits[node] >= 45 for node in cluster.replicas("hot:spread")), hits
