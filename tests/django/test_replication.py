@@ -6,6 +6,7 @@ the ``KEY_PREFIX:version:`` the backend puts before it.
 
 from __future__ import annotations
 
+import asyncio
 import io
 from collections.abc import Iterator
 from typing import Any
@@ -175,3 +176,22 @@ def test_health_command_and_status_page_show_replicas_the_gutter_and_the_journal
     assert "<code>hot:</code> on 2 servers" in html
     assert "Gutter pool" in html
     assert html.count('<td class="journal">1</td>') == 1
+
+
+def test_aget_or_compute_fills_every_replica_and_reads_spread(cache, memcached_4_fresh):
+    async def compute() -> str:
+        return "rendered"
+
+    async def work() -> list[str]:
+        first = await cache.aget_or_compute("hot:apage", compute, timeout=60)
+        return [first] + [
+            await cache.aget_or_compute("hot:apage", compute, timeout=60) for _ in range(150)
+        ]
+
+    store = cache.store
+    before = {node: s["get_hits"] for node, s in store.stats().items()}
+    assert asyncio.run(work()) == ["rendered"] * 151
+    hits = {node: s["get_hits"] - before[node] for node, s in store.stats().items()}
+    assert copies(cache, memcached_4_fresh, "hot:apage") == 3
+    replicas = store.replicas(cache.make_key("hot:apage"))
+    assert all(hits[node] >= 20 for node in replicas), hits
