@@ -421,10 +421,11 @@ class AsyncCluster:
 
     async def cas(self, key: Key, value: Any, cas: CasToken, expire: int = 0) -> bool | None:
         kb, ring = placed(key)
-        home_cas = await self._home_token(kb, cas)
-        if home_cas is None:
-            return False  # a copy's token, and the home holds another item
-        cas = home_cas
+        if type(cas) is CopyToken:  # read from a copy: the home's, if it holds that item
+            home_cas = await self._home_token(kb, cas)
+            if home_cas is None:
+                return False
+            cas = home_cas
         data, flags = _encoded(self.serde, kb, value)
         request = Store("cas", kb, data, flags, _expire(expire), _cas_token(cas))
         failed: bool | None = False
@@ -518,11 +519,13 @@ class AsyncCluster:
 
     async def recas(self, key: Key, value: Any, cas: CasToken, expire: int = 0) -> CasToken | None:
         kb, ring = placed(key)
-        home_cas = await self._home_token(kb, cas)
-        if home_cas is None:
-            return None  # a copy's token, and the home holds another item
+        if type(cas) is CopyToken:  # read from a copy: the home's, if it holds that item
+            home_cas = await self._home_token(kb, cas)
+            if home_cas is None:
+                return None
+            cas = home_cas
         data, flags = _encoded(self.serde, kb, value)
-        token = _cas_token(home_cas)
+        token = _cas_token(cas)
         if self._text:
             swapped = Store("cas", kb, data, flags, _expire(expire), token)
             return await self._text_cas(key, swapped, data, flags)
@@ -533,10 +536,12 @@ class AsyncCluster:
 
     async def delete_cas(self, key: Key, cas: CasToken) -> bool:
         kb, ring = placed(key)
-        home_cas = await self._home_token(kb, cas)
-        if home_cas is None:
-            return False  # a copy's token, and the home holds another item
-        token = _cas_token(home_cas)
+        if type(cas) is CopyToken:  # read from a copy: the home's, if it holds that item
+            home_cas = await self._home_token(kb, cas)
+            if home_cas is None:
+                return False
+            cas = home_cas
+        token = _cas_token(cas)
         if self._text:
             item = await self._single(ring, Get((kb,), cas=True), _first_value, None)
             if item is None or item.cas != token:
@@ -603,10 +608,11 @@ class AsyncCluster:
         if self._text:
             return await self.cas(key, value, cas, expire)
         kb, ring = placed(key)
-        home_cas = await self._home_token(kb, cas)
-        if home_cas is None:
-            return False  # a copy's token, and the home holds another item
-        cas = home_cas
+        if type(cas) is CopyToken:  # read from a copy: the home's, if it holds that item
+            home_cas = await self._home_token(kb, cas)
+            if home_cas is None:
+                return False
+            cas = home_cas
         data, flags = _encoded(self.serde, kb, value)
         swap = MetaSet(
             kb,
@@ -763,10 +769,10 @@ class AsyncCluster:
         except NodeUnavailableError:
             return FAILED
 
-    async def _home_token(self, kb: bytes, cas: CasToken) -> CasToken | None:
+    async def _home_token(self, kb: bytes, cas: CopyToken) -> CasToken | None:
         """As :meth:`Cluster._home_token`: a copy's token becomes the home's, or None."""
-        if type(cas) is not CopyToken or self._routes is None:
-            return cas
+        if self._routes is None:
+            return None
         token: CasToken | None = await self._drive(self._routes.home_token(kb, cas))
         return token
 

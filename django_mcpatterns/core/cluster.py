@@ -395,10 +395,11 @@ class Cluster:
 
     def cas(self, key: Key, value: Any, cas: CasToken, expire: int = 0) -> bool | None:
         kb, ring = placed(key)
-        home_cas = self._home_token(kb, cas)
-        if home_cas is None:
-            return False  # a copy's token, and the home holds another item
-        cas = home_cas
+        if type(cas) is CopyToken:  # read from a copy: the home's, if it holds that item
+            home_cas = self._home_token(kb, cas)
+            if home_cas is None:
+                return False
+            cas = home_cas
         data, flags = _encoded(self.serde, kb, value)
         request = Store("cas", kb, data, flags, _expire(expire), _cas_token(cas))
         failed: bool | None = False
@@ -506,11 +507,13 @@ class Cluster:
     def recas(self, key: Key, value: Any, cas: CasToken, expire: int = 0) -> CasToken | None:
         """``cas``, returning the new item's cas token (None: not stored)."""
         kb, ring = placed(key)
-        home_cas = self._home_token(kb, cas)
-        if home_cas is None:
-            return None  # a copy's token, and the home holds another item
+        if type(cas) is CopyToken:  # read from a copy: the home's, if it holds that item
+            home_cas = self._home_token(kb, cas)
+            if home_cas is None:
+                return None
+            cas = home_cas
         data, flags = _encoded(self.serde, kb, value)
-        token = _cas_token(home_cas)
+        token = _cas_token(cas)
         if self._text:
             swapped = Store("cas", kb, data, flags, _expire(expire), token)
             return self._text_cas(key, swapped, data, flags)
@@ -527,10 +530,12 @@ class Cluster:
     def delete_cas(self, key: Key, cas: CasToken) -> bool:
         """Delete the item only while its cas token is ``cas``."""
         kb, ring = placed(key)
-        home_cas = self._home_token(kb, cas)
-        if home_cas is None:
-            return False  # a copy's token, and the home holds another item
-        token = _cas_token(home_cas)
+        if type(cas) is CopyToken:  # read from a copy: the home's, if it holds that item
+            home_cas = self._home_token(kb, cas)
+            if home_cas is None:
+                return False
+            cas = home_cas
+        token = _cas_token(cas)
         if self._text:
             # No cas on a text delete: read the item's bytes, then expire that version.
             item = self._single(ring, Get((kb,), cas=True), _first_value, None)
@@ -591,10 +596,10 @@ class Cluster:
             return self._drive(routes.spread_tokens(kb, request, decode, miss, strict))  # type: ignore[no-any-return]
         return self._single(ring, request, decode, miss)
 
-    def _home_token(self, kb: bytes, cas: CasToken) -> CasToken | None:
-        """``cas`` itself, or for a copy's token the home's while it holds the same item."""
-        if type(cas) is not CopyToken or self._routes is None:
-            return cas
+    def _home_token(self, kb: bytes, cas: CopyToken) -> CasToken | None:
+        """The home's cas token while it holds the item a copy's token came with, else None."""
+        if self._routes is None:
+            return None
         token: CasToken | None = self._drive(self._routes.home_token(kb, cas))
         return token
 
@@ -662,10 +667,11 @@ class Cluster:
         if self._text:
             return self.cas(key, value, cas, expire)
         kb, ring = placed(key)
-        home_cas = self._home_token(kb, cas)
-        if home_cas is None:
-            return False  # a copy's token, and the home holds another item
-        cas = home_cas
+        if type(cas) is CopyToken:  # read from a copy: the home's, if it holds that item
+            home_cas = self._home_token(kb, cas)
+            if home_cas is None:
+                return False
+            cas = home_cas
         data, flags = _encoded(self.serde, kb, value)
         swap = MetaSet(
             kb,
