@@ -662,9 +662,8 @@ class AsyncCluster:
     # -- whole-cluster commands and introspection --
 
     async def flush_all(self) -> bool:
-        flushed = [
-            await self._on_node(node, FlushAll(), _ok, False) for node in self._nodes.values()
-        ]
+        every = [*self._nodes.values(), *self.sync._gutter_nodes.values()]  # the gutter's too
+        flushed = [await self._on_node(node, FlushAll(), _ok, False) for node in every]
         return all(flushed)
 
     async def stats(self) -> dict[str, dict[str, Any]]:

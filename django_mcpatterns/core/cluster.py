@@ -736,8 +736,9 @@ class Cluster:
     # -- whole-cluster commands and introspection --
 
     def flush_all(self) -> bool:
-        """Flush every server; return whether all of them did."""
-        flushed = [self._on_node(node, FlushAll(), _ok, False) for node in self._nodes.values()]
+        """Flush every server (the gutter pool's too); return whether all of them did."""
+        every = [*self._nodes.values(), *self._gutter_nodes.values()]
+        flushed = [self._on_node(node, FlushAll(), _ok, False) for node in every]
         return all(flushed)
 
     def stats(self, *, gutter: bool = False) -> dict[str, dict[str, Any]]:

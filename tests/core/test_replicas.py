@@ -5,6 +5,7 @@ Drills that kill and stall servers are in tests/drills/test_replication.py.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -345,3 +346,21 @@ def test_two_stalled_copies_cost_one_timeout_not_two(five):
             server.resume()
     assert 0.45 < elapsed < 0.85, elapsed
     assert cluster.journal() == {server.spec: 1 for server in stalled}
+
+
+def test_flush_all_flushes_the_gutter_too(five):
+    for server in five:
+        server.flush()
+    options = ClusterOptions(failover="gutter", gutter=[five[4].spec])
+    cluster = Cluster([s.spec for s in five[:4]], options)
+    twin = cluster.aio
+    spare = Client(("127.0.0.1", five[4].port))
+    try:
+        spare.set("left-in-gutter", b"x")
+        assert cluster.flush_all()
+        assert spare.get("left-in-gutter") is None
+        spare.set("left-in-gutter", b"x")
+        assert asyncio.run(twin.flush_all())
+        assert spare.get("left-in-gutter") is None
+    finally:
+        spare.close()
