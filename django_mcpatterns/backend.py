@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import re
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -20,6 +21,7 @@ from django.conf import settings
 from django.core.cache.backends.base import (
     DEFAULT_TIMEOUT,
     InvalidCacheKey,
+    default_key_func,
     memcache_key_warnings,
 )
 from django.core.cache.backends.memcached import BaseMemcachedCache
@@ -234,7 +236,7 @@ class KetamaMemcacheCache(_StoreCache):
         try:
             self._servers = parse_servers(server)
             options = ClusterOptions.from_mapping(
-                _with_signing_keys(_named_for_instrumentation(self._options))
+                self._scoped(_with_signing_keys(_named_for_instrumentation(self._options)))
             )
             # Built here so that ring errors (twemproxy names on another variant,
             # two servers hashing alike) surface now; nothing connects before use.
@@ -246,6 +248,18 @@ class KetamaMemcacheCache(_StoreCache):
             )
         except ConfigurationError as exc:
             raise _improperly_configured(exc) from exc
+
+    def _scoped(self, options: dict[str, Any]) -> dict[str, Any]:
+        """``OPTIONS``, with ``replicate`` prefixes matched on the caller's key.
+
+        With Django's own key function the key sent is ``KEY_PREFIX:version:key``:
+        the prefixes are matched after it.  A custom ``KEY_FUNCTION`` makes keys
+        of its own shape, so the prefixes are matched on the key it makes.
+        """
+        ours = self.key_func is default_key_func
+        if ours and options.get("replicate") and "replicate_scope" not in options:
+            options = {**options, "replicate_scope": re.escape(self.key_prefix) + r":\d+:"}
+        return options
 
     @property
     def client_servers(self) -> list[str]:

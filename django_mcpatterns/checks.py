@@ -24,6 +24,8 @@ one with ``SILENCED_SYSTEM_CHECKS = ["mcpatterns.W005"]``.
 * ``mcpatterns.W005`` unsigned pickled values on servers beyond loopback
 * ``mcpatterns.W006`` a backend of ours in ``CACHES`` without ``django_mcpatterns`` installed
 * ``mcpatterns.W007`` the status page needs ``django.contrib.auth``, which is missing
+* ``mcpatterns.W008`` ``OPTIONS["replicate"]`` asks for more copies than there are servers
+* ``mcpatterns.W009`` a gutter server (``OPTIONS["gutter"]``) is also in ``LOCATION``
 
 Checks registered here run once this module is imported: ``AppConfig.ready``
 does it, and so does importing the status view.  Nothing of a project that does
@@ -271,6 +273,7 @@ def _cluster_warnings(
             obj=obj,
             id="mcpatterns.W004",
         )
+    yield from _replication_warnings(obj, servers, options)
     # With the pickle serializer and no signing, values other than str, bytes
     # and int are unpickled as found, running code chosen by whoever wrote them.
     remote = [s.node for s in servers if not _is_loopback(s)]
@@ -287,6 +290,33 @@ def _cluster_warnings(
             "SILENCED_SYSTEM_CHECKS.  See docs/security.md.",
             obj=obj,
             id="mcpatterns.W005",
+        )
+
+
+def _replication_warnings(
+    obj: str, servers: Sequence[Server], options: ClusterOptions
+) -> Iterator[Any]:
+    too_many = {p: n for p, n in options.replicate.items() if n > len(servers)}
+    if too_many:
+        listed = ", ".join(f"{p!r}: {n}" for p, n in too_many.items())
+        yield checks.Warning(
+            f"OPTIONS['replicate'] asks for more copies than there are servers ({listed}; "
+            f"{len(servers)} in LOCATION): those keys get one copy per server, no more.",
+            hint="Lower the number of copies to at most the number of servers, or add servers.",
+            obj=obj,
+            id="mcpatterns.W008",
+        )
+    main = {s.node for s in servers}
+    shared = [g for g in (parse_server(spec).node for spec in options.gutter) if g in main]
+    if shared:
+        yield checks.Warning(
+            f"The gutter pool shares {_listing(shared)} with LOCATION: a dead server's keys "
+            "would land, with short TTLs, on a server that also serves its own keys, and a "
+            "dead gutter server would be dead twice.",
+            hint="Give OPTIONS['gutter'] spare servers of its own (a small pool: Facebook's is "
+            "about 1% of the cluster).",
+            obj=obj,
+            id="mcpatterns.W009",
         )
 
 

@@ -166,6 +166,7 @@ class ServerStatus:
     retry_in: float = 0.0
     last_error: str | None = None
     stats: dict[str, Any] | None = None
+    journal: int = 0  # keys it missed writes of, deleted there before it serves (replicas)
 
     @property
     def hit_ratio(self) -> float | None:
@@ -185,12 +186,17 @@ class CacheStatus:
     variant: str | None  # the ketama variant; None for the embedded store
     ring: list[RingRow] = field(default_factory=list)
     servers: list[ServerStatus] = field(default_factory=list)
+    failover: str | None = None  # the failover policy; None for the embedded store
+    replicate: dict[str, int] = field(default_factory=dict)  # key prefix -> copies
+    gutter: list[ServerStatus] = field(default_factory=list)  # the gutter pool's servers
+    gutter_ttl: int | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (``--json`` output)."""
         data = asdict(self)
-        for server, status in zip(data["servers"], self.servers, strict=True):
-            server["hit_ratio"] = status.hit_ratio
+        for name in ("servers", "gutter"):
+            for server, status in zip(data[name], getattr(self, name), strict=True):
+                server["hit_ratio"] = status.hit_ratio
         return data
 
 
@@ -223,26 +229,42 @@ def cache_status(alias: str) -> CacheStatus:
     store = cache.store
     backend = type(cache).__name__
     if isinstance(store, Cluster):
-        raw = store.stats()
-        health = store.health()
-        servers = [
-            ServerStatus(
-                node,
-                snapshot.state,
-                snapshot.failures,
-                snapshot.retry_in,
-                snapshot.last_error,
-                normalise_stats(raw[node]) if node in raw else None,
-            )
-            for node, snapshot in health.items()
-        ]
-        return CacheStatus(alias, backend, store.options.ketama, ring_rows(store.ring), servers)
+        options = store.options
+        raw, gutter_raw = store.stats(), store.stats(gutter=True)  # first: it finds dead servers
+        return CacheStatus(
+            alias,
+            backend,
+            options.ketama,
+            ring_rows(store.ring),
+            _servers(store.health(), raw, store.journal()),
+            failover=options.failover,
+            replicate=dict(options.replicate),
+            gutter=_servers(store.gutter_health(), gutter_raw, {}),
+            gutter_ttl=options.gutter_ttl if options.gutter else None,
+        )
     # The embedded MemoryStore: one flat stats mapping, no ring, no health.
     assert isinstance(store, MemoryStore)  # the only other Store our backends build
     stats = normalise_stats(store.stats())
     return CacheStatus(
         alias, backend, None, [], [ServerStatus(EMBEDDED_NODE, "embedded", stats=stats)]
     )
+
+
+def _servers(
+    health: Mapping[str, Any], raw: Mapping[str, Any], journal: Mapping[str, int]
+) -> list[ServerStatus]:
+    return [
+        ServerStatus(
+            node,
+            snapshot.state,
+            snapshot.failures,
+            snapshot.retry_in,
+            snapshot.last_error,
+            normalise_stats(raw[node]) if node in raw else None,
+            journal.get(node, 0),
+        )
+        for node, snapshot in health.items()
+    ]
 
 
 def normalise_stats(raw: Mapping[str, Any]) -> dict[str, Any]:

@@ -76,6 +76,7 @@ from .cluster import (
     _not_supported,
     _ok,
     _raw,
+    _reassigned,
     _reply_error,
     _stats,
     _stored,
@@ -92,9 +93,12 @@ from .exceptions import (
     NodeUnavailableError,
     ProtocolError,
 )
+from .gutter import clamp
 from .health import Admission, HealthSnapshot, NodeEvent
 from .keys import Key, KeyT, Routed, placed
 from .options import ClusterOptions
+from .replicas import CopyToken
+from .routes import FAILED, UNROUTED, Parallel, Plan, Refuse, Routes, Run
 from .serializers import ValueRefused, is_refused
 from .servers import Server
 from .store import CasToken
@@ -243,7 +247,9 @@ class AsyncCluster:
         self.serde = cluster.serde
         self.ring = cluster.ring
         self._nodes: dict[str, _Node] = cluster._nodes
-        self._links: dict[_Node, _Links] = {node: _links_of(node) for node in self._nodes.values()}
+        self._routes: Routes | None = cluster._routes  # replicas and the gutter (routes.py)
+        every = [*self._nodes.values(), *cluster._gutter_nodes.values()]
+        self._links: dict[_Node, _Links] = {node: _links_of(node) for node in every}
         self._locate = cluster._locate
         self._text = cluster._text
         self._deserialize = cluster._deserialize
@@ -324,6 +330,17 @@ class AsyncCluster:
         return hits
 
     async def _read_one(self, ring: bytes, kb: bytes, cas: bool) -> Value | None:
+        routes = self._routes
+        if routes is not None:  # replicated, or under the gutter policy: not batched
+            strict = self.options.raise_errors
+            request = Get((kb,), cas)
+            if cas and routes.copies(kb, ring) > 1:  # a caller's gets: spread too
+                plan = routes.spread_tokens(kb, request, _first_value, None, strict)
+            else:
+                plan = routes.single(ring, request, _first_value, None, strict)
+            routed = await self._drive(plan)
+            if routed is not UNROUTED:
+                return routed  # type: ignore[no-any-return]
         node = self._nodes[self._locate(ring)]
         admission = node.health.open
         if admission is None:
@@ -365,6 +382,10 @@ class AsyncCluster:
         """Every server's keys in its channel's batch of this iteration, then every reply."""
         if not given:
             return {}
+        spread = None
+        if self._routes is not None:
+            await self._replay_all()
+            spread = None if cas else self._routes.spread(given)
         found: dict[bytes, Value] = {}
         errors: list[BaseException] = []
 
@@ -388,10 +409,11 @@ class AsyncCluster:
 
         await self._per_server(
             given,
-            lambda channel, kbs: channel.fetch(kbs, cas),
+            lambda node, channel, kbs: channel.fetch(kbs, cas),
             finish,
             failed,
             lambda kbs: Get(kbs, cas),
+            owners=spread,
         )
         if errors:
             raise errors[0]
@@ -413,6 +435,11 @@ class AsyncCluster:
 
     async def cas(self, key: Key, value: Any, cas: CasToken, expire: int = 0) -> bool | None:
         kb, ring = placed(key)
+        if type(cas) is CopyToken:  # read from a copy: the home's, if it holds that item
+            home_cas = await self._home_token(kb, cas)
+            if home_cas is None:
+                return False
+            cas = home_cas
         data, flags = _encoded(self.serde, kb, value)
         request = Store("cas", kb, data, flags, _expire(expire), _cas_token(cas))
         failed: bool | None = False
@@ -506,6 +533,11 @@ class AsyncCluster:
 
     async def recas(self, key: Key, value: Any, cas: CasToken, expire: int = 0) -> CasToken | None:
         kb, ring = placed(key)
+        if type(cas) is CopyToken:  # read from a copy: the home's, if it holds that item
+            home_cas = await self._home_token(kb, cas)
+            if home_cas is None:
+                return None
+            cas = home_cas
         data, flags = _encoded(self.serde, kb, value)
         token = _cas_token(cas)
         if self._text:
@@ -518,6 +550,11 @@ class AsyncCluster:
 
     async def delete_cas(self, key: Key, cas: CasToken) -> bool:
         kb, ring = placed(key)
+        if type(cas) is CopyToken:  # read from a copy: the home's, if it holds that item
+            home_cas = await self._home_token(kb, cas)
+            if home_cas is None:
+                return False
+            cas = home_cas
         token = _cas_token(cas)
         if self._text:
             item = await self._single(ring, Get((kb,), cas=True), _first_value, None)
@@ -552,7 +589,9 @@ class AsyncCluster:
     ) -> Claimed | None:
         if self._text:
             return None
-        kb, _ = placed(key)
+        kb, ring = placed(key)
+        if self._routes is not None and self._routes.copies(kb, ring) > 1:
+            return None  # a replicated key: the lock-based path decides (Cluster.claim)
         batch: list[Request[Any]] = [
             MetaGet(kb, value=True, cas=True, ttl=True, client_flags=True, recache=recache)
         ]
@@ -583,6 +622,11 @@ class AsyncCluster:
         if self._text:
             return await self.cas(key, value, cas, expire)
         kb, ring = placed(key)
+        if type(cas) is CopyToken:  # read from a copy: the home's, if it holds that item
+            home_cas = await self._home_token(kb, cas)
+            if home_cas is None:
+                return False
+            cas = home_cas
         data, flags = _encoded(self.serde, kb, value)
         swap = MetaSet(
             kb,
@@ -613,19 +657,27 @@ class AsyncCluster:
             raise ValueError(f"expire must be an integer, not {expire!r}")
         given = {placed(key)[0]: key for key in values}
         encoded = {kb: _encoded(self.serde, kb, values[key]) for kb, key in given.items()}
+        failed: list[KeyT] = []
+        replicated = self._routes.replicated_keys(given) if self._routes is not None else ()
+        for kb in replicated:  # each to all its replicas (one round trip)
+            key = given.pop(kb)
+            if not await self.set(key, values[key], expire):
+                failed.append(key)
         parts = await self._fan_out(_StoreMany(encoded, _expire(expire)), given)
-        return [given[kb] for part in parts for kb in part]
+        return failed + [given[kb] for part in parts for kb in part]
 
     async def delete_many(self, keys: Iterable[Key]) -> None:
         given = {placed(key)[0]: key for key in keys}
+        replicated = self._routes.replicated_keys(given) if self._routes is not None else ()
+        for kb in replicated:  # each from all its replicas
+            await self.delete(given.pop(kb))
         await self._fan_out(_DELETE_MANY, given)
 
     # -- whole-cluster commands and introspection --
 
     async def flush_all(self) -> bool:
-        flushed = [
-            await self._on_node(node, FlushAll(), _ok, False) for node in self._nodes.values()
-        ]
+        every = [*self._nodes.values(), *self.sync._gutter_nodes.values()]  # the gutter's too
+        flushed = [await self._on_node(node, FlushAll(), _ok, False) for node in every]
         return all(flushed)
 
     async def stats(self) -> dict[str, dict[str, Any]]:
@@ -678,6 +730,11 @@ class AsyncCluster:
         decode: Callable[[Any], R] | None,
         failed: R,
     ) -> R:
+        if self._routes is not None:
+            plan = self._routes.single(ring, request, decode, failed, self.options.raise_errors)
+            routed = await self._drive(plan)
+            if routed is not UNROUTED:
+                return routed  # type: ignore[no-any-return]
         node = self._nodes[self._locate(ring)]
         admission = node.health.open
         if admission is None:
@@ -688,6 +745,58 @@ class AsyncCluster:
                 return self.sync._refused(node, failed)
             node, admission = picked
         return await self._run(node, request, decode, failed, admission)
+
+    # -- replicated keys and the gutter: Cluster's plans (routes.py), with channels --
+
+    async def _drive(self, plan: Plan) -> Any:
+        """Run a routing plan with this loop's channels (as Cluster._drive with sockets)."""
+        try:
+            op = next(plan)
+            while True:
+                op = plan.send(await self._perform(op))
+        except StopIteration as done:
+            return done.value
+
+    async def _perform(self, op: Run | Parallel | Refuse) -> Any:
+        if type(op) is Run:
+            if op.loud:
+                return await self._run(op.node, op.request, op.decode, FAILED, op.admission)
+            return await self._quietly(op.node, op.request, op.decode, op.admission)
+        if type(op) is Parallel:
+            runs = [self._quietly(node, r, op.decode, a) for node, r, a in op.targets]
+            results = await asyncio.gather(*runs, return_exceptions=True)
+            errors = [r for r in results if isinstance(r, BaseException)]
+            if errors:
+                raise errors[0]
+            return results
+        assert type(op) is Refuse
+        return self.sync._refused(op.node, op.failed)
+
+    async def _quietly(
+        self,
+        node: _Node,
+        request: Request[Any] | tuple[Request[Any], ...],
+        decode: Callable[[Any], Any] | None,
+        admission: Admission,
+    ) -> Any:
+        try:
+            return await self._run(node, request, decode, FAILED, admission)
+        except NodeUnavailableError:
+            return FAILED
+
+    async def _home_token(self, kb: bytes, cas: CopyToken) -> CasToken | None:
+        """As :meth:`Cluster._home_token`: a copy's token becomes the home's, or None."""
+        if self._routes is None:
+            return None
+        token: CasToken | None = await self._drive(self._routes.home_token(kb, cas))
+        return token
+
+    async def _replay_all(self) -> None:
+        """Servers that missed writes of replicated keys delete them before serving again."""
+        routes = self._routes
+        if routes is not None:
+            for name in routes.journal.dirty:
+                await self._drive(routes.admit(self._nodes[name]))
 
     async def _on_node(
         self, node: _Node, request: Request[Any], decode: Callable[[Any], R], failed: R
@@ -789,7 +898,10 @@ class AsyncCluster:
         return exc
 
     def _group(
-        self, given: Mapping[bytes, Key]
+        self,
+        given: Mapping[bytes, Key],
+        owners: Mapping[bytes, str] | None = None,
+        write: bool = False,
     ) -> tuple[dict[_Node, list[bytes]], dict[_Node, list[bytes]], dict[_Node, Admission]]:
         """Keys per server as :meth:`Cluster._fan_out` groups them (with failover)."""
         groups: dict[_Node, list[bytes]] = defaultdict(list)
@@ -800,6 +912,11 @@ class AsyncCluster:
         locate = self._locate
         for kb, key in given.items():
             owned[locate(key.route if type(key) is Routed else kb)].append(kb)
+        if owners:  # replicated keys: the replica chosen for this read instead
+            owned = _reassigned(owned, owners)
+        routes = self._routes
+        gutter = routes is not None and routes.gutter_ring is not None
+        gutter = gutter and not self.options.raise_errors  # the strict view never uses it
         for name, kbs in owned.items():
             node = self._nodes[name]
             admission = granted.get(node) or node.health.open
@@ -810,6 +927,8 @@ class AsyncCluster:
             for kb in kbs:
                 key = given[kb]
                 picked = self.sync._pick(key.route if type(key) is Routed else kb, node, admitted)
+                if picked is None and gutter and type(key) is not Routed:
+                    picked = routes.gutter_pick(node, kb, admitted, write)  # type: ignore[union-attr]
                 if picked is None:
                     skipped[node].append(kb)
                     continue
@@ -821,10 +940,13 @@ class AsyncCluster:
     async def _per_server(
         self,
         given: Mapping[bytes, Key],
-        start: Callable[[Channel, list[bytes]], Sequence[asyncio.Future[Any]]],
+        start: Callable[[_Node, Channel, list[bytes]], Sequence[asyncio.Future[Any]]],
         finish: Callable[[_Node, list[bytes], list[Any]], object],
         failed: Callable[[_Node, list[bytes], BaseException | None], None],
         described: Callable[[list[bytes]], Request[Any] | tuple[Request[Any], ...]],
+        *,
+        owners: Mapping[bytes, str] | None = None,
+        write: bool = False,
     ) -> None:
         """Run a multi-key command as :meth:`Cluster._fan_out` does, with channels.
 
@@ -836,8 +958,9 @@ class AsyncCluster:
         tasks: awaiting the futures in turn costs no more than the slowest.
         The cluster's observer, if any, gets each server's round trip as
         ``described(kbs)`` with what ``finish`` returned (the replies it reports).
+        ``owners`` and ``write`` go to :meth:`_group` (replicated keys, the gutter).
         """
-        groups, skipped, granted = self._group(given)
+        groups, skipped, granted = self._group(given, owners, write)
         loop = asyncio.get_running_loop()
         observer = self.sync.observer
         began = perf_counter_ns() if observer is not None else 0
@@ -853,7 +976,7 @@ class AsyncCluster:
                     if channel is None:
                         channel = await links.channel(loop)
                         sent = True
-                    started.append((node, channel, kbs, start(channel, kbs)))
+                    started.append((node, channel, kbs, start(node, channel, kbs)))
                 except asyncio.CancelledError:
                     raise
                 except BaseException as exc:
@@ -889,11 +1012,16 @@ class AsyncCluster:
         """As :meth:`Cluster._fan_out`: every server's requests, pipelined; a failure is its own."""
         if not given:
             return []
+        await self._replay_all()
         results: list[R] = []
         errors: list[BaseException] = []
+        routes = self._routes
 
-        def start(channel: Channel, kbs: list[bytes]) -> list[asyncio.Future[Any]]:
-            return [channel.submit(tuple(exchange.requests(kbs)))]
+        def start(node: _Node, channel: Channel, kbs: list[bytes]) -> list[asyncio.Future[Any]]:
+            requests = tuple(exchange.requests(kbs))
+            if routes is not None and node in routes.gutter_set:
+                requests = tuple(clamp(request, routes.gutter_ttl) for request in requests)
+            return [channel.submit(requests)]
 
         def finish(node: _Node, kbs: list[bytes], replies: list[Any]) -> list[Any]:
             results.append(exchange.result(replies[0], kbs))
@@ -906,7 +1034,7 @@ class AsyncCluster:
                 errors.append(error)
 
         await self._per_server(
-            given, start, finish, failed, lambda kbs: tuple(exchange.requests(kbs))
+            given, start, finish, failed, lambda kbs: tuple(exchange.requests(kbs)), write=True
         )
         if errors:
             raise errors[0]

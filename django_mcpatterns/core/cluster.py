@@ -42,6 +42,12 @@ Outcomes
     for those (a :class:`NodeUnavailableError`), so rewriters can tell "not
     stored" from "unknown" (:mod:`.store`); the default view answers both
     ``False``, as Django's backends do.
+Replicas and the gutter
+    ``OPTIONS["replicate"]`` keeps keys under a prefix on several servers and
+    ``failover="gutter"`` serves a dead server's keys from a spare pool; where
+    their commands go is decided by :class:`~.routes.Routes` (plans driven by
+    :meth:`Cluster._drive`, and by the async twin), with a journal of the
+    writes each server missed, deleted there before it serves again.
 Multi-key commands
     Keys are grouped per server and every server's request is written before
     any reply is read (pipelined fan-out), so four servers cost about one round
@@ -56,11 +62,12 @@ import dataclasses
 import logging
 import os
 import random
+import selectors
 import threading
 import time
 import weakref
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from time import perf_counter_ns
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
@@ -77,12 +84,15 @@ from .exceptions import (
     ServerError,
     ValueTooLargeError,
 )
+from .gutter import clamp
 from .health import Admission, HealthSnapshot, NodeEvent, NodeHealth
 from .ketama import Continuum
 from .keys import Key, KeyT, Routed, placed
 from .observe import Observer, Sink, build_observer
 from .options import ClusterOptions
 from .registry import Registry
+from .replicas import CopyToken, Journal, ReplicaPolicy
+from .routes import FAILED, UNROUTED, Parallel, Plan, Refuse, Routes, Run
 from .serializers import ValueRefused, is_refused
 from .servers import Server, parse_server, parse_servers
 from .store import MAX_RELATIVE_EXPIRE, CasToken
@@ -345,6 +355,23 @@ class Cluster:
             trace_keys=options.trace_keys,
         )
         self._refused_listeners.add(self._observe_refused)
+        # Replicated keys and the gutter pool (replicas.py, gutter.py): off unless configured.
+        self._gutter_nodes: dict[str, _Node] = {}
+        self._routes: Routes | None = None
+        policy = ReplicaPolicy.build(options.replicate, options.replicate_scope)
+        if policy is not None or options.failover == "gutter":
+            gutter_ring = self._build_gutter(socket_options, clock, rng)
+            self._routes = Routes(
+                ring=self.ring,
+                nodes=self._nodes,
+                locate=self._locate,
+                policy=policy,
+                gutter_ring=gutter_ring,
+                gutter_nodes=self._gutter_nodes,
+                gutter_ttl=options.gutter_ttl,
+                rng=rng,
+            )
+            _journals.add(self._routes.journal)
 
     def __repr__(self) -> str:
         return f"<Cluster {', '.join(self._nodes)} ketama={self.options.ketama}>"
@@ -361,7 +388,7 @@ class Cluster:
     def gets(self, key: Key) -> tuple[Any, CasToken | None]:
         kb, ring = placed(key)
         miss: tuple[Any, CasToken | None] = _NO_CAS
-        found = self._single(ring, Get((kb,), cas=True), self._value_cas, miss)
+        found = self._gets(kb, ring, self._value_cas, miss)
         if found[0] is STALE or is_refused(found[0]):
             return _NO_CAS  # past its soft expiry, or refused (left in place): a miss
         return found
@@ -380,6 +407,11 @@ class Cluster:
 
     def cas(self, key: Key, value: Any, cas: CasToken, expire: int = 0) -> bool | None:
         kb, ring = placed(key)
+        if type(cas) is CopyToken:  # read from a copy: the home's, if it holds that item
+            home_cas = self._home_token(kb, cas)
+            if home_cas is None:
+                return False
+            cas = home_cas
         data, flags = _encoded(self.serde, kb, value)
         request = Store("cas", kb, data, flags, _expire(expire), _cas_token(cas))
         failed: bool | None = False
@@ -487,6 +519,11 @@ class Cluster:
     def recas(self, key: Key, value: Any, cas: CasToken, expire: int = 0) -> CasToken | None:
         """``cas``, returning the new item's cas token (None: not stored)."""
         kb, ring = placed(key)
+        if type(cas) is CopyToken:  # read from a copy: the home's, if it holds that item
+            home_cas = self._home_token(kb, cas)
+            if home_cas is None:
+                return None
+            cas = home_cas
         data, flags = _encoded(self.serde, kb, value)
         token = _cas_token(cas)
         if self._text:
@@ -505,6 +542,11 @@ class Cluster:
     def delete_cas(self, key: Key, cas: CasToken) -> bool:
         """Delete the item only while its cas token is ``cas``."""
         kb, ring = placed(key)
+        if type(cas) is CopyToken:  # read from a copy: the home's, if it holds that item
+            home_cas = self._home_token(kb, cas)
+            if home_cas is None:
+                return False
+            cas = home_cas
         token = _cas_token(cas)
         if self._text:
             # No cas on a text delete: read the item's bytes, then expire that version.
@@ -554,12 +596,30 @@ class Cluster:
     def gets_envelope(self, key: Key) -> tuple[Any, CasToken | None]:
         kb, ring = placed(key)
         miss: tuple[Any, CasToken | None] = _NO_CAS
-        found = self._single(ring, Get((kb,), cas=True), self._envelope_cas, miss)
+        found = self._gets(kb, ring, self._envelope_cas, miss)
         return _NO_CAS if is_refused(found[0]) else found
+
+    def _gets(self, kb: bytes, ring: bytes, decode: Callable[[Any], R], miss: R) -> R:
+        """A caller's ``gets``: spread over a replicated key's replicas (routes.py)."""
+        request = Get((kb,), cas=True)
+        routes = self._routes
+        if routes is not None and routes.copies(kb, ring) > 1:
+            strict = self.options.raise_errors
+            return self._drive(routes.spread_tokens(kb, request, decode, miss, strict))  # type: ignore[no-any-return]
+        return self._single(ring, request, decode, miss)
+
+    def _home_token(self, kb: bytes, cas: CopyToken) -> CasToken | None:
+        """The home's cas token while it holds the item a copy's token came with, else None."""
+        if self._routes is None:
+            return None
+        token: CasToken | None = self._drive(self._routes.home_token(kb, cas))
+        return token
 
     def get_many_envelopes(self, keys: Iterable[Key]) -> dict[Key, Any]:
         given = {placed(key)[0]: key for key in keys}
-        return self._hits(self._fan_out(self._fetch_envelopes, given), given, lambda value: value)
+        spread = self._routes.spread(given) if self._routes is not None else None
+        parts = self._fan_out(self._fetch_envelopes, given, spread)
+        return self._hits(parts, given, lambda value: value)
 
     def _envelope_cas(self, reply: list[Value] | ErrorReply) -> tuple[Any, CasToken | None]:
         if type(reply) is not list:
@@ -574,10 +634,16 @@ class Cluster:
     def claim(
         self, key: Key, recache: int | None, placeholder: Any = None, placeholder_ttl: int = 0
     ) -> Claimed | None:
-        """``mg v c f t R<recache>`` and, given a placeholder, its add: one write (tokens.py)."""
+        """``mg v c f t R<recache>`` and, given a placeholder, its add: one write (tokens.py).
+
+        None (the lock-based path decides) in text mode and for a replicated
+        key: its tokens would be one replica's, and its reads are spread.
+        """
         if self._text:
             return None
-        kb, _ = placed(key)
+        kb, ring = placed(key)
+        if self._routes is not None and self._routes.copies(kb, ring) > 1:
+            return None
         batch: list[Request[Any]] = [
             MetaGet(kb, value=True, cas=True, ttl=True, client_flags=True, recache=recache)
         ]
@@ -613,6 +679,11 @@ class Cluster:
         if self._text:
             return self.cas(key, value, cas, expire)
         kb, ring = placed(key)
+        if type(cas) is CopyToken:  # read from a copy: the home's, if it holds that item
+            home_cas = self._home_token(kb, cas)
+            if home_cas is None:
+                return False
+            cas = home_cas
         data, flags = _encoded(self.serde, kb, value)
         swap = MetaSet(
             kb,
@@ -639,7 +710,9 @@ class Cluster:
     def get_many(self, keys: Iterable[Key]) -> dict[Key, Any]:
         """Return the hits only, keyed by the keys as given."""
         given = {placed(key)[0]: key for key in keys}
-        return self._hits(self._fan_out(self._fetch, given), given, lambda value: value)
+        spread = self._routes.spread(given) if self._routes is not None else None
+        parts = self._fan_out(self._fetch, given, spread)
+        return self._hits(parts, given, lambda value: value)
 
     def gets_many(self, keys: Iterable[Key]) -> dict[Key, tuple[Any, CasToken]]:
         given = {placed(key)[0]: key for key in keys}
@@ -656,24 +729,37 @@ class Cluster:
         given = {placed(key)[0]: key for key in values}
         # Every value is encoded before anything is sent: one that cannot be raises alone.
         encoded = {kb: _encoded(self.serde, kb, values[key]) for kb, key in given.items()}
+        failed: list[KeyT] = []
+        replicated = self._routes.replicated_keys(given) if self._routes is not None else ()
+        for kb in replicated:  # each to all its replicas (one round trip)
+            key = given.pop(kb)
+            if not self.set(key, values[key], expire):
+                failed.append(key)
         parts = self._fan_out(_StoreMany(encoded, _expire(expire)), given)
-        return [given[kb] for part in parts for kb in part]
+        return failed + [given[kb] for part in parts for kb in part]
 
     def delete_many(self, keys: Iterable[Key]) -> None:
         given = {placed(key)[0]: key for key in keys}
+        replicated = self._routes.replicated_keys(given) if self._routes is not None else ()
+        for kb in replicated:  # each from all its replicas
+            self.delete(given.pop(kb))
         self._fan_out(_DELETE_MANY, given)
 
     # -- whole-cluster commands and introspection --
 
     def flush_all(self) -> bool:
-        """Flush every server; return whether all of them did."""
-        flushed = [self._on_node(node, FlushAll(), _ok, False) for node in self._nodes.values()]
+        """Flush every server (the gutter pool's too); return whether all of them did."""
+        every = [*self._nodes.values(), *self._gutter_nodes.values()]
+        flushed = [self._on_node(node, FlushAll(), _ok, False) for node in every]
         return all(flushed)
 
-    def stats(self) -> dict[str, dict[str, Any]]:
-        """Return memcached's ``stats`` of every server that answers, by node."""
+    def stats(self, *, gutter: bool = False) -> dict[str, dict[str, Any]]:
+        """Return memcached's ``stats`` of every server that answers, by node.
+
+        ``gutter``: of the gutter pool's servers instead.
+        """
         result: dict[str, dict[str, Any]] = {}
-        for node in self._nodes.values():
+        for node in (self._gutter_nodes if gutter else self._nodes).values():
             try:
                 stats = self._on_node(node, Stats(), _stats, None)
             except (NodeUnavailableError, CommandNotSupportedError):
@@ -784,6 +870,11 @@ class Cluster:
         """Send ``request`` to the server the ring names for ``ring`` (a key's route: see
         :func:`~.keys.placed`) and decode its reply (None: the replies to a batch as they
         are); lock-free while the server is healthy."""
+        if self._routes is not None:
+            plan = self._routes.single(ring, request, decode, failed, self.options.raise_errors)
+            routed = self._drive(plan)
+            if routed is not UNROUTED:
+                return routed  # type: ignore[no-any-return]
         node = self._nodes[self._locate(ring)]
         admission = node.health.open
         if admission is None:
@@ -805,6 +896,142 @@ class Cluster:
                 self.observer.skipped(node.name, request)
             return self._refused(node, failed)
         return self._run(node, request, decode, failed, admission)
+
+    # -- replicated keys and the gutter pool (replicas.py, gutter.py) --
+
+    def _build_gutter(
+        self, socket_options: SocketOptions, clock: Callable[[], float], rng: Callable[[], float]
+    ) -> Continuum | None:
+        """The gutter pool's servers (with their own health) and its ketama ring, if any."""
+        options = self.options
+        if not options.gutter:
+            return None
+        try:
+            servers = _as_servers(list(options.gutter))
+        except ConfigurationError as exc:
+            raise ConfigurationError(f"OPTIONS['gutter']: {exc}", option="gutter") from exc
+        for server in servers:
+            health = NodeHealth(
+                server.node,
+                retry_attempts=options.retry_attempts,
+                retry_timeout=options.retry_timeout,
+                dead_timeout=options.dead_timeout,
+                clock=clock,
+                report=self._report,
+                rng=rng,
+            )
+            self._gutter_nodes[server.node] = _Node(
+                server,
+                health,
+                options.max_pool_size,
+                options.pool_idle_timeout,
+                _connection_factory(server, socket_options),
+            )
+        weighted = any(s.weight != 1 for s in servers)
+        return Continuum(
+            [s.node for s in servers],
+            weights=[s.weight for s in servers] if weighted else None,
+            variant=options.ketama,
+        )
+
+    def replicas(self, key: Key) -> list[str]:
+        """Return the servers that hold ``key``: its home first, then its copies."""
+        kb, ring = placed(key)
+        copies = self._routes.copies(kb, ring) if self._routes is not None else 1
+        return self.ring.get_nodes(ring, copies)
+
+    def gutter_health(self) -> dict[str, HealthSnapshot]:
+        """Return every gutter server's health, by node (empty without the gutter policy)."""
+        return {name: node.health.snapshot() for name, node in self._gutter_nodes.items()}
+
+    def journal(self) -> dict[str, int]:
+        """Return how many keys each server still has to delete before it serves (replicas.py)."""
+        return self._routes.journal.pending() if self._routes is not None else {}
+
+    def _drive(self, plan: Plan) -> Any:
+        """Run a routing plan (routes.py) with this view's sockets."""
+        try:
+            op = next(plan)
+            while True:
+                op = plan.send(self._perform(op))
+        except StopIteration as done:
+            return done.value
+
+    def _perform(self, op: Run | Parallel | Refuse) -> Any:
+        if type(op) is Run:
+            if op.loud:
+                return self._run(op.node, op.request, op.decode, FAILED, op.admission)
+            return self._quietly(op.node, op.request, op.decode, op.admission)
+        if type(op) is Parallel:
+            return self._parallel(op.targets, op.decode)
+        assert type(op) is Refuse
+        return self._refused(op.node, op.failed)
+
+    def _quietly(
+        self,
+        node: _Node,
+        request: Request[Any] | tuple[Request[Any], ...],
+        decode: Callable[[Any], Any] | None,
+        admission: Admission,
+    ) -> Any:
+        """``_run`` that answers ``FAILED`` for a server failure, in the strict view too."""
+        try:
+            return self._run(node, request, decode, FAILED, admission)
+        except NodeUnavailableError:
+            return FAILED
+
+    def _parallel(
+        self,
+        targets: list[tuple[_Node, Request[Any], Admission]],
+        decode: Callable[[Any], Any] | None,
+    ) -> list[Any]:
+        """Send each target its request, then read every reply: one round trip for all.
+
+        A server failure is that target's ``FAILED`` (recorded in its health);
+        an error for the caller is raised once every reply has been read.
+        """
+        results: list[Any] = [FAILED] * len(targets)
+        errors: list[BaseException] = []
+        pending: list[tuple[int, _Node, Connection, Request[Any], Admission]] = []
+
+        def settle(
+            node: _Node,
+            client: Connection | None,
+            exc: BaseException,
+            admission: Admission,
+            sent: bool,
+        ) -> None:
+            error = self._judge(node, client, exc, admission, sent)
+            if error is not None and not isinstance(exc, _NODE_ERRORS):
+                errors.append(error)
+
+        for i, (node, request, admission) in enumerate(targets):
+            client = None
+            sent = False
+            try:
+                client = node.checkout()
+                client.connect()
+                sent = True
+                client.send(request.encode())
+            except BaseException as exc:
+                settle(node, client, exc, admission, sent)
+            else:
+                pending.append((i, node, client, request, admission))
+        answering = _answering([client for _, _, client, _, _ in pending], self.options.timeout)
+        for i, node, client, request, admission in pending:
+            try:
+                if client not in answering:  # silent for a whole timeout, as the others ran
+                    raise TimeoutError("timed out")
+                (reply,) = client.receive((request,))
+                result = reply if decode is None else decode(reply)
+            except BaseException as exc:
+                settle(node, client, exc, admission, True)
+            else:
+                self._done(node, client)
+                results[i] = result
+        if errors:
+            raise errors[0]
+        return results
 
     def _pick(
         self, ring: bytes, primary: _Node, admitted: dict[_Node, Admission | None]
@@ -972,12 +1199,24 @@ class Cluster:
                 observer.event(f"node_{event.kind}")
         self._node_listeners(event)
 
-    def _fan_out(self, exchange: _Exchange[R], given: Mapping[bytes, Key]) -> list[R]:
+    def _fan_out(
+        self,
+        exchange: _Exchange[R],
+        given: Mapping[bytes, Key],
+        owners: Mapping[bytes, str] | None = None,
+    ) -> list[R]:
         """Run a multi-key command: group keys per server, send every request, read every reply.
 
         Errors for the caller are raised only once every server's reply has
         been read, so no connection goes back to the pool mid-reply.
         """
+        routes = self._routes
+        if routes is not None and routes.journal.dirty:
+            for name in routes.journal.dirty:  # servers that missed writes delete them first
+                self._drive(routes.admit(self._nodes[name]))
+        gutter = (
+            routes is not None and routes.gutter_ring is not None and not self.options.raise_errors
+        )
         groups: dict[_Node, list[bytes]] = defaultdict(list)
         skipped: dict[_Node, list[bytes]] = defaultdict(list)
         granted: dict[_Node, Admission] = {}  # one admission per server contacted
@@ -986,7 +1225,9 @@ class Cluster:
         owned: dict[str, list[bytes]] = defaultdict(list)
         locate = self._locate
         for kb, key in given.items():
-            owned[locate(key.route if type(key) is Routed else kb)].append(kb)  # as placed(key)
+            owned[locate(key.route if type(key) is Routed else kb)].append(kb)
+        if owners:  # replicated keys: the replica chosen for this read instead
+            owned = _reassigned(owned, owners)
         for name, kbs in owned.items():
             node = self._nodes[name]
             admission = granted.get(node) or node.health.open
@@ -997,6 +1238,9 @@ class Cluster:
             for kb in kbs:  # a failing server: each key goes where the policy says
                 key = given[kb]
                 picked = self._pick(key.route if type(key) is Routed else kb, node, admitted)
+                if picked is None and gutter and type(key) is not Routed:
+                    write = not isinstance(exchange, _Fetch)
+                    picked = self._routes.gutter_pick(node, kb, admitted, write)  # type: ignore[union-attr]
                 if picked is None:
                     skipped[node].append(kb)
                     continue
@@ -1029,6 +1273,8 @@ class Cluster:
                 client.connect()
                 sent = True
                 requests = exchange.requests(kbs)
+                if gutter and node in self._routes.gutter_set:  # type: ignore[union-attr]
+                    requests = [clamp(request, self.options.gutter_ttl) for request in requests]
                 client.send(b"".join([request.encode() for request in requests]))
             except BaseException as exc:
                 if observer is not None:
@@ -1064,6 +1310,41 @@ class Cluster:
 
 
 # -- helpers ---------------------------------------------------------------------
+
+
+def _answering(clients: list[Connection], timeout: float | None) -> Collection[Connection]:
+    """The connections that start answering within one ``timeout``, waited for together.
+
+    Reading replies one after another, each stalled server would cost a
+    timeout of its own; waiting on all of them at once costs one.
+    """
+    if len(clients) < 2 or not timeout:
+        return clients
+    deadline = time.monotonic() + timeout
+    waiting = {client.sock: client for client in clients if client.sock is not None}
+    ready: set[Connection] = set()
+    with selectors.DefaultSelector() as selector:
+        for sock in waiting:
+            selector.register(sock, selectors.EVENT_READ)
+        while len(ready) < len(waiting):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            for event, _ in selector.select(left):
+                ready.add(waiting[event.fileobj])
+                selector.unregister(event.fileobj)
+    return ready
+
+
+def _reassigned(
+    owned: dict[str, list[bytes]], owners: Mapping[bytes, str]
+) -> dict[str, list[bytes]]:
+    """Keys per server, with each key of ``owners`` moved to the server named there."""
+    moved: dict[str, list[bytes]] = defaultdict(list)
+    for name, kbs in owned.items():
+        for kb in kbs:
+            moved[owners.get(kb, name)].append(kb)
+    return moved
 
 
 def _as_servers(servers: Sequence[str | Server] | str) -> tuple[Server, ...]:
@@ -1426,6 +1707,15 @@ class _ProcessNodes:
 
 
 _getpid = os.getpid
+_journals: weakref.WeakSet[Journal] = weakref.WeakSet()
+
+
+def _journals_after_fork() -> None:
+    for journal in list(_journals):
+        journal.after_fork()
+
+
+os.register_at_fork(after_in_child=_journals_after_fork)
 _process_nodes = _ProcessNodes()
 os.register_at_fork(after_in_child=_process_nodes.after_fork_in_child)
 

@@ -6,7 +6,8 @@
     ├── ConfigurationError      an option or server spec is invalid (also ValueError)
     │   ├── CommandNotSupportedError  the server does not know a command (meta on a
     │   │                             text-only server: OPTIONS["protocol"])
-    │   └── NeedsMetaProtocolError    a meta-only operation in text mode, before any I/O
+    │   ├── NeedsMetaProtocolError    a meta-only operation in text mode, before any I/O
+    │   └── ReplicatedKeyError        an in-place edit (append, incr...) of a replicated key
     ├── InvalidKeyError         a key memcached would reject, raised before I/O (also ValueError)
     ├── ValueTooLargeError      the value is over the item size limit (also ValueError)
     │   └── CollectionTooLargeError   a set or list would pass its configured maximum
@@ -71,6 +72,15 @@ class NeedsMetaProtocolError(ConfigurationError):
 
     Raised before anything is sent.  Patterns that can do without (a rewrite
     that would read the item's TTL) catch it and take their text-mode way.
+    """
+
+
+class ReplicatedKeyError(ConfigurationError):
+    """An in-place edit (append, prepend, incr, decr) of a key under a replicated prefix.
+
+    Replicated keys hold whole values written everywhere (``OPTIONS["replicate"]``):
+    an edit applied on some copies and not others would leave them different
+    for good.  Raised before anything is sent; ``option`` is ``"replicate"``.
     """
 
 

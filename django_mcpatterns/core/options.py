@@ -12,16 +12,19 @@ there is no pymemcache client under the cluster) raises
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from .exceptions import ConfigurationError
+from .gutter import DEFAULT_GUTTER_TTL
 from .ketama import VARIANTS
 from .observe import check_installed
+from .replicas import check_replicate
 from .serializers import DEFAULT_SERIALIZER, SerdeOptions
 
-FAILOVER_POLICIES = ("miss", "remap")
+FAILOVER_POLICIES = ("miss", "remap", "gutter")
 # What OPTIONS["instrumentation"] comes with (docs/operations.md, "Metrics and traces").
 INSTRUMENTATION_OPTIONS = frozenset(
     {
@@ -67,6 +70,21 @@ class ClusterOptions:
     failover
         ``"miss"``: a dead server's keys read as misses and writes to them fail.
         ``"remap"``: its keys go to the next live server on the ring.
+        ``"gutter"``: its keys are served by the ``gutter`` pool meanwhile, with
+        TTLs of at most ``gutter_ttl`` seconds (see :mod:`.gutter`).
+    gutter
+        The gutter pool's servers (specs as in ``LOCATION``), their own ketama
+        ring; required by, and only meaningful with, ``failover="gutter"``.
+    gutter_ttl
+        The longest TTL of an item in the gutter, in seconds (default 10).
+    replicate
+        ``{"key prefix": copies}``: keys whose name, as the caller gives it,
+        starts with a prefix are kept on ``copies`` distinct servers (see
+        :mod:`.replicas`).
+    replicate_scope
+        A regular expression for what the framework puts before the caller's
+        key (the Django and Flask backends set it: ``KEY_PREFIX:version:``);
+        skipped before the ``replicate`` prefixes are matched.
     retry_attempts
         Consecutive failures after which a server is marked dead: the one that
         took it out, then each failed probe (the requests in flight when it
@@ -136,6 +154,10 @@ class ClusterOptions:
     prometheus_registry: Any = None
     tracer_provider: Any = None
     trace_keys: bool = False
+    gutter: tuple[str, ...] = ()
+    gutter_ttl: int = DEFAULT_GUTTER_TTL
+    replicate: Mapping[str, int] = field(default_factory=dict)
+    replicate_scope: str = ""
     client_options: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -153,6 +175,7 @@ class ClusterOptions:
             )
         _check_choice("ketama", self.ketama, VARIANTS)
         _check_choice("failover", self.failover, FAILOVER_POLICIES)
+        self._check_replication()
         _check_choice("protocol", self.protocol, PROTOCOLS)
         _check_number("retry_attempts", self.retry_attempts, integer=True, minimum=1)
         _check_number("retry_timeout", self.retry_timeout, minimum=0)
@@ -191,6 +214,43 @@ class ClusterOptions:
             )
         # Freeze the pass-through mapping so the options stay hashable and shareable.
         object.__setattr__(self, "client_options", _FrozenMapping(self.client_options))
+
+    def _check_replication(self) -> None:
+        """Validate (and freeze) ``replicate``, ``gutter`` and ``gutter_ttl``."""
+        object.__setattr__(self, "replicate", _FrozenMapping(check_replicate(self.replicate)))
+        if not isinstance(self.replicate_scope, str):
+            raise ConfigurationError(
+                f"option 'replicate_scope' must be a regular expression (str), "
+                f"not {self.replicate_scope!r}",
+                option="replicate_scope",
+            )
+        try:
+            re.compile(self.replicate_scope)
+        except re.error as exc:
+            raise ConfigurationError(
+                f"option 'replicate_scope' is not a regular expression: {exc}",
+                option="replicate_scope",
+            ) from exc
+        gutter: Any = self.gutter
+        if isinstance(gutter, str):
+            gutter = tuple(g for g in re.split(r"[;,\s]+", gutter) if g)
+        if not isinstance(gutter, list | tuple) or not all(isinstance(g, str) for g in gutter):
+            raise ConfigurationError(
+                f"option 'gutter' must be a list of server specs, not {self.gutter!r}",
+                option="gutter",
+            )
+        object.__setattr__(self, "gutter", tuple(gutter))
+        _check_number("gutter_ttl", self.gutter_ttl, integer=True, minimum=0, strict=True)
+        if self.failover == "gutter" and not self.gutter:
+            raise ConfigurationError(
+                "failover='gutter' needs OPTIONS['gutter']: the list of gutter servers",
+                option="gutter",
+            )
+        if self.gutter and self.failover != "gutter":
+            raise ConfigurationError(
+                f"option 'gutter' is used only with failover='gutter', not {self.failover!r}",
+                option="gutter",
+            )
 
     @property
     def serde_options(self) -> SerdeOptions:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import datetime
 import logging
 import random
+import re
 import time
 from collections.abc import Callable, Iterable, Mapping
 from functools import cached_property
@@ -343,6 +344,9 @@ class KetamaMemcachedCache(_PatternsCache):
             self._servers = parse_servers(given if isinstance(given, str) else list(given))
         except ConfigurationError as exc:
             raise _setting_error("CACHE_MEMCACHED_SERVERS", exc) from exc
+        if options.get("replicate") and "replicate_scope" not in options:
+            # Prefixes match the caller's key: after CACHE_KEY_PREFIX.
+            options = {**options, "replicate_scope": re.escape(self.key_prefix)}
         try:
             cluster_options = ClusterOptions.from_mapping(options)
         except ConfigurationError as exc:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...inspection import cache_status
+from ...inspection import ServerStatus, cache_status
 from ..base import CacheCommand, percent
 
 
@@ -24,9 +24,19 @@ class Command(CacheCommand):
             self.print_json(status.as_dict())
             return
         variant = f", ketama {status.variant!r}" if status.variant else ""
-        self.stdout.write(f"Cache {status.alias!r}: {status.backend}{variant}")
+        failover = f", failover {status.failover!r}" if status.failover else ""
+        self.stdout.write(f"Cache {status.alias!r}: {status.backend}{variant}{failover}")
+        if status.replicate:
+            copies = ", ".join(f"{p!r} x{n}" for p, n in status.replicate.items())
+            self.stdout.write(f"Replicated key prefixes: {copies}")
+        self._servers(status.servers)
+        if status.gutter:
+            self.stdout.write(f"Gutter pool (TTLs of at most {status.gutter_ttl} s):")
+            self._servers(status.gutter)
+
+    def _servers(self, servers: list[ServerStatus]) -> None:
         rows = []
-        for server in status.servers:
+        for server in servers:
             stats = server.stats or {}
             rows.append(
                 (
@@ -39,6 +49,7 @@ class Command(CacheCommand):
                     stats.get("evictions"),
                     stats.get("items"),
                     stats.get("bytes"),
+                    server.journal,
                 )
             )
         self.print_table(
@@ -52,9 +63,10 @@ class Command(CacheCommand):
                 "evictions",
                 "items",
                 "bytes",
+                "to delete",
             ],
             rows,
         )
-        for server in status.servers:
+        for server in servers:
             if server.last_error:
                 self.stdout.write(f"{server.node}: last error: {server.last_error}")
