@@ -12,6 +12,7 @@ with threads forbidden (see also ``test_async_no_thread_hop.py``), and
 from __future__ import annotations
 
 import asyncio
+import functools
 import importlib.util
 import random
 from collections.abc import Callable
@@ -130,9 +131,7 @@ async def aanswer(call: Callable[[], Any]) -> tuple[Any, ...]:
 
 
 def contents(cache: Any) -> dict[Any, Any]:
-    return {
-        version: cache.get_many(WATCHED, version=version) for version in (1, 2, 3, 4)
-    }
+    return {version: cache.get_many(WATCHED, version=version) for version in (1, 2, 3, 4)}
 
 
 class AsyncContract(DeploymentSuite):
@@ -140,7 +139,10 @@ class AsyncContract(DeploymentSuite):
 
     @pytest.fixture(autouse=True)
     def _async_store(self, deployment: Deployment) -> None:
-        if deployment.has_servers and importlib.util.find_spec("django_mcpatterns.core.aio") is None:
+        if (
+            deployment.has_servers
+            and importlib.util.find_spec("django_mcpatterns.core.aio") is None
+        ):
             pytest.skip("the AsyncCluster (django_mcpatterns.core.aio) has not landed yet")
 
     def caches_setting(self, deployment: Deployment) -> dict[str, dict[str, Any]]:
@@ -155,15 +157,16 @@ class AsyncContract(DeploymentSuite):
         cache = caches[alias]
         sync_answers = []
         for name, args, kwargs in SCENARIO:
-            sync_answers.append((name, answer(lambda: getattr(cache, name)(*args, **kwargs))))
+            method = functools.partial(getattr(cache, name), *args, **kwargs)
+            sync_answers.append((name, answer(method)))
             sync_answers.append(("contents", contents(cache)))
         cache.clear()
 
         async def scenario() -> list[tuple[str, Any]]:
             answers = []
             for name, args, kwargs in SCENARIO:
-                method = getattr(cache, f"a{name}")
-                answers.append((name, await aanswer(lambda: method(*args, **kwargs))))
+                method = functools.partial(getattr(cache, f"a{name}"), *args, **kwargs)
+                answers.append((name, await aanswer(method)))
                 answers.append(("contents", contents(cache)))
             return answers
 
@@ -210,7 +213,8 @@ class AsyncContract(DeploymentSuite):
         finally:
             del store.get_many
         assert found == {k: i for i, k in enumerate(keys)}
-        assert len(calls) == 1 and len(calls[0]) == 50
+        assert len(calls) == 1
+        assert len(calls[0]) == 50
 
     def test_concurrent_tasks_share_the_cache_with_threads(self, cache: Any) -> None:
         """Tasks of one loop interleave writes and reads of one counter: none is lost."""
@@ -229,9 +233,7 @@ class AsyncContract(DeploymentSuite):
 
         asyncio.run(run())
         assert cache.get("counter") == 500
-        assert cache.get_many([f"task{n}" for n in range(25)]) == {
-            f"task{n}": n for n in range(25)
-        }
+        assert cache.get_many([f"task{n}" for n in range(25)]) == {f"task{n}": n for n in range(25)}
 
 
 class TestEmbedded(AsyncContract):

@@ -106,10 +106,23 @@ async def django_api(cache: Any, hops: Hops) -> None:
     assert await cache.aget("d") is None
 
 
-SET_METHODS = (
-    "asadd asrem asmembers asismember asmismember ascard aspop asrandmember asmove "
-    "asunion asinter asdiff asunionstore asinterstore asdiffstore"
-).split()
+SET_METHODS = [
+    "asadd",
+    "asrem",
+    "asmembers",
+    "asismember",
+    "asmismember",
+    "ascard",
+    "aspop",
+    "asrandmember",
+    "asmove",
+    "asunion",
+    "asinter",
+    "asdiff",
+    "asunionstore",
+    "asinterstore",
+    "asdiffstore",
+]
 
 
 async def sets(cache: Any, hops: Hops) -> None:
@@ -235,7 +248,10 @@ WORKLOADS: dict[str, Callable[[Any, Hops], Awaitable[None]]] = {
 class NoThreadHop(DeploymentSuite):
     @pytest.fixture(autouse=True)
     def _async_store(self, deployment: Deployment) -> None:
-        if deployment.has_servers and importlib.util.find_spec("django_mcpatterns.core.aio") is None:
+        if (
+            deployment.has_servers
+            and importlib.util.find_spec("django_mcpatterns.core.aio") is None
+        ):
             pytest.skip("the AsyncCluster (django_mcpatterns.core.aio) has not landed yet")
 
     @pytest.mark.parametrize("workload", list(WORKLOADS))
@@ -262,7 +278,8 @@ class NoThreadHop(DeploymentSuite):
         with threads_forbidden() as hops:
             compute = hops.allow(lambda: "from the ORM")
             assert asyncio.run(cache.aget_or_compute("k", compute, 60)) == "from the ORM"
-        assert hops.allowed == [compute] and hops.refused == []
+        assert hops.allowed == [compute]
+        assert hops.refused == []
 
 
 class TestEmbedded(NoThreadHop):
