@@ -15,7 +15,7 @@ import functools
 import logging
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.core.cache.backends.base import (
@@ -367,19 +367,6 @@ class KetamaMemcacheCache(_StoreCache):
     def store(self) -> Cluster:
         """The Cluster behind this cache."""
         return self._cluster
-
-    @property
-    def astore(self) -> AsyncStore:
-        """The Cluster's asyncio twin (``Cluster.aio``, an AsyncCluster).
-
-        It shares the ring, options and every server's node health with
-        :attr:`store`, and has connections of its own per event loop.
-        """
-        # The aio part adds Cluster.aio; until it is on main there is no twin.
-        twin = getattr(self._cluster, "aio", None)
-        if twin is None:
-            raise NotImplementedError("the AsyncCluster (core/aio.py) is not installed")
-        return cast(AsyncStore, twin)
 
 
 class LocMemPatternsCache(_StoreCache):

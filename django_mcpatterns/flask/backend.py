@@ -29,7 +29,7 @@ import random
 import time
 from collections.abc import Callable, Iterable, Mapping
 from functools import cached_property
-from typing import Any, cast
+from typing import Any
 
 from flask import Flask
 from flask_caching.backends.base import BaseCache
@@ -371,15 +371,6 @@ class KetamaMemcachedCache(_PatternsCache):
     @property
     def store(self) -> Cluster:
         return self._cluster
-
-    @property
-    def astore(self) -> AsyncStore:
-        """The Cluster's asyncio twin (``Cluster.aio``): node health shared, own connections."""
-        # The aio part adds Cluster.aio; until it is on main there is no twin.
-        twin = getattr(self._cluster, "aio", None)
-        if twin is None:
-            raise NotImplementedError("the AsyncCluster (core/aio.py) is not installed")
-        return cast(AsyncStore, twin)
 
 
 class LocMemPatternsCache(_PatternsCache):
