@@ -27,6 +27,7 @@ from django.core.cache.backends.memcached import BaseMemcachedCache
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.functional import cached_property
 
+from .core.aio import AsyncCluster
 from .core.cluster import Cluster, NodeEvent, shared_cluster
 from .core.exceptions import ConfigurationError, InvalidKeyError, ValueTooLargeError
 from .core.keys import key_bytes
@@ -367,6 +368,11 @@ class KetamaMemcacheCache(_StoreCache):
     def store(self) -> Cluster:
         """The Cluster behind this cache."""
         return self._cluster
+
+    @property
+    def astore(self) -> AsyncCluster:
+        """The Cluster's asyncio twin (same servers, node health and serde; its own connections)."""
+        return self._cluster.aio
 
 
 class LocMemPatternsCache(_StoreCache):

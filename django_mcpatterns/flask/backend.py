@@ -34,6 +34,7 @@ from typing import Any
 from flask import Flask
 from flask_caching.backends.base import BaseCache
 
+from ..core.aio import AsyncCluster
 from ..core.cluster import Cluster, shared_cluster
 from ..core.exceptions import (
     ConfigurationError,
@@ -371,6 +372,11 @@ class KetamaMemcachedCache(_PatternsCache):
     @property
     def store(self) -> Cluster:
         return self._cluster
+
+    @property
+    def astore(self) -> AsyncCluster:
+        """The Cluster's asyncio twin (same servers, node health and serde; its own connections)."""
+        return self._cluster.aio
 
 
 class LocMemPatternsCache(_PatternsCache):
