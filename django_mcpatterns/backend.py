@@ -37,6 +37,7 @@ from .core.serializers import SerdeOptions, ValueRefused, with_derived_keys
 from .core.servers import parse_servers
 from .core.store import AsyncStore, Store
 from .patterns import DEFAULT
+from .patterns.limits import LimitsMixin
 from .patterns.locks import LocksMixin
 from .patterns.namespaces import NamespacesMixin
 from .patterns.sets import SetsMixin
@@ -45,7 +46,9 @@ from .patterns.stampede import StampedeMixin
 logger = logging.getLogger("django_mcpatterns.backend")
 
 
-class _StoreCache(SetsMixin, LocksMixin, StampedeMixin, NamespacesMixin, BaseMemcachedCache):
+class _StoreCache(
+    SetsMixin, LocksMixin, StampedeMixin, NamespacesMixin, LimitsMixin, BaseMemcachedCache
+):
     """Django's memcached contract over a Store; subclasses say which Store.
 
     The pattern mixins (``django_mcpatterns.patterns``) add sets, locks,

@@ -26,13 +26,14 @@ from django.utils.cache import get_cache_key
 from ._sync.page_guard import HeaderLists, PageRequest
 from .core.exceptions import ConfigurationError
 from .core.stampede import StampedePolicy
+from .limiting import ratelimit
 from .page_rules import CACHED_METHODS, PageCache, PageGuard, refuse_runner
 from .page_rules import inline_policy as inline_policy  # importable from here, as before
 from .page_rules import patterns_cache as patterns_cache
 from .patterns.callkeys import call_key
 from .patterns.namespaces import NamespaceArg, namespace_parts
 
-__all__ = ["CachedFunction", "cached", "stampede_guard"]
+__all__ = ["CachedFunction", "cached", "ratelimit", "stampede_guard"]
 
 V = TypeVar("V", bound=Callable[..., HttpResponseBase])
 F = TypeVar("F", bound=Callable[..., Any])

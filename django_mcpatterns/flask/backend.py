@@ -51,6 +51,7 @@ from ..core.serializers import SerdeOptions, with_derived_keys
 from ..core.servers import parse_servers
 from ..core.store import MAX_RELATIVE_EXPIRE, AsyncStore, Store
 from ..patterns import DEFAULT
+from ..patterns.limits import LimitsMixin
 from ..patterns.locks import LocksMixin
 from ..patterns.namespaces import NamespacesMixin
 from ..patterns.sets import SetsMixin
@@ -88,7 +89,7 @@ def memcached_exptime(seconds: int, now: float) -> int:
     return seconds
 
 
-class _PatternsCache(SetsMixin, LocksMixin, StampedeMixin, NamespacesMixin, BaseCache):
+class _PatternsCache(SetsMixin, LocksMixin, StampedeMixin, NamespacesMixin, LimitsMixin, BaseCache):
     """Flask-Caching's backend contract over a Store; subclasses say which Store."""
 
     def __init__(
