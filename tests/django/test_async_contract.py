@@ -43,7 +43,7 @@ SCENARIO: list[Call] = [
     ("set", ("c", "gone"), {"timeout": -5}),
     ("set", ("c", "long"), {"timeout": 60 * 60 * 24 * 31}),
     ("get", ("c",), {}),
-    ("set", ("c", "float"), {"timeout": 1.5}),
+    ("set", ("c", "float"), {"timeout": 100.5}),
     ("add", ("a", 2), {}),
     ("add", ("d", 2), {}),
     ("add", ("d", 3), {}),
