@@ -23,11 +23,11 @@ from django.core.cache.backends.base import DEFAULT_TIMEOUT
 from django.http import HttpRequest, HttpResponseBase
 from django.utils.cache import get_cache_key
 
-from ._sync.page_guard import HeaderLists, PageRequest
+from ._sync.page_guard import PageRequest, invalidate_page, mark_page_stale
 from .core.exceptions import ConfigurationError
 from .core.stampede import StampedePolicy
 from .limiting import ratelimit
-from .page_rules import CACHED_METHODS, PageCache, PageGuard, refuse_runner
+from .page_rules import CACHED_METHODS, PageGuard, refuse_runner
 from .page_rules import inline_policy as inline_policy  # importable from here, as before
 from .page_rules import patterns_cache as patterns_cache
 from .patterns.callkeys import call_key
@@ -72,8 +72,10 @@ def stampede_guard(
     The view gets ``.key(request, method="GET")`` (the cache key of the page
     this request gets, ``None`` before the URL was first cached),
     ``.invalidate(request)`` (drop it), ``.mark_stale(request)`` (the next
-    request re-renders it while the others are still served it) and
-    ``.original``.
+    request re-renders it while the others are still served it), their
+    async forms ``.ainvalidate(request)`` and ``.amark_stale(request)``, and
+    ``.original``.  An ``async def`` view gets an async guard: the same page
+    flow (``_async/page_guard.py``), awaited on the event loop.
     """
     if timeout is not None and (type(timeout) is not int or timeout < 0):
         raise ConfigurationError(
@@ -125,10 +127,15 @@ def _check_request(request: Any) -> None:
 def _with_helpers(
     guarded: Callable[..., Any], guard: PageGuard, view: Callable[..., Any]
 ) -> Callable[..., Any]:
+    from ._async.page_guard import invalidate_page as ainvalidate_page
+    from ._async.page_guard import mark_page_stale as amark_page_stale
+
     helpers = {
         "key": functools.partial(_page_key, guard),
-        "invalidate": functools.partial(_invalidate, guard),
-        "mark_stale": functools.partial(_mark_stale, guard),
+        "invalidate": functools.partial(invalidate_page, guard),
+        "mark_stale": functools.partial(mark_page_stale, guard),
+        "ainvalidate": functools.partial(ainvalidate_page, guard),
+        "amark_stale": functools.partial(amark_page_stale, guard),
         "original": view,
     }
     for name, helper in helpers.items():
@@ -146,22 +153,6 @@ def _page_prefix(key_prefix: str | None) -> str:
 def _page_key(guard: PageGuard, request: HttpRequest, method: str = "GET") -> str | None:
     """The key of the page ``request`` gets, or None when its URL was never cached."""
     return get_cache_key(request, guard.prefix, method, cache=guard.cache())
-
-
-def _invalidate(guard: PageGuard, request: HttpRequest) -> bool:
-    """Delete the GET and HEAD pages ``request`` gets; return whether one was there."""
-    cache = guard.cache()
-    header_lists = HeaderLists(PageCache(cache))  # one read of the URL's header list
-    keys = [header_lists.page_key(request, guard.prefix, m) for m in CACHED_METHODS]
-    deleted = [cache.delete(k) for k in keys if k is not None]
-    return any(deleted)
-
-
-def _mark_stale(guard: PageGuard, request: HttpRequest) -> bool:
-    """Make the page ``request`` gets stale: the next request re-renders it while the
-    others are served it.  Return False when no page was cached."""
-    key = _page_key(guard, request)
-    return key is not None and bool(guard.cache().mark_stale(key))
 
 
 # -- functions: cached ------------------------------------------------------------------

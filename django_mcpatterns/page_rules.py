@@ -140,6 +140,12 @@ class PageCache:
     def set(self, key: str, value: Any, timeout: int) -> None:
         self.backend.set(key, value, timeout)
 
+    def delete(self, key: str) -> bool:
+        return bool(self.backend.delete(key))
+
+    def mark_stale(self, key: str) -> bool:
+        return bool(self.backend.mark_stale(key))
+
     def get_or_compute(
         self, key: str, compute: Callable[[], Any], timeout: int, policy: StampedePolicy
     ) -> Any:
@@ -166,6 +172,12 @@ class AsyncPageCache:
 
     async def set(self, key: str, value: Any, timeout: int) -> None:
         await self.backend.aset(key, value, timeout)
+
+    async def delete(self, key: str) -> bool:
+        return bool(await self.backend.adelete(key))
+
+    async def mark_stale(self, key: str) -> bool:
+        return bool(await self.backend.amark_stale(key))
 
     async def get_or_compute(
         self, key: str, compute: Callable[[], Any], timeout: int, policy: StampedePolicy

@@ -214,3 +214,26 @@ class AsyncPageRequest:
         response = await self._render()
         prepare(self.guard, self.request, response, self.timeout)
         return response
+
+
+# -- the decorated view's helpers --
+
+
+async def invalidate_page(guard: PageGuard, request: HttpRequest) -> bool:
+    """Delete the GET and HEAD pages ``request`` gets; return whether one was there."""
+    cache = AsyncPageCache(guard.cache())
+    header_lists = AsyncHeaderLists(cache)  # one read of the URL's header list
+    deleted = False
+    for method in CACHED_METHODS:
+        key = await header_lists.page_key(request, guard.prefix, method)
+        if key is not None:
+            deleted = await cache.delete(key) or deleted
+    return deleted
+
+
+async def mark_page_stale(guard: PageGuard, request: HttpRequest) -> bool:
+    """Make the page ``request`` gets stale: the next request re-renders it while the
+    others are served it.  Return False when no page was cached."""
+    cache = AsyncPageCache(guard.cache())
+    key = await AsyncHeaderLists(cache).page_key(request, guard.prefix, "GET")
+    return key is not None and await cache.mark_stale(key)

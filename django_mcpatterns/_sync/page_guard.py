@@ -215,3 +215,26 @@ class PageRequest:
         response = self._render()
         prepare(self.guard, self.request, response, self.timeout)
         return response
+
+
+# -- the decorated view's helpers --
+
+
+def invalidate_page(guard: PageGuard, request: HttpRequest) -> bool:
+    """Delete the GET and HEAD pages ``request`` gets; return whether one was there."""
+    cache = PageCache(guard.cache())
+    header_lists = HeaderLists(cache)  # one read of the URL's header list
+    deleted = False
+    for method in CACHED_METHODS:
+        key = header_lists.page_key(request, guard.prefix, method)
+        if key is not None:
+            deleted = cache.delete(key) or deleted
+    return deleted
+
+
+def mark_page_stale(guard: PageGuard, request: HttpRequest) -> bool:
+    """Make the page ``request`` gets stale: the next request re-renders it while the
+    others are served it.  Return False when no page was cached."""
+    cache = PageCache(guard.cache())
+    key = HeaderLists(cache).page_key(request, guard.prefix, "GET")
+    return key is not None and cache.mark_stale(key)

@@ -112,6 +112,11 @@ class AsyncDecorators(DeploymentSuite):
         assert page.key(factory.get("/a")) is not None
         assert page.invalidate(factory.get("/a")) is True
         assert asyncio.run(page(factory.get("/a"))).content == b"page #2"
+        # And their async forms, for async code.
+        assert asyncio.run(page.amark_stale(factory.get("/a"))) is True
+        assert asyncio.run(page.ainvalidate(factory.get("/a"))) is True
+        assert asyncio.run(page.ainvalidate(factory.get("/a"))) is False
+        assert asyncio.run(page(factory.get("/a"))).content == b"page #3"
 
     def test_async_view_uncacheable_responses_and_methods(self) -> None:
         renders: list[str] = []
