@@ -209,19 +209,9 @@ class _StoreCache(
     async def aclear(self) -> None:
         await self.astore.flush_all()
 
-    async def aget_or_set(
-        self, key: Any, default: Any, timeout: Any = DEFAULT_TIMEOUT, version: Any = None
-    ) -> Any:
-        """``get_or_set`` for asyncio, leased as it is (:mod:`.core.leases`).
-
-        A coroutine function ``default`` is awaited; a plain callable runs
-        through ``sync_to_async`` (it may use the ORM): the user's code only.
-        """
-        key, expire = self._write_args(key, timeout, version)
-        return await _async_leases().async_get_or_set(self.astore, key, default, expire)
-
     # Django's own aincr_version/adecr_version/ahas_key/adecr are built on the
     # methods above, so they are native too; aclose() does nothing, as close().
+    # aget_or_set is StampedeMixin's: leased, as get_or_set is.
 
     # -- the conventions both forms share --
 
@@ -269,32 +259,6 @@ def _as_given(found: Mapping[Any, Any], key_map: Mapping[Any, Any]) -> dict[Any,
 
 def _made_values(data: Mapping[Any, Any], key_map: Mapping[str, Any]) -> dict[str, Any]:
     return {made: data[key] for made, key in key_map.items()}
-
-
-def _async_leases() -> Any:
-    """``core.leases`` once it has ``async_get_or_set`` (the convstamp part).
-
-    Until then, Django's unleased default, built on the native methods here.
-    Once both are on main this becomes a plain import (tell the lead).
-    """
-    from .core import leases
-
-    if hasattr(leases, "async_get_or_set"):
-        return leases
-    return _UnleasedFallback
-
-
-class _UnleasedFallback:
-    @staticmethod
-    async def async_get_or_set(store: AsyncStore, key: str, default: Any, expire: int) -> Any:
-        missing = object()
-        found = await store.get(key, missing)
-        if found is not missing:
-            return found
-        if callable(default):
-            default = default()
-        await store.add(key, default, expire)
-        return await store.get(key, default)
 
 
 def _counted(key: str, value: int | None) -> int:

@@ -27,7 +27,7 @@ from django.utils.cache import (
 from django.utils.http import parse_http_date_safe
 
 from .core.exceptions import ConfigurationError
-from .core.stampede import Stampede, StampedePolicy
+from .core.stampede import AsyncStampede, Stampede, StampedePolicy
 from .patterns.pages import CachedPage
 from .patterns.stampede import soft_timeout
 
@@ -187,12 +187,8 @@ class AsyncPageCache:
     async def recompute_quietly(
         self, key: str, compute: Callable[[], Any], timeout: int, policy: StampedePolicy
     ) -> None:
-        from .core import stampede
-
         backend = self.backend
         soft = soft_timeout(backend._pattern_expire(timeout), time.time())
-        # convstamp's AsyncStampede (core/_async/stampede.py, re-exported by core.stampede).
-        async_stampede: Any = getattr(stampede, "AsyncStampede")  # noqa: B009
-        await async_stampede(backend.astore, policy).recompute(
+        await AsyncStampede(backend.astore, policy).recompute(
             backend._pattern_key(key), compute, soft
         )
