@@ -206,7 +206,13 @@ def cached(
     The result has ``.key(*args, **kwargs)``, ``.invalidate(*args, **kwargs)``
     (delete the entry: the next call recomputes it, concurrent calls wait for
     that one computation), ``.refresh(*args, **kwargs)`` (recompute and store
-    now; return the value) and ``.original``.
+    now; return the value) and ``.original``, and the async forms
+    ``.ainvalidate(...)`` and ``.arefresh(...)``.
+
+    A coroutine function (``async def``) is cached through ``aget_or_compute``:
+    calling the decorated function returns a coroutine, concurrent tasks on a
+    cold key await one computation, and nothing blocks the event loop
+    (``.refresh`` raises ``TypeError``: await ``.arefresh``).
     """
     if callable(timeout):
         raise TypeError("use @cached() with parentheses (its arguments are keywords)")
