@@ -14,7 +14,8 @@ from __future__ import annotations
 import functools
 import logging
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
@@ -31,7 +32,7 @@ from django.utils.functional import cached_property
 from .core.aio import AsyncCluster
 from .core.cluster import Cluster, NodeEvent, shared_cluster
 from .core.exceptions import ConfigurationError, InvalidKeyError, ValueTooLargeError
-from .core.keys import Key, key_bytes
+from .core.keys import key_bytes
 from .core.memory import AsyncMemoryStore, MemoryStore, memory_options, shared_memory_store
 from .core.observe import check_installed
 from .core.options import INSTRUMENTATION_OPTIONS, ClusterOptions
@@ -108,15 +109,33 @@ class _StoreCache(
                 raise InvalidCacheKey(warning) from exc
             raise InvalidCacheKey(str(exc)) from exc
 
+    # -- Django's cache API, sync and async --------------------------------------
+    #
+    # Each pair shares its conventions (key making and validation, version,
+    # timeouts, the item size limit, return values) through the pure helpers
+    # below; the async form differs only by awaiting ``astore`` where the sync
+    # one calls ``store``.  Nothing here hops to a thread: Django's defaults
+    # (``BaseCache.aget`` and friends) run the sync method through
+    # ``sync_to_async`` and loop ``aget_many`` over ``aget``.
+
     def add(
         self, key: Any, value: Any, timeout: Any = DEFAULT_TIMEOUT, version: Any = None
     ) -> bool:
-        key = self.make_and_validate_key(key, version=version)
-        try:
-            return self._cache.add(key, value, self.get_backend_timeout(timeout))
-        except ValueTooLargeError:
-            logger.warning("value for cache key %r is over the item size limit", key)
-            return False
+        key, expire = self._write_args(key, timeout, version)
+        with _size_limited(key) as outcome:
+            outcome.stored = self._cache.add(key, value, expire)
+        return outcome.stored
+
+    async def aadd(
+        self, key: Any, value: Any, timeout: Any = DEFAULT_TIMEOUT, version: Any = None
+    ) -> bool:
+        key, expire = self._write_args(key, timeout, version)
+        with _size_limited(key) as outcome:
+            outcome.stored = await self.astore.add(key, value, expire)
+        return outcome.stored
+
+    async def aget(self, key: Any, default: Any = None, version: Any = None) -> Any:
+        return await self.astore.get(self.make_and_validate_key(key, version=version), default)
 
     def set(  # type: ignore[override]  # says whether it stored; Django's returns None
         self, key: Any, value: Any, timeout: Any = DEFAULT_TIMEOUT, version: Any = None
@@ -127,40 +146,132 @@ class _StoreCache(
         that readers never see data older than the write that failed (memcached
         refuses values over its 1 MB item limit).
         """
-        key = self.make_and_validate_key(key, version=version)
-        try:
-            stored = self._cache.set(key, value, self.get_backend_timeout(timeout))
-        except ValueTooLargeError:
-            logger.warning("value for cache key %r is over the item size limit", key)
-            stored = False
-        if not stored:
+        key, expire = self._write_args(key, timeout, version)
+        with _size_limited(key) as outcome:
+            outcome.stored = self._cache.set(key, value, expire)
+        if not outcome.stored:
             self._cache.delete(key)
-        return stored
+        return outcome.stored
+
+    async def aset(  # type: ignore[override]  # as set()
+        self, key: Any, value: Any, timeout: Any = DEFAULT_TIMEOUT, version: Any = None
+    ) -> bool:
+        """See :meth:`set`."""
+        key, expire = self._write_args(key, timeout, version)
+        with _size_limited(key) as outcome:
+            outcome.stored = await self.astore.set(key, value, expire)
+        if not outcome.stored:
+            await self.astore.delete(key)
+        return outcome.stored
+
+    async def atouch(self, key: Any, timeout: Any = DEFAULT_TIMEOUT, version: Any = None) -> bool:
+        key, expire = self._write_args(key, timeout, version)
+        return bool(await self.astore.touch(key, expire))
+
+    async def adelete(self, key: Any, version: Any = None) -> bool:
+        return bool(await self.astore.delete(self.make_and_validate_key(key, version=version)))
 
     def get_many(self, keys: Iterable[Any], version: Any = None) -> dict[Any, Any]:
-        key_map: dict[Key, Any] = {
-            self.make_and_validate_key(key, version=version): key for key in keys
-        }
-        found = self._cache.get_many(list(key_map))
-        return {key_map[k]: v for k, v in found.items()}
+        key_map = self._key_map(keys, version)
+        return _as_given(self._cache.get_many(list(key_map)), key_map)
+
+    async def aget_many(self, keys: Iterable[Any], version: Any = None) -> dict[Any, Any]:
+        """See ``get_many``: one call to the store (one pipelined request per server)."""
+        key_map = self._key_map(keys, version)
+        return _as_given(await self.astore.get_many(list(key_map)), key_map)
+
+    def incr(self, key: Any, delta: int = 1, version: Any = None) -> int:
+        key = self.make_and_validate_key(key, version=version)
+        counter = self._cache.decr if delta < 0 else self._cache.incr  # no negative deltas
+        return _counted(key, counter(key, abs(delta)))
+
+    async def aincr(self, key: Any, delta: int = 1, version: Any = None) -> int:
+        key = self.make_and_validate_key(key, version=version)
+        counter = self.astore.decr if delta < 0 else self.astore.incr
+        return _counted(key, await counter(key, abs(delta)))
 
     def set_many(
         self, data: Mapping[Any, Any], timeout: Any = DEFAULT_TIMEOUT, version: Any = None
     ) -> list[Any]:
         """Store every value; return the keys that failed, as Django does."""
-        key_map = {self.make_and_validate_key(key, version=version): key for key in data}
-        values = {made: data[key] for made, key in key_map.items()}
-        failed = self._cache.set_many(values, self.get_backend_timeout(timeout))
+        key_map = self._key_map(data, version)
+        failed = self._cache.set_many(_made_values(data, key_map), self._expire(timeout))
+        return [key_map[k] for k in failed]
+
+    async def aset_many(
+        self, data: Mapping[Any, Any], timeout: Any = DEFAULT_TIMEOUT, version: Any = None
+    ) -> list[Any]:
+        """See :meth:`set_many`."""
+        key_map = self._key_map(data, version)
+        failed = await self.astore.set_many(_made_values(data, key_map), self._expire(timeout))
         return [key_map[k] for k in failed]
 
     def delete_many(self, keys: Iterable[Any], version: Any = None) -> None:
-        self._cache.delete_many([self.make_and_validate_key(key, version=version) for key in keys])
+        self._cache.delete_many(list(self._key_map(keys, version)))
+
+    async def adelete_many(self, keys: Iterable[Any], version: Any = None) -> None:
+        await self.astore.delete_many(list(self._key_map(keys, version)))
+
+    async def aclear(self) -> None:
+        await self.astore.flush_all()
+
+    # Django's own aincr_version/adecr_version/ahas_key/adecr are built on the
+    # methods above, so they are native too; aclose() does nothing, as close().
+    # aget_or_set is StampedeMixin's: leased, as get_or_set is.
+
+    # -- the conventions both forms share --
+
+    def _write_args(self, key: Any, timeout: Any, version: Any) -> tuple[str, int]:
+        return self.make_and_validate_key(key, version=version), self._expire(timeout)
+
+    def _expire(self, timeout: Any) -> int:
+        return self.get_backend_timeout(timeout)
+
+    def _key_map(self, keys: Iterable[Any], version: Any) -> dict[str, Any]:
+        """The made key of each key as given (validated before any I/O)."""
+        return {self.make_and_validate_key(key, version=version): key for key in keys}
 
     def close(self, **kwargs: Any) -> None:
         # Django calls close() after every request.  Connections are pooled per
         # process and node health must survive, so there is nothing to drop here
         # (like PyLibMCCache, unlike PyMemcacheCache which reconnects each time).
         pass
+
+
+class _Stored:
+    """What a write answered: False until the store says otherwise."""
+
+    stored: bool = False
+
+
+@contextmanager
+def _size_limited(key: str) -> Iterator[_Stored]:
+    """Answer False (logged) for a value over memcached's item size limit, as Django does.
+
+    A sync context manager, so a sync call and an awaited one share it.
+    """
+    outcome = _Stored()
+    try:
+        yield outcome
+    except ValueTooLargeError:
+        logger.warning("value for cache key %r is over the item size limit", key)
+        outcome.stored = False
+
+
+def _as_given(found: Mapping[Any, Any], key_map: Mapping[Any, Any]) -> dict[Any, Any]:
+    """``found`` (keyed by made keys) keyed by the keys as the caller gave them."""
+    return {key_map[k]: v for k, v in found.items()}
+
+
+def _made_values(data: Mapping[Any, Any], key_map: Mapping[str, Any]) -> dict[str, Any]:
+    return {made: data[key] for made, key in key_map.items()}
+
+
+def _counted(key: str, value: int | None) -> int:
+    """``incr``'s answer; a missing key is Django's ValueError."""
+    if value is None:
+        raise ValueError(f"Key '{key}' not found")
+    return value
 
 
 def _improperly_configured(exc: ConfigurationError) -> ImproperlyConfigured:

@@ -27,9 +27,13 @@ import tokenize_rt
 import unasync
 
 ROOT = Path(__file__).resolve().parent.parent
-SOURCE = ROOT / "django_mcpatterns" / "core" / "_async"
-TARGET = ROOT / "django_mcpatterns" / "core" / "_sync"
-HEADER = "# Generated from core/_async/{name} by scripts/generate_sync.py: do not edit.\n"
+PACKAGE = ROOT / "django_mcpatterns"
+SOURCE = PACKAGE / "core" / "_async"
+TARGET = PACKAGE / "core" / "_sync"
+# Each (source, target) directory pair: the framework-free patterns, and the
+# Django glue written once in asyncio (stampede_guard's page flow).
+DIRECTORIES = ((SOURCE, TARGET), (PACKAGE / "_async", PACKAGE / "_sync"))
+HEADER = "# Generated from {source} by scripts/generate_sync.py: do not edit.\n"
 RUFF = Path(sys.executable).with_name("ruff")
 
 
@@ -63,26 +67,32 @@ def _ruff(args: list[str], source: str, filename: Path) -> str:
     return done.stdout
 
 
-def generate(source: Path) -> str:
-    """The sync module that ``source`` (a file in ``_async/``) makes."""
+def generate(source: Path, target_dir: Path = TARGET) -> str:
+    """The sync module that ``source`` (a file in an ``_async/`` directory) makes."""
     tokens = tokenize_rt.src_to_tokens(source.read_text(encoding="utf-8"))
     text = tokenize_rt.tokens_to_src(_Rule()._unasync_tokens(tokens))
-    text = HEADER.format(name=source.name) + text
-    target = TARGET / source.name
+    text = HEADER.format(source=source.relative_to(PACKAGE).as_posix()) + text
+    target = target_dir / source.name
     text = _ruff(["check", "--fix", "--select", "I,F401", "--quiet", "--exit-zero"], text, target)
     return _ruff(["format", "--quiet"], text, target)
 
 
 def expected() -> dict[Path, str]:
     """Every generated file and the text it must have."""
-    return {TARGET / source.name: generate(source) for source in sorted(SOURCE.glob("*.py"))}
+    return {
+        target / source.name: generate(source, target)
+        for source_dir, target in DIRECTORIES
+        for source in sorted(source_dir.glob("*.py"))
+    }
 
 
 def stale() -> list[Path]:
     """The generated files that are missing, out of date, or left from a removed source."""
     wanted = expected()
     wrong = [path for path, text in wanted.items() if not path.exists() or path.read_text() != text]
-    leftovers = [path for path in TARGET.glob("*.py") if path not in wanted]
+    leftovers = [
+        path for _, target in DIRECTORIES for path in target.glob("*.py") if path not in wanted
+    ]
     return sorted(wrong + leftovers)
 
 
@@ -97,10 +107,11 @@ def main(argv: list[str]) -> int:
             print("run: python scripts/generate_sync.py", file=sys.stderr)
         return 1 if paths else 0
     wanted = expected()
-    TARGET.mkdir(exist_ok=True)
-    for path in TARGET.glob("*.py"):
-        if path not in wanted:
-            path.unlink()
+    for _, target in DIRECTORIES:
+        target.mkdir(exist_ok=True)
+        for path in target.glob("*.py"):
+            if path not in wanted:
+                path.unlink()
     for path, text in wanted.items():
         if not path.exists() or path.read_text() != text:
             path.write_text(text)

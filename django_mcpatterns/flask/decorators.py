@@ -24,12 +24,13 @@ import dataclasses
 import datetime
 import functools
 import hashlib
+import inspect
 import logging
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 from urllib.parse import urlencode
 
-from flask import Response, make_response, request
+from flask import Response, current_app, make_response, request
 from flask_caching import Cache
 from werkzeug.datastructures import MultiDict
 
@@ -127,21 +128,27 @@ def stampede_guard(
         return backend.namespace(*namespace_parts(namespace, *args, **kwargs))
 
     def decorator(view: F) -> F:
+        # An ``async def`` view is run as Flask runs it, and as Flask-Caching's
+        # cached/memoize run one: through ``app.ensure_sync`` (asgiref's
+        # async_to_sync, an event loop for this call).  The guard itself stays
+        # sync: Flask is WSGI, and Flask-Caching's backend API has no async form.
+        run = _ensure_sync(view)
+
         @functools.wraps(view)
         def guarded(*args: Any, **kwargs: Any) -> Any:
             if request.method not in _CACHED_METHODS:
-                return view(*args, **kwargs)
+                return run(*args, **kwargs)
             where = pages_of(args, kwargs)
             made = cache_key(request.path, request.args)
             try:
                 _validate_key(where, made)
             except InvalidKeyError as exc:
                 logger.warning("page not cached: %s", exc)
-                return view(*args, **kwargs)
+                return run(*args, **kwargs)
             produced: list[Response] = []
 
             def render() -> CachedPage:
-                response = make_response(view(*args, **kwargs))
+                response = make_response(run(*args, **kwargs))
                 produced.append(response)
                 return CachedPage.of(response)
 
@@ -178,6 +185,17 @@ def stampede_guard(
         return guarded  # type: ignore[return-value]
 
     return decorator
+
+
+def _ensure_sync(view: Callable[..., Any]) -> Callable[..., Any]:
+    """``view``, callable from sync code: an ``async def`` one through the app's ``ensure_sync``."""
+    if not inspect.iscoroutinefunction(view):
+        return view
+
+    def run(*args: Any, **kwargs: Any) -> Any:
+        return current_app.ensure_sync(view)(*args, **kwargs)
+
+    return run
 
 
 def _backend(cache: Cache) -> _PatternsCache:

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from . import views
+from . import async_views, views
 
 app_name = "demo"
 urlpatterns = [
@@ -11,4 +11,7 @@ urlpatterns = [
     path("profiles/<int:pk>/interests/remove/", views.interest_remove, name="interest-remove"),
     path("leaderboard/", views.leaderboard, name="leaderboard"),
     path("leaderboard/rebuild/", views.leaderboard_rebuild, name="leaderboard-rebuild"),
+    path("async/", async_views.overview, name="async-overview"),
+    path("async/tally/", async_views.tally, name="async-tally"),
+    path("async/front/", async_views.front, name="async-front"),
 ]

@@ -19,6 +19,7 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
+from asgiref.sync import iscoroutinefunction
 from django.core.cache import caches
 from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
@@ -436,8 +437,8 @@ class DecoratorsContract(DeploymentSuite):
         async def view(request: HttpRequest) -> HttpResponse:
             raise AssertionError
 
-        with pytest.raises(TypeError, match="synchronous"):
-            stampede_guard(60)(view)
+        # An async view gets an async guard (tests/django/test_async_decorators.py).
+        assert iscoroutinefunction(stampede_guard(60)(view))
         with pytest.raises(TypeError, match="method_decorator"):
             page(object(), 1)  # type: ignore[arg-type]
 
@@ -626,11 +627,15 @@ class DecoratorsContract(DeploymentSuite):
         assert by_type(object()) == "object"
         with pytest.raises(TypeError, match="parentheses"):
             cached(by_type)
-        with pytest.raises(TypeError, match="synchronous"):
 
-            @cached(60)
-            async def coroutine() -> None:
-                pass
+        @cached(60)
+        async def coroutine() -> None:
+            pass
+
+        # A coroutine function gets the async forms (tests/django/test_async_decorators.py).
+        assert iscoroutinefunction(coroutine)
+        with pytest.raises(TypeError, match="arefresh"):
+            coroutine.refresh()
 
     def test_cached_with_a_background_runner(self, cache: Any) -> None:
         jobs: list[Callable[[], None]] = []

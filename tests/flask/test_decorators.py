@@ -7,6 +7,7 @@ holding the page's recompute lock, as another process would.
 
 from __future__ import annotations
 
+import asyncio
 import math
 import socket
 import time
@@ -474,3 +475,71 @@ def test_a_stale_namespaced_page_is_recomputed_once_while_others_get_it(
     pages = run_together(app, "/users/1/feed")
     assert sorted(pages) == ["feed #1"] * 3 + ["feed #2"]
     assert calls == ["feed 1", "feed 1"]
+
+
+# -- async views (Flask 2+: run through app.ensure_sync, as Flask-Caching does) --------
+
+
+def test_an_async_view_is_guarded_like_a_sync_one(app_cache: tuple[Flask, Cache]) -> None:
+    app, cache = app_cache
+    runs: list[int] = []
+
+    @app.route("/async/<int:n>", methods=["GET", "POST"])
+    @stampede_guard(cache, timeout=60)
+    async def page(n: int) -> Any:
+        runs.append(n)
+        await asyncio.sleep(0)  # really a coroutine, run on Flask's loop for the request
+        return {"n": n, "run": len(runs)}
+
+    with app.test_client() as client:
+        assert client.get("/async/1").json == {"n": 1, "run": 1}
+        assert client.get("/async/1").json == {"n": 1, "run": 1}  # the cached page
+        assert client.head("/async/1").status_code == 200
+        assert client.post("/async/1").json == {"n": 1, "run": 2}  # not cached
+        assert runs == [1, 1]
+    with app.app_context():
+        assert page.invalidate("/async/1") is True
+
+
+def test_concurrent_cold_requests_render_an_async_view_once(
+    app_cache: tuple[Flask, Cache],
+) -> None:
+    app, cache = app_cache
+    started: list[int] = []
+
+    @app.route("/async-slow")
+    @stampede_guard(cache, policy=StampedePolicy(wait=5))
+    async def slow() -> str:
+        started.append(1)
+        await asyncio.sleep(0.3)
+        return "slow page"
+
+    def fetch(_: int) -> str:
+        with app.test_client() as own:
+            return own.get("/async-slow").text
+
+    with ThreadPoolExecutor(4) as pool:
+        pages = list(pool.map(fetch, range(4)))
+    assert pages == ["slow page"] * 4
+    assert started == [1]
+
+
+def test_pattern_async_forms_work_inside_an_async_view(app_cache: tuple[Flask, Cache]) -> None:
+    """``await cache.cache.aget_or_compute(...)`` in an async view, on Flask's per-request loop."""
+    app, cache = app_cache
+    if not hasattr(cache.cache, "aget_or_compute"):
+        pytest.skip("aget_or_compute (convstamp) is not on this branch yet")
+    computed: list[int] = []
+
+    async def compute() -> str:
+        computed.append(1)
+        return "value"
+
+    @app.route("/async-patterns")
+    async def view() -> str:
+        return str(await cache.cache.aget_or_compute("async-key", compute, 60))
+
+    with app.test_client() as client:
+        assert client.get("/async-patterns").text == "value"
+        assert client.get("/async-patterns").text == "value"
+    assert computed == [1]
