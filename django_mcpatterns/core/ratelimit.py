@@ -46,6 +46,9 @@ __all__ = ["DEFAULT_SLOTS", "Decision", "Rate", "Window", "parse_rate"]
 DEFAULT_SLOTS: Final = 10
 """Slots per window: admissions are remembered up to ``T / 10`` longer than ``T``."""
 
+MAX_RELATIVE_EXPTIME: Final = 30 * 86400
+"""memcached reads a larger exptime as an absolute Unix time (its 30-day rule)."""
+
 _UNITS: Final = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 _RATE = re.compile(r"^\s*(\d+)\s*/\s*(\d*)\s*([smhd])\s*$")
 
@@ -136,6 +139,15 @@ class Window:
         Whole seconds on memcached's clock, plus one for its coarse ticking.
         """
         return math.ceil((self.slots + 1) * self.slot_ms / 1000) + 1
+
+    def exptime(self, now: float) -> int:
+        """The exptime to store a slot with at ``now``: :attr:`expire`, absolute past 30 days.
+
+        Sent as is, an ``expire`` over 30 days would be read as a date in 1970
+        and the slot would expire at once (a monthly quota admitting everything).
+        """
+        expire = self.expire
+        return expire if expire <= MAX_RELATIVE_EXPTIME else math.ceil(now) + expire
 
     def slot(self, now: float) -> int:
         """The index of the slot holding time ``now`` (seconds)."""
