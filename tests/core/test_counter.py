@@ -257,3 +257,33 @@ def test_async_counter_with_racing_tasks_and_evictions(
     for cached, truth in asyncio.run(runs()):
         assert cached == truth
     cluster.close()
+
+
+@pytest.mark.parametrize("protocol", ["meta", "text"])
+def test_caching_survives_a_million_changes(
+    protocol: str, memcached_1: list[MemcachedServer]
+) -> None:
+    """The flight record's 20-bit fields must not carry into each other.
+
+    A busy counter (12 writes a second) makes 2**20 changes within the flight
+    record's day: ``exited`` then carries into ``entered`` and ``entered`` into
+    the incarnation, the record never looks quiet again, and every ``get``
+    runs the loader until the record expires.  The record is put where a
+    counter that old would have it: quiet after ``2**20 - 3`` changes.
+    """
+    cluster = Cluster([memcached_1[0].spec], ClusterOptions(protocol=protocol))  # type: ignore[arg-type]
+    truth = Truth()
+    key = f"busy-{protocol}-{random.randrange(1 << 30)}"
+    counter = CachedCounter(cluster, key, truth.count)
+    assert counter.get() == 0
+    done = (1 << 20) - 3
+    cluster.set(counter.flight_key, b"%d" % ((7 << 40) + done * (1 << 20) + done))
+    for _ in range(6):
+        write(counter, truth)
+    counter.invalidate()  # evicted: the next get loads it, and caches it again
+    loads = truth.loads
+    assert [counter.get() for _ in range(3)] == [6, 6, 6]
+    assert truth.loads == loads + 1
+    write(counter, truth)
+    assert counter.get() == 7
+    cluster.close()

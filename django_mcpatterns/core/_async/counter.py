@@ -15,7 +15,7 @@ from typing import Any
 
 from django_mcpatterns.core.envelope import Envelope
 from django_mcpatterns.core.exceptions import EncodingError, McPatternsError, NonNumericValueError
-from django_mcpatterns.core.flights import ENTER, EXIT, FLIGHT_TTL, fresh, unpack
+from django_mcpatterns.core.flights import ENTER, EXIT, FLIGHT_TTL, ROTATE, fresh, unpack
 from django_mcpatterns.core.keys import Routed, key_bytes, placed
 from django_mcpatterns.core.leases import PLACEHOLDER, PLACEHOLDER_TTL
 from django_mcpatterns.core.store import AsyncStore, CasToken
@@ -163,6 +163,9 @@ class AsyncCachedCounter:
             except McPatternsError:
                 now = None
             if now is not None and unpack(now).incarnation == ticket:
+                if unpack(now).exited >= ROTATE:  # its fields would soon carry: start anew
+                    with contextlib.suppress(McPatternsError):
+                        await self.store.delete(self.flight_key)
                 return
             if now is not None:  # counted in a record made after ours was lost: take it back
                 with contextlib.suppress(McPatternsError):
