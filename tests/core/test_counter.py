@@ -287,3 +287,86 @@ def test_caching_survives_a_million_changes(
     write(counter, truth)
     assert counter.get() == 7
     cluster.close()
+
+
+@pytest.mark.parametrize("protocol", ["meta", "text"])
+def test_a_writer_cancelled_while_it_applies_still_exits(
+    protocol: str, memcached_1: list[MemcachedServer]
+) -> None:
+    """A task cancelled after its commit, while its apply waits for a reply, leaves no flight open.
+
+    Left open, the flight record keeps every reader from caching the count
+    for its TTL (a day by default): each miss runs the loader.
+    """
+    memcached_1[0].flush()
+    key = f"cancelled-apply-{protocol}"
+    truth = Truth()
+    direct = Cluster([memcached_1[0].spec], ClusterOptions(protocol=protocol))  # type: ignore[arg-type]
+    with Proxy(memcached_1[0].port) as proxy:
+        aio = AsyncCluster([proxy.spec], ClusterOptions(protocol=protocol))  # type: ignore[arg-type]
+        apply = b"incr " + key.encode() + b" "
+
+        async def main() -> None:
+            counter = AsyncCachedCounter(aio, key, truth.count)
+            assert await counter.get() == 0
+
+            async def writer() -> None:
+                async with counter.change(+1):
+                    truth.rows += 1  # committed
+
+            proxy.delay = 0.1  # every reply takes a while: the cancel lands during the apply
+            task = asyncio.create_task(writer())
+            while not any(apply in sent for sent in proxy.sent()):
+                await asyncio.sleep(0.005)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            await asyncio.sleep(0.5)  # whatever still runs, finishes
+            await aio.close()
+
+        asyncio.run(main())
+    counter = CachedCounter(direct, key, truth.count)
+    counter.invalidate()  # evicted: the next get loads, and should cache again
+    loads = truth.loads
+    assert [counter.get() for _ in range(3)] == [1, 1, 1]
+    assert truth.loads == loads + 1
+    direct.close()
+
+
+@pytest.mark.parametrize("protocol", ["meta", "text"])
+def test_a_writer_cancelled_while_awaiting_its_commit_leaves_no_stale_count(
+    protocol: str, memcached_1: list[MemcachedServer]
+) -> None:
+    """The body's outcome is unknown when it is cancelled (the commit may have landed).
+
+    A task cancelled while it awaits its database's answer to COMMIT (a
+    client gone, an ``asyncio.timeout``): the database committed, the
+    counter applied nothing, and the cached count was one short for good.
+    """
+    cluster = Cluster([memcached_1[0].spec], ClusterOptions(protocol=protocol))  # type: ignore[arg-type]
+    aio = AsyncCluster.twin_of(cluster)
+    key = f"cancelled-commit-{protocol}-{random.randrange(1 << 30)}"
+    truth = Truth()
+
+    async def main() -> int:
+        counter = AsyncCachedCounter(aio, key, truth.count)
+        assert await counter.get() == 0
+        committed = asyncio.Event()
+
+        async def writer() -> None:
+            async with counter.change(+1):
+                truth.rows += 1  # COMMIT reached the database...
+                committed.set()
+                await asyncio.sleep(10)  # ...and its answer is on the way
+
+        task = asyncio.create_task(writer())
+        await committed.wait()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        count = await counter.get()
+        await aio.close()
+        return count
+
+    assert asyncio.run(main()) == truth.rows == 1
+    cluster.close()

@@ -13,6 +13,7 @@ import logging
 from types import TracebackType
 from typing import Any
 
+from django_mcpatterns.core.background import async_finish_then_undo
 from django_mcpatterns.core.envelope import Envelope
 from django_mcpatterns.core.exceptions import EncodingError, McPatternsError, NonNumericValueError
 from django_mcpatterns.core.flights import ENTER, EXIT, FLIGHT_TTL, ROTATE, fresh, unpack
@@ -183,7 +184,8 @@ class AsyncChange:
     """``async with counter.change(delta)``: enter a flight, run the write, apply, exit.
 
     The body must commit the write to the source of truth before it ends; an
-    exception out of the body applies nothing (the write rolled back).
+    exception out of the body applies nothing (the write rolled back) but
+    forgets the cached count, since the write may have committed anyway.
     """
 
     def __init__(self, counter: AsyncCachedCounter, delta: int) -> None:
@@ -203,9 +205,22 @@ class AsyncChange:
         exc: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
-        if exc_type is None and self.delta:
+        # Run to the end even if this task is cancelled meanwhile: an exit left
+        # undone keeps every reader from caching for the flight record's TTL.
+        await async_finish_then_undo(self._settle(exc_type is None), _settled)
+
+    async def _settle(self, committed: bool) -> None:
+        if not committed:
+            # The body's outcome is unknown (a commit whose answer was lost, a task
+            # cancelled while awaiting it): a count cached before it may be off.
+            await self.counter._void()
+        elif self.delta:
             await self.counter._apply(self.delta)
         await self.counter._exit(self.ticket)
+
+
+async def _settled(_: None) -> None:
+    """Nothing to hand back once a cancelled writer's settling is done."""
 
 
 def _count(value: Any, key: object) -> int:

@@ -14,6 +14,7 @@ import logging
 from types import TracebackType
 from typing import Any
 
+from django_mcpatterns.core.background import finish_then_undo
 from django_mcpatterns.core.envelope import Envelope
 from django_mcpatterns.core.exceptions import EncodingError, McPatternsError, NonNumericValueError
 from django_mcpatterns.core.flights import ENTER, EXIT, FLIGHT_TTL, ROTATE, fresh, unpack
@@ -184,7 +185,8 @@ class Change:
     """``async with counter.change(delta)``: enter a flight, run the write, apply, exit.
 
     The body must commit the write to the source of truth before it ends; an
-    exception out of the body applies nothing (the write rolled back).
+    exception out of the body applies nothing (the write rolled back) but
+    forgets the cached count, since the write may have committed anyway.
     """
 
     def __init__(self, counter: CachedCounter, delta: int) -> None:
@@ -204,9 +206,22 @@ class Change:
         exc: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
-        if exc_type is None and self.delta:
+        # Run to the end even if this task is cancelled meanwhile: an exit left
+        # undone keeps every reader from caching for the flight record's TTL.
+        finish_then_undo(self._settle(exc_type is None), _settled)
+
+    def _settle(self, committed: bool) -> None:
+        if not committed:
+            # The body's outcome is unknown (a commit whose answer was lost, a task
+            # cancelled while awaiting it): a count cached before it may be off.
+            self.counter._void()
+        elif self.delta:
             self.counter._apply(self.delta)
         self.counter._exit(self.ticket)
+
+
+def _settled(_: None) -> None:
+    """Nothing to hand back once a cancelled writer's settling is done."""
 
 
 def _count(value: Any, key: object) -> int:
