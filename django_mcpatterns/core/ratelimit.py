@@ -40,14 +40,12 @@ from dataclasses import dataclass
 from typing import Final, Literal
 
 from .exceptions import ConfigurationError
+from .store import MAX_RELATIVE_EXPIRE
 
 __all__ = ["DEFAULT_SLOTS", "Decision", "Rate", "Window", "parse_rate"]
 
 DEFAULT_SLOTS: Final = 10
 """Slots per window: admissions are remembered up to ``T / 10`` longer than ``T``."""
-
-MAX_RELATIVE_EXPTIME: Final = 30 * 86400
-"""memcached reads a larger exptime as an absolute Unix time (its 30-day rule)."""
 
 _UNITS: Final = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 _RATE = re.compile(r"^\s*(\d+)\s*/\s*(\d*)\s*([smhd])\s*$")
@@ -147,7 +145,7 @@ class Window:
         and the slot would expire at once (a monthly quota admitting everything).
         """
         expire = self.expire
-        return expire if expire <= MAX_RELATIVE_EXPTIME else math.ceil(now) + expire
+        return expire if expire <= MAX_RELATIVE_EXPIRE else math.ceil(now) + expire
 
     def slot(self, now: float) -> int:
         """The index of the slot holding time ``now`` (seconds)."""
