@@ -370,3 +370,43 @@ def test_a_writer_cancelled_while_awaiting_its_commit_leaves_no_stale_count(
 
     assert asyncio.run(main()) == truth.rows == 1
     cluster.close()
+
+
+@pytest.mark.parametrize("protocol", ["meta", "text"])
+def test_a_writer_cancelled_while_it_enters_leaves_no_flight_open(
+    protocol: str, memcached_1: list[MemcachedServer]
+) -> None:
+    """Cancelled while its enter waits for the reply: the enter may have landed; it is exited."""
+    memcached_1[0].flush()
+    key = f"cancelled-enter-{protocol}"
+    truth = Truth()
+    direct = Cluster([memcached_1[0].spec], ClusterOptions(protocol=protocol))  # type: ignore[arg-type]
+    with Proxy(memcached_1[0].port) as proxy:
+        aio = AsyncCluster([proxy.spec], ClusterOptions(protocol=protocol))  # type: ignore[arg-type]
+        enter = b"incr " + key.encode() + b":f "
+
+        async def main() -> None:
+            counter = AsyncCachedCounter(aio, key, truth.count)
+            assert await counter.get() == 0
+
+            async def writer() -> None:
+                async with counter.change(+1):
+                    truth.rows += 1  # never reached
+
+            proxy.delay = 0.1
+            task = asyncio.create_task(writer())
+            while not any(enter in sent for sent in proxy.sent()):
+                await asyncio.sleep(0.005)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            await asyncio.sleep(0.5)
+            await aio.close()
+
+        asyncio.run(main())
+    counter = CachedCounter(direct, key, truth.count)
+    counter.invalidate()
+    loads = truth.loads
+    assert [counter.get() for _ in range(3)] == [0, 0, 0]
+    assert truth.loads == loads + 1
+    direct.close()

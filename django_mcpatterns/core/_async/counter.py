@@ -196,7 +196,9 @@ class AsyncChange:
         self.ticket: int | None = None
 
     async def __aenter__(self) -> AsyncChange:
-        self.ticket = await self.counter._enter()
+        # Cancelled while the enter is on its way, the flight may be entered and no
+        # __aexit__ would exit it: readers would not cache for the record's TTL.
+        self.ticket = await async_finish_then_undo(self.counter._enter(), self.counter._exit)
         return self
 
     async def __aexit__(
@@ -209,7 +211,8 @@ class AsyncChange:
         # undone keeps every reader from caching for the flight record's TTL.
         await async_finish_then_undo(self._settle(exc_type is None), _settled)
 
-    async def _settle(self, committed: bool) -> None:
+    async def _settle(self, committed: bool) -> bool:
+        """Apply (or forget the count) and exit; return ``committed``."""
         if not committed:
             # The body's outcome is unknown (a commit whose answer was lost, a task
             # cancelled while awaiting it): a count cached before it may be off.
@@ -217,9 +220,10 @@ class AsyncChange:
         elif self.delta:
             await self.counter._apply(self.delta)
         await self.counter._exit(self.ticket)
+        return committed
 
 
-async def _settled(_: None) -> None:
+async def _settled(_: bool) -> None:
     """Nothing to hand back once a cancelled writer's settling is done."""
 
 

@@ -197,7 +197,9 @@ class Change:
         self.ticket: int | None = None
 
     def __enter__(self) -> Change:
-        self.ticket = self.counter._enter()
+        # Cancelled while the enter is on its way, the flight may be entered and no
+        # __aexit__ would exit it: readers would not cache for the record's TTL.
+        self.ticket = finish_then_undo(self.counter._enter(), self.counter._exit)
         return self
 
     def __exit__(
@@ -210,7 +212,8 @@ class Change:
         # undone keeps every reader from caching for the flight record's TTL.
         finish_then_undo(self._settle(exc_type is None), _settled)
 
-    def _settle(self, committed: bool) -> None:
+    def _settle(self, committed: bool) -> bool:
+        """Apply (or forget the count) and exit; return ``committed``."""
         if not committed:
             # The body's outcome is unknown (a commit whose answer was lost, a task
             # cancelled while awaiting it): a count cached before it may be off.
@@ -218,9 +221,10 @@ class Change:
         elif self.delta:
             self.counter._apply(self.delta)
         self.counter._exit(self.ticket)
+        return committed
 
 
-def _settled(_: None) -> None:
+def _settled(_: bool) -> None:
     """Nothing to hand back once a cancelled writer's settling is done."""
 
 
