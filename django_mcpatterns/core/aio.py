@@ -27,6 +27,12 @@ Cancellation
     dropped, so a cancellation never leaves a connection out of step.
 Threads
     None: no executor, no ``sync_to_async``; nothing here blocks the loop.
+Instrumentation
+    The twin reports to its cluster's observer (``Cluster.observer``, read on
+    every request, so a sink the debug toolbar adds later is seen here too).
+    A read by key is reported as the ``get``/``gets`` of its own keys, with
+    the time its caller waited: reads of one loop iteration share a request
+    on the wire, and each caller's outcome is its own.
 """
 
 from __future__ import annotations
@@ -40,7 +46,8 @@ import time
 import weakref
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, TypeVar
+from time import perf_counter_ns
+from typing import Any, TypeVar, cast
 
 from .aio_transport import Batch, Channel, NotSentError, open_channel
 from .cluster import (
@@ -322,11 +329,15 @@ class AsyncCluster:
         if admission is None:
             picked = self.sync._pick(ring, node, {})
             if picked is None:
+                if self.sync.observer is not None:
+                    self.sync.observer.skipped(node.name, Get((kb,), cas))
                 return self.sync._refused(node, None)
             node, admission = picked
         loop = asyncio.get_running_loop()
         channel = self._links[node].current(loop)
         sent = channel is not None
+        observer = self.sync.observer
+        started = perf_counter_ns() if observer is not None else 0
         try:
             if channel is None:
                 channel = await self._links[node].channel(loop)
@@ -338,12 +349,17 @@ class AsyncCluster:
             self._cancelled(node, admission)
             raise
         except BaseException as exc:
+            if observer is not None:
+                observer.failed(node.name, Get((kb,), cas), exc, sent, started)
             error = self._judge(node, channel, exc, admission, sent)
             if error is None:
                 return None
             raise error from error.__cause__
         self._done(node)
-        return batch.values.get(kb)
+        item = batch.values.get(kb)
+        if observer is not None:
+            observer.request(node.name, Get((kb,), cas), [] if item is None else [item], started)
+        return item
 
     async def _read_many(self, given: Mapping[bytes, Key], cas: bool) -> dict[bytes, Value]:
         """Every server's keys in its channel's batch of this iteration, then every reply."""
@@ -352,22 +368,31 @@ class AsyncCluster:
         found: dict[bytes, Value] = {}
         errors: list[BaseException] = []
 
-        def finish(node: _Node, kbs: list[bytes], batches: list[Any]) -> None:
+        def finish(node: _Node, kbs: list[bytes], batches: list[Any]) -> list[Value]:
             for batch in batches:
                 if not isinstance(batch, Batch):
                     raise _reply_error(batch)
+            mine: list[Value] = []
             for batch in batches:
                 values = batch.values
                 for kb in kbs:
                     item = values.get(kb)
                     if item is not None:
                         found[kb] = item
+                        mine.append(item)
+            return mine
 
         def failed(node: _Node, kbs: list[bytes], error: BaseException | None) -> None:
             if error is not None:
                 errors.append(error)
 
-        await self._per_server(given, lambda channel, kbs: channel.fetch(kbs, cas), finish, failed)
+        await self._per_server(
+            given,
+            lambda channel, kbs: channel.fetch(kbs, cas),
+            finish,
+            failed,
+            lambda kbs: Get(kbs, cas),
+        )
         if errors:
             raise errors[0]
         return found
@@ -658,6 +683,8 @@ class AsyncCluster:
         if admission is None:
             picked = self.sync._pick(ring, node, {})
             if picked is None:
+                if self.sync.observer is not None:
+                    self.sync.observer.skipped(node.name, request)
                 return self.sync._refused(node, failed)
             node, admission = picked
         return await self._run(node, request, decode, failed, admission)
@@ -667,6 +694,8 @@ class AsyncCluster:
     ) -> R:
         admission = node.health.admit()
         if admission is None:
+            if self.sync.observer is not None:
+                self.sync.observer.skipped(node.name, request)
             return self.sync._refused(node, failed)
         return await self._run(node, request, decode, failed, admission)
 
@@ -682,16 +711,24 @@ class AsyncCluster:
         loop = asyncio.get_running_loop()
         channel = self._links[node].current(loop)
         sent = channel is not None  # from here on the command may reach memcached
+        observer = self.sync.observer
+        started = perf_counter_ns() if observer is not None else 0
         try:
             if channel is None:
                 channel = await self._links[node].channel(loop)
                 sent = True
             replies = await channel.submit(batch)
+            if observer is not None:  # the replies as memcached gave them, before decoding
+                single = batch is not request
+                observer.request(node.name, request, replies[0] if single else replies, started)
+                observer = None
             result: Any = replies if decode is None else decode(replies[0])
         except asyncio.CancelledError:
             self._cancelled(node, admission)
             raise
         except BaseException as exc:
+            if observer is not None:
+                observer.failed(node.name, batch, exc, sent, started)
             refusal = await self._refusal(node, batch, exc) if sent else None
             if refusal is not None:
                 if admission.probe:
@@ -724,6 +761,8 @@ class AsyncCluster:
     def _done(self, node: _Node) -> None:
         if node.health.failures:
             node.health.succeeded()
+            if self.sync.observer is not None:
+                self.sync.observer.server_state(node.name, True)
 
     def _cancelled(self, node: _Node, admission: Admission) -> None:
         """A cancelled caller: its reply is the channel's to read; a probe gives way."""
@@ -783,8 +822,9 @@ class AsyncCluster:
         self,
         given: Mapping[bytes, Key],
         start: Callable[[Channel, list[bytes]], Sequence[asyncio.Future[Any]]],
-        finish: Callable[[_Node, list[bytes], list[Any]], None],
+        finish: Callable[[_Node, list[bytes], list[Any]], object],
         failed: Callable[[_Node, list[bytes], BaseException | None], None],
+        described: Callable[[list[bytes]], Request[Any] | tuple[Request[Any], ...]],
     ) -> None:
         """Run a multi-key command as :meth:`Cluster._fan_out` does, with channels.
 
@@ -794,9 +834,13 @@ class AsyncCluster:
         server that fails, or cannot be used, fails only its own keys
         (``failed``, with the error for the caller or None to degrade).  No
         tasks: awaiting the futures in turn costs no more than the slowest.
+        The cluster's observer, if any, gets each server's round trip as
+        ``described(kbs)`` with what ``finish`` returned (the replies it reports).
         """
         groups, skipped, granted = self._group(given)
         loop = asyncio.get_running_loop()
+        observer = self.sync.observer
+        began = perf_counter_ns() if observer is not None else 0
         started: list[tuple[_Node, Channel, list[bytes], Sequence[asyncio.Future[Any]]]] = []
         pending = list(groups.items())
         try:
@@ -813,24 +857,32 @@ class AsyncCluster:
                 except asyncio.CancelledError:
                     raise
                 except BaseException as exc:
+                    if observer is not None:
+                        observer.failed(node.name, described(kbs), exc, sent, began)
                     failed(node, kbs, self._judge(node, channel, exc, granted[node], sent))
                 del pending[0]
             while started:
                 node, channel, kbs, waiters = started[0]
                 try:
-                    finish(node, kbs, [await waiter for waiter in waiters])
+                    reported = finish(node, kbs, [await waiter for waiter in waiters])
                 except asyncio.CancelledError:
                     raise
                 except BaseException as exc:
+                    if observer is not None:
+                        observer.failed(node.name, described(kbs), exc, True, began)
                     failed(node, kbs, self._judge(node, channel, exc, granted[node], True))
                 else:
                     self._done(node)
+                    if observer is not None:
+                        observer.request(node.name, described(kbs), reported, began)
                 del started[0]
         except asyncio.CancelledError:
             for node in {node for node, *_ in started} | {node for node, _ in pending}:
                 self._cancelled(node, granted[node])
             raise
         for node, kbs in skipped.items():
+            if observer is not None:
+                observer.skipped(node.name, described(kbs))
             failed(node, kbs, self.sync._unavailable(node, None))
 
     async def _fan_out(self, exchange: _Exchange[R], given: Mapping[bytes, Key]) -> list[R]:
@@ -843,8 +895,9 @@ class AsyncCluster:
         def start(channel: Channel, kbs: list[bytes]) -> list[asyncio.Future[Any]]:
             return [channel.submit(tuple(exchange.requests(kbs)))]
 
-        def finish(node: _Node, kbs: list[bytes], replies: list[Any]) -> None:
+        def finish(node: _Node, kbs: list[bytes], replies: list[Any]) -> list[Any]:
             results.append(exchange.result(replies[0], kbs))
+            return cast(list[Any], replies[0])
 
         def failed(node: _Node, kbs: list[bytes], error: BaseException | None) -> None:
             if error is None:
@@ -852,7 +905,9 @@ class AsyncCluster:
             else:
                 errors.append(error)
 
-        await self._per_server(given, start, finish, failed)
+        await self._per_server(
+            given, start, finish, failed, lambda kbs: tuple(exchange.requests(kbs))
+        )
         if errors:
             raise errors[0]
         return results

@@ -45,6 +45,7 @@ from django_mcpatterns.core.syncio import AsyncCompute
 
 from . import DEFAULT, PatternsHost
 from .locks import event_hook
+from .observed import observe_namespace_methods
 from .stampede import soft_timeout
 
 T = TypeVar("T")
@@ -68,6 +69,7 @@ def namespace_parts(namespace: NamespaceArg, /, *args: Any, **kwargs: Any) -> tu
     return tuple(parts) if isinstance(parts, tuple | list) else (parts,)
 
 
+@observe_namespace_methods
 class CacheNamespace:
     """A namespace of a cache: the cache's key rules and timeout convention.
 

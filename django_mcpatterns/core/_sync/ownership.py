@@ -3,39 +3,20 @@
 
 The stampede's recompute lock is extended by a keepalive and may be released by
 a background job: neither is the owner that acquired it, so they go by the
-token (``gets`` then ``cas``), as :func:`~django_mcpatterns.core.locks.rewrite_owned`
-does for the sync API.
+token (``gets`` then ``cas``).  That rewrite is the locks' own
+(:func:`django_mcpatterns.core._async.locks.rewrite_owned`, one algorithm for
+both), named here as the stampede and namespaces import it.
 """
 
 from __future__ import annotations
 
-from typing import Any, cast
-
-from django_mcpatterns.core.keys import Key
-from django_mcpatterns.core.locks import Ownership, authoritative
+from django_mcpatterns.core._sync.locks import rewrite_owned as rewrite_owned
+from django_mcpatterns.core.lockrules import authoritative
 from django_mcpatterns.core.store import Store
+
+__all__ = ["rewrite_owned", "strict_view"]
 
 
 def strict_view(store: Store) -> Store:
     """:func:`~django_mcpatterns.core.locks.authoritative` for this form's store type."""
-    view: Any = authoritative(cast(Any, store))  # the same check for either store type
-    return cast(Store, view)
-
-
-def rewrite_owned(
-    store: Store, key: Key, token: bytes, exptime: int, value: bytes | None = None
-) -> Ownership:
-    """Rewrite the lock item at ``key`` only while ``token`` holds it; say who holds it.
-
-    ``gets`` then ``cas``: a new ``exptime`` (negative deletes) and, with
-    ``value``, a new content.  ``"ours"``: rewritten; ``"taken"``: another owner
-    holds it; ``"free"``: nobody does.  ``store`` must be the strict view
-    (:func:`strict_view`).
-    """
-    found, cas = store.gets(key)
-    if found != token or cas is None:
-        return "free" if found is None else "taken"
-    stored = store.cas(key, token if value is None else value, cas, exptime)
-    if stored:
-        return "ours"
-    return "free" if stored is None else "taken"  # it lapsed, or changed, after our gets
+    return authoritative(store)
