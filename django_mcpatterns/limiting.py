@@ -57,16 +57,20 @@ def request_key(request: HttpRequest, key: KeySpec) -> str:
     if key == "ip":
         return "ip:" + str(request.META.get("REMOTE_ADDR", ""))
     if key == "user":
-        user = getattr(request, "user", None)
-        if user is not None and user.is_authenticated:
-            return f"user:{user.pk}"
-        return request_key(request, "ip")
+        return _user_key(request, getattr(request, "user", None))
     if key.startswith("header:"):
         name = key[len("header:") :]
         return f"header:{name}:{request.headers.get(name, '')}"
     raise ImproperlyConfigured(
         f"ratelimit key {key!r} is not 'ip', 'user', 'header:<name>' or a callable"
     )
+
+
+def _user_key(request: HttpRequest, user: Any) -> str:
+    """The authenticated user's pk, else the client address (anonymous users apart)."""
+    if user is not None and user.is_authenticated:
+        return f"user:{user.pk}"
+    return request_key(request, "ip")
 
 
 def ratelimit(
@@ -107,6 +111,16 @@ def ratelimit(
             who = hashlib.blake2b(request_key(request, key).encode(), digest_size=12).hexdigest()
             return f"ratelimit:{name}:{who}"
 
+        async def acounted(request: HttpRequest) -> str | None:
+            if key == "user" and hasattr(request, "auser"):
+                # request.user loads lazily from the database: SynchronousOnlyOperation here.
+                if methods is not None and request.method not in methods:
+                    return None
+                who = _user_key(request, await request.auser())
+                digest = hashlib.blake2b(who.encode(), digest_size=12).hexdigest()
+                return f"ratelimit:{name}:{digest}"
+            return counted(request)
+
         def answer(request: HttpRequest, decision: Decision) -> HttpResponse | None:
             request.ratelimit = decision  # type: ignore[attr-defined]
             request.ratelimited = not decision.allowed  # type: ignore[attr-defined]
@@ -118,7 +132,7 @@ def ratelimit(
 
             @functools.wraps(view)
             async def async_wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
-                counter = counted(request)
+                counter = await acounted(request)
                 if counter is not None:
                     decision = await limiter().aratelimit(counter, rate, cost=cost, fail=fail)
                     refused = answer(request, decision)

@@ -41,12 +41,17 @@ import random
 from dataclasses import dataclass
 from typing import Final
 
-__all__ = ["ENTER", "EXIT", "Flight", "fresh", "unpack"]
+__all__ = ["ENTER", "EXIT", "ROTATE", "Flight", "fresh", "unpack"]
 
 ENTER: Final = 1 << 20
 EXIT: Final = 1
 _FIELD: Final = (1 << 20) - 1
 _INCARNATIONS: Final = 1 << 24
+
+ROTATE: Final = 1 << 19
+"""Exits after which a writer deletes the flight record (as an eviction would):
+long before a 20-bit field carries into the next, which would leave the record
+never quiet again (no caching until it expires)."""
 
 FLIGHT_TTL: Final = 86400
 """Exptime of a flight record: a flight left open (a rolled-back write whose

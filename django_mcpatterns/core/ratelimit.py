@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from typing import Final, Literal
 
 from .exceptions import ConfigurationError
+from .store import MAX_RELATIVE_EXPIRE
 
 __all__ = ["DEFAULT_SLOTS", "Decision", "Rate", "Window", "parse_rate"]
 
@@ -136,6 +137,15 @@ class Window:
         Whole seconds on memcached's clock, plus one for its coarse ticking.
         """
         return math.ceil((self.slots + 1) * self.slot_ms / 1000) + 1
+
+    def exptime(self, now: float) -> int:
+        """The exptime to store a slot with at ``now``: :attr:`expire`, absolute past 30 days.
+
+        Sent as is, an ``expire`` over 30 days would be read as a date in 1970
+        and the slot would expire at once (a monthly quota admitting everything).
+        """
+        expire = self.expire
+        return expire if expire <= MAX_RELATIVE_EXPIRE else math.ceil(now) + expire
 
     def slot(self, now: float) -> int:
         """The index of the slot holding time ``now`` (seconds)."""

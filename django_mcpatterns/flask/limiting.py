@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import inspect
 import math
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
@@ -65,8 +66,7 @@ def ratelimit(
     def decorate(view: F) -> F:
         name = group or f"{view.__module__}.{view.__qualname__}"
 
-        @functools.wraps(view)
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
+        def refused() -> Response | None:
             if methods is None or request.method in methods:
                 who = request_key(request, key).encode()
                 digest = hashlib.blake2b(who, digest_size=12).hexdigest()
@@ -78,7 +78,25 @@ def ratelimit(
                 g.ratelimited = not decision.allowed
                 if block and not decision.allowed:
                     return too_many(decision)
-            return view(*args, **kwargs)
+            return None
+
+        if inspect.iscoroutinefunction(view):
+            # Flask runs an async view in an event loop of its own per request (through
+            # asgiref): it must stay a coroutine function, or Flask takes the coroutine it
+            # returns for the response (a 500).  The decision is the sync one: that loop
+            # serves this request only, and its connections would not outlive it.
+
+            @functools.wraps(view)
+            async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
+                answer = refused()
+                return answer if answer is not None else await view(*args, **kwargs)
+
+            return cast(F, async_wrapper)
+
+        @functools.wraps(view)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            answer = refused()
+            return answer if answer is not None else view(*args, **kwargs)
 
         return cast(F, wrapper)
 

@@ -257,3 +257,156 @@ def test_async_counter_with_racing_tasks_and_evictions(
     for cached, truth in asyncio.run(runs()):
         assert cached == truth
     cluster.close()
+
+
+@pytest.mark.parametrize("protocol", ["meta", "text"])
+def test_caching_survives_a_million_changes(
+    protocol: str, memcached_1: list[MemcachedServer]
+) -> None:
+    """The flight record's 20-bit fields must not carry into each other.
+
+    A busy counter (12 writes a second) makes 2**20 changes within the flight
+    record's day: ``exited`` then carries into ``entered`` and ``entered`` into
+    the incarnation, the record never looks quiet again, and every ``get``
+    runs the loader until the record expires.  The record is put where a
+    counter that old would have it: quiet after ``2**20 - 3`` changes.
+    """
+    cluster = Cluster([memcached_1[0].spec], ClusterOptions(protocol=protocol))  # type: ignore[arg-type]
+    truth = Truth()
+    key = f"busy-{protocol}-{random.randrange(1 << 30)}"
+    counter = CachedCounter(cluster, key, truth.count)
+    assert counter.get() == 0
+    done = (1 << 20) - 3
+    cluster.set(counter.flight_key, b"%d" % ((7 << 40) + done * (1 << 20) + done))
+    for _ in range(6):
+        write(counter, truth)
+    counter.invalidate()  # evicted: the next get loads it, and caches it again
+    loads = truth.loads
+    assert [counter.get() for _ in range(3)] == [6, 6, 6]
+    assert truth.loads == loads + 1
+    write(counter, truth)
+    assert counter.get() == 7
+    cluster.close()
+
+
+@pytest.mark.parametrize("protocol", ["meta", "text"])
+def test_a_writer_cancelled_while_it_applies_still_exits(
+    protocol: str, memcached_1: list[MemcachedServer]
+) -> None:
+    """A task cancelled after its commit, while its apply waits for a reply, leaves no flight open.
+
+    Left open, the flight record keeps every reader from caching the count
+    for its TTL (a day by default): each miss runs the loader.
+    """
+    memcached_1[0].flush()
+    key = f"cancelled-apply-{protocol}"
+    truth = Truth()
+    direct = Cluster([memcached_1[0].spec], ClusterOptions(protocol=protocol))  # type: ignore[arg-type]
+    with Proxy(memcached_1[0].port) as proxy:
+        aio = AsyncCluster([proxy.spec], ClusterOptions(protocol=protocol))  # type: ignore[arg-type]
+        apply = b"incr " + key.encode() + b" "
+
+        async def main() -> None:
+            counter = AsyncCachedCounter(aio, key, truth.count)
+            assert await counter.get() == 0
+
+            async def writer() -> None:
+                async with counter.change(+1):
+                    truth.rows += 1  # committed
+
+            proxy.delay = 0.1  # every reply takes a while: the cancel lands during the apply
+            task = asyncio.create_task(writer())
+            while not any(apply in sent for sent in proxy.sent()):
+                await asyncio.sleep(0.005)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            await asyncio.sleep(0.5)  # whatever still runs, finishes
+            await aio.close()
+
+        asyncio.run(main())
+    counter = CachedCounter(direct, key, truth.count)
+    counter.invalidate()  # evicted: the next get loads, and should cache again
+    loads = truth.loads
+    assert [counter.get() for _ in range(3)] == [1, 1, 1]
+    assert truth.loads == loads + 1
+    direct.close()
+
+
+@pytest.mark.parametrize("protocol", ["meta", "text"])
+def test_a_writer_cancelled_while_awaiting_its_commit_leaves_no_stale_count(
+    protocol: str, memcached_1: list[MemcachedServer]
+) -> None:
+    """The body's outcome is unknown when it is cancelled (the commit may have landed).
+
+    A task cancelled while it awaits its database's answer to COMMIT (a
+    client gone, an ``asyncio.timeout``): the database committed, the
+    counter applied nothing, and the cached count was one short for good.
+    """
+    cluster = Cluster([memcached_1[0].spec], ClusterOptions(protocol=protocol))  # type: ignore[arg-type]
+    aio = AsyncCluster.twin_of(cluster)
+    key = f"cancelled-commit-{protocol}-{random.randrange(1 << 30)}"
+    truth = Truth()
+
+    async def main() -> int:
+        counter = AsyncCachedCounter(aio, key, truth.count)
+        assert await counter.get() == 0
+        committed = asyncio.Event()
+
+        async def writer() -> None:
+            async with counter.change(+1):
+                truth.rows += 1  # COMMIT reached the database...
+                committed.set()
+                await asyncio.sleep(10)  # ...and its answer is on the way
+
+        task = asyncio.create_task(writer())
+        await committed.wait()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        count = await counter.get()
+        await aio.close()
+        return count
+
+    assert asyncio.run(main()) == truth.rows == 1
+    cluster.close()
+
+
+@pytest.mark.parametrize("protocol", ["meta", "text"])
+def test_a_writer_cancelled_while_it_enters_leaves_no_flight_open(
+    protocol: str, memcached_1: list[MemcachedServer]
+) -> None:
+    """Cancelled while its enter waits for the reply: the enter may have landed; it is exited."""
+    memcached_1[0].flush()
+    key = f"cancelled-enter-{protocol}"
+    truth = Truth()
+    direct = Cluster([memcached_1[0].spec], ClusterOptions(protocol=protocol))  # type: ignore[arg-type]
+    with Proxy(memcached_1[0].port) as proxy:
+        aio = AsyncCluster([proxy.spec], ClusterOptions(protocol=protocol))  # type: ignore[arg-type]
+        enter = b"incr " + key.encode() + b":f "
+
+        async def main() -> None:
+            counter = AsyncCachedCounter(aio, key, truth.count)
+            assert await counter.get() == 0
+
+            async def writer() -> None:
+                async with counter.change(+1):
+                    truth.rows += 1  # never reached
+
+            proxy.delay = 0.1
+            task = asyncio.create_task(writer())
+            while not any(enter in sent for sent in proxy.sent()):
+                await asyncio.sleep(0.005)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            await asyncio.sleep(0.5)
+            await aio.close()
+
+        asyncio.run(main())
+    counter = CachedCounter(direct, key, truth.count)
+    counter.invalidate()
+    loads = truth.loads
+    assert [counter.get() for _ in range(3)] == [0, 0, 0]
+    assert truth.loads == loads + 1
+    direct.close()

@@ -220,3 +220,19 @@ def test_window_arithmetic_counts_one_slot_more_than_the_period() -> None:
     window = Window(Rate(10, 30))
     assert window.slot_ms == 3000
     assert window.expire >= 34  # read until 11 slots after its start, plus a tick
+
+
+@pytest.mark.parametrize("rate", ["3/30d", "1000/31d", "3/24d"])
+def test_monthly_quotas_are_remembered(cluster: Cluster, rate: str) -> None:
+    """A period over ~23 days must not give slots an exptime memcached reads as a date.
+
+    memcached takes an exptime over 30 days (2592000 s) as an absolute Unix
+    time: a slot item stored with one in 1970 expires at once, and the limiter
+    then admits every attempt.
+    """
+    limit = parse_rate(rate).limit
+    limiter = RateLimiter(cluster, rate)
+    key = _key()
+    admitted = sum(limiter.hit(key).allowed for _ in range(limit + 2))
+    assert admitted == limit
+    assert limiter.peek(key).remaining == 0

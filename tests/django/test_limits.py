@@ -175,3 +175,41 @@ def test_model_counter_follows_saves_deletes_and_transactions(table: None, cache
     finally:
         everything.disconnect()
         published.disconnect()
+
+
+@pytest.mark.django_db
+def test_decorator_counts_by_user_on_async_views(cache: Any) -> None:
+    """``key="user"`` on an async view: the user is loaded with ``request.auser()``.
+
+    ``AuthenticationMiddleware`` sets ``request.user`` to a lazy object whose
+    loading queries the database; touched in an async view it raises
+    ``SynchronousOnlyOperation``.  Django gives async code ``request.auser()``.
+    """
+    from asgiref.sync import sync_to_async
+    from django.utils.functional import SimpleLazyObject
+
+    class User:
+        is_authenticated = True
+
+        def __init__(self, pk: int) -> None:
+            self.pk = pk
+
+    def load_user(pk: int) -> User:
+        with connection.cursor() as cursor:  # as django.contrib.auth.get_user does
+            cursor.execute("SELECT %s", [pk])
+            return User(cursor.fetchone()[0])
+
+    def request_of(pk: int) -> HttpRequest:
+        request = factory.get("/", REMOTE_ADDR="10.0.0.1")  # one address, two users
+        request.user = SimpleLazyObject(lambda: load_user(pk))  # type: ignore[attr-defined]
+        request.auser = sync_to_async(lambda: load_user(pk))  # type: ignore[attr-defined]
+        return request
+
+    @ratelimit("1/m", key="user")
+    async def view(request: HttpRequest) -> HttpResponse:
+        return HttpResponse("ok")
+
+    async def run() -> list[int]:
+        return [(await view(request_of(pk))).status_code for pk in (1, 2, 1, 2)]
+
+    assert asyncio.run(run()) == [200, 200, 429, 429]

@@ -61,3 +61,16 @@ def test_flask_counter(app_cache: Any) -> None:
     with counter.change(+2):
         rows += [2, 3]
     assert counter.get() == 3
+
+
+def test_flask_ratelimit_on_async_views(app_cache: Any) -> None:
+    """Flask runs ``async def`` views (``flask[async]``): the decorator must keep them async."""
+    app, cache = app_cache
+
+    @app.route("/api", methods=["POST"])
+    @ratelimit(cache, "2/m")
+    async def api() -> str:
+        return "ok"
+
+    client = app.test_client()
+    assert [client.post("/api").status_code for _ in range(3)] == [200, 200, 429]

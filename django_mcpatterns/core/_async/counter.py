@@ -13,9 +13,10 @@ import logging
 from types import TracebackType
 from typing import Any
 
+from django_mcpatterns.core.background import async_finish_then_undo
 from django_mcpatterns.core.envelope import Envelope
 from django_mcpatterns.core.exceptions import EncodingError, McPatternsError, NonNumericValueError
-from django_mcpatterns.core.flights import ENTER, EXIT, FLIGHT_TTL, fresh, unpack
+from django_mcpatterns.core.flights import ENTER, EXIT, FLIGHT_TTL, ROTATE, fresh, unpack
 from django_mcpatterns.core.keys import Routed, key_bytes, placed
 from django_mcpatterns.core.leases import PLACEHOLDER, PLACEHOLDER_TTL
 from django_mcpatterns.core.store import AsyncStore, CasToken
@@ -163,6 +164,9 @@ class AsyncCachedCounter:
             except McPatternsError:
                 now = None
             if now is not None and unpack(now).incarnation == ticket:
+                if unpack(now).exited >= ROTATE:  # its fields would soon carry: start anew
+                    with contextlib.suppress(McPatternsError):
+                        await self.store.delete(self.flight_key)
                 return
             if now is not None:  # counted in a record made after ours was lost: take it back
                 with contextlib.suppress(McPatternsError):
@@ -180,7 +184,8 @@ class AsyncChange:
     """``async with counter.change(delta)``: enter a flight, run the write, apply, exit.
 
     The body must commit the write to the source of truth before it ends; an
-    exception out of the body applies nothing (the write rolled back).
+    exception out of the body applies nothing (the write rolled back) but
+    forgets the cached count, since the write may have committed anyway.
     """
 
     def __init__(self, counter: AsyncCachedCounter, delta: int) -> None:
@@ -191,7 +196,9 @@ class AsyncChange:
         self.ticket: int | None = None
 
     async def __aenter__(self) -> AsyncChange:
-        self.ticket = await self.counter._enter()
+        # Cancelled while the enter is on its way, the flight may be entered and no
+        # __aexit__ would exit it: readers would not cache for the record's TTL.
+        self.ticket = await async_finish_then_undo(self.counter._enter(), self.counter._exit)
         return self
 
     async def __aexit__(
@@ -200,9 +207,24 @@ class AsyncChange:
         exc: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
-        if exc_type is None and self.delta:
+        # Run to the end even if this task is cancelled meanwhile: an exit left
+        # undone keeps every reader from caching for the flight record's TTL.
+        await async_finish_then_undo(self._settle(exc_type is None), _settled)
+
+    async def _settle(self, committed: bool) -> bool:
+        """Apply (or forget the count) and exit; return ``committed``."""
+        if not committed:
+            # The body's outcome is unknown (a commit whose answer was lost, a task
+            # cancelled while awaiting it): a count cached before it may be off.
+            await self.counter._void()
+        elif self.delta:
             await self.counter._apply(self.delta)
         await self.counter._exit(self.ticket)
+        return committed
+
+
+async def _settled(_: bool) -> None:
+    """Nothing to hand back once a cancelled writer's settling is done."""
 
 
 def _count(value: Any, key: object) -> int:

@@ -74,7 +74,7 @@ class AsyncRateLimiter:
         slot = Routed(current.encode(), route)
         olds = [Routed(old.encode(), route) for old in older]
         try:
-            total, counts = await async_tally(self.store, slot, olds, cost, window.expire)
+            total, counts = await async_tally(self.store, slot, olds, cost, window.exptime(now))
         except McPatternsError as exc:
             logger.warning("rate limit %r not decided (%s): failing %s", name, exc, self.fail)
             total, counts = None, []

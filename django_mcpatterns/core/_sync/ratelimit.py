@@ -75,7 +75,7 @@ class RateLimiter:
         slot = Routed(current.encode(), route)
         olds = [Routed(old.encode(), route) for old in older]
         try:
-            total, counts = tally(self.store, slot, olds, cost, window.expire)
+            total, counts = tally(self.store, slot, olds, cost, window.exptime(now))
         except McPatternsError as exc:
             logger.warning("rate limit %r not decided (%s): failing %s", name, exc, self.fail)
             total, counts = None, []
