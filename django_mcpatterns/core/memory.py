@@ -290,6 +290,12 @@ class MemoryStore:
             self._link(raw, _Item(item.data, item.flags, deadline, item.cas, item.size), now)
         return True
 
+    def bump(self, key: Key) -> bool:
+        """Move the item to the head of the LRU, as a read does, keeping its TTL and value."""
+        raw = placed(key)[0]
+        with self._lock:
+            return self._live(raw, self._now()) is not None  # _live marks it most recent
+
     def delete(self, key: Key) -> bool:
         raw = placed(key)[0]
         with self._lock:
@@ -588,6 +594,9 @@ class AsyncMemoryStore:
 
     async def delete(self, key: Key) -> bool:
         return self.sync.delete(key)
+
+    async def bump(self, key: Key) -> bool:
+        return self.sync.bump(key)
 
     async def delete_many(self, keys: Iterable[Key]) -> None:
         self.sync.delete_many(keys)

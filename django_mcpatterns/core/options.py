@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from .exceptions import ConfigurationError
+from .keys import LONG_KEYS
 from .ketama import VARIANTS
 from .serializers import DEFAULT_SERIALIZER, SerdeOptions
 
@@ -79,6 +80,17 @@ class ClusterOptions:
     serializer, signed, signing_key, signing_keys
         How values are encoded and whether they are signed: see
         :class:`~.serializers.SerdeOptions` (the keys never show in ``repr``).
+    compressor, compress_min_len, large_values
+        Compression, and what happens to a value over the item size limit:
+        see :class:`~.serializers.SerdeOptions` and docs/values.md.
+    long_keys
+        ``"refuse"`` (keys over 250 bytes are invalid, Django's contract) or
+        ``"hash"`` (they become a digest form under the limit; :mod:`.keys`).
+        Applied by the Django and Flask backends, which make the keys.
+    max_item_size
+        The servers' item size limit (memcached's ``-I``, 1 MiB by default),
+        in bytes: with ``large_values="chunk"``, values over it are stored in
+        chunks that fit.
     client_options
         Socket options of every connection (:data:`CLIENT_OPTIONS`):
         ``no_delay`` (``TCP_NODELAY``, default True), ``socket_keepalive``
@@ -103,6 +115,11 @@ class ClusterOptions:
     signed: bool | None = None
     signing_key: str | bytes | None = field(default=None, repr=False)
     signing_keys: Any = field(default=(), repr=False)
+    compressor: str | None = None
+    compress_min_len: int | None = None
+    large_values: str = "refuse"
+    long_keys: str = "refuse"
+    max_item_size: int = 1024 * 1024
     client_options: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -123,7 +140,17 @@ class ClusterOptions:
                 f"option 'raise_errors' must be True or False, not {self.raise_errors!r}",
                 option="raise_errors",
             )
-        serde = SerdeOptions(self.serializer, self.signed, self.signing_key, self.signing_keys)
+        _check_choice("long_keys", self.long_keys, LONG_KEYS)
+        _check_number("max_item_size", self.max_item_size, integer=True, minimum=1024)
+        serde = SerdeOptions(
+            self.serializer,
+            self.signed,
+            self.signing_key,
+            self.signing_keys,
+            compressor=self.compressor,
+            compress_min_len=self.compress_min_len,
+            large_values=self.large_values,
+        )
         for name in SerdeOptions.NAMES:  # normalised: signed resolved, keys as bytes
             object.__setattr__(self, name, getattr(serde, name))
         reserved = sorted(_RESERVED_CLIENT_OPTIONS & set(self.client_options))
@@ -150,7 +177,14 @@ class ClusterOptions:
     @property
     def serde_options(self) -> SerdeOptions:
         """The serialisation options, for :meth:`SerdeOptions.build`."""
-        return SerdeOptions(self.serializer, self.signed, signing_keys=self.signing_keys)
+        return SerdeOptions(
+            self.serializer,
+            self.signed,
+            signing_keys=self.signing_keys,
+            compressor=self.compressor,
+            compress_min_len=self.compress_min_len,
+            large_values=self.large_values,
+        )
 
     @classmethod
     def from_mapping(cls, options: Mapping[str, Any] | None) -> ClusterOptions:
