@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from .exceptions import ConfigurationError
-from .keys import LONG_KEYS
 from .ketama import VARIANTS
+from .keys import LONG_KEYS
 from .serializers import DEFAULT_SERIALIZER, SerdeOptions
 
 FAILOVER_POLICIES = ("miss", "remap")

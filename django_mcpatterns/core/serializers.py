@@ -95,8 +95,8 @@ from .compression import (
     FLAG_ZLIB,
     FLAG_ZSTD,
     Compressor,
-    Decompressors,
     DecompressionError,
+    Decompressors,
     load_compressor,
 )
 from .envelope import FLAG_ENVELOPE, Envelope

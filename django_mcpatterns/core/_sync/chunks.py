@@ -115,7 +115,7 @@ class ChunkedStore:
     def _assemble(
         self, manifests: Mapping[Key, ChunkManifest], *, envelopes: bool = False
     ) -> dict[Key, Any]:
-        """Each manifest's value, read in one multi-get; ``_MISS`` where a chunk is gone or wrong."""
+        """Each manifest's value, from one multi-get; ``_MISS`` where a chunk is gone or wrong."""
         chunk_keys: dict[Key, list[Routed]] = {}
         for key, manifest in manifests.items():
             wire, ring = placed(key)
