@@ -16,6 +16,7 @@ import logging
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.core.cache.backends.base import (
     DEFAULT_TIMEOUT,
@@ -26,9 +27,10 @@ from django.core.cache.backends.memcached import BaseMemcachedCache
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.functional import cached_property
 
+from .core._sync.chunks import ChunkedStore
 from .core.cluster import Cluster, NodeEvent, shared_cluster
 from .core.exceptions import ConfigurationError, InvalidKeyError, ValueTooLargeError
-from .core.keys import Key, key_bytes
+from .core.keys import Key, key_bytes, shorten
 from .core.memory import AsyncMemoryStore, MemoryStore, memory_options, shared_memory_store
 from .core.options import ClusterOptions
 from .core.serializers import SerdeOptions, ValueRefused, with_derived_keys
@@ -56,15 +58,28 @@ class _StoreCache(SetsMixin, LocksMixin, StampedeMixin, NamespacesMixin, BaseMem
         self._location = server
         self._options = params.get("OPTIONS") or {}
         self.LibraryValueNotFoundException = KeyError  # our stores return None instead
+        self._hash_long_keys = self._options.get("long_keys") == "hash"
+
+    @property
+    def _cache(self) -> Store:
+        """What Django's cache API reads and writes: the store, chunking large values if asked."""
+        return self._values
 
     @cached_property
-    def _cache(self) -> Store:
+    def _values(self) -> Store:
+        store = self.store
+        if self._options.get("large_values") != "chunk":
+            return store
+        return ChunkedStore(store, self._max_item_size)
+
+    @property
+    def _max_item_size(self) -> int:
         raise NotImplementedError
 
     @property
     def store(self) -> Store:
         """The Store behind this cache (a Cluster or a MemoryStore)."""
-        return self._cache
+        raise NotImplementedError
 
     @property
     def astore(self) -> AsyncStore:
@@ -77,6 +92,31 @@ class _StoreCache(SetsMixin, LocksMixin, StampedeMixin, NamespacesMixin, BaseMem
 
     def _pattern_key(self, key: Any, version: int | None = None) -> str:
         return self.make_and_validate_key(key, version=version)
+
+    def make_and_validate_key(self, key: Any, version: Any = None) -> str:
+        """Django's key (``KEY_PREFIX``, version, ``KEY_FUNCTION``), validated.
+
+        With ``OPTIONS["long_keys"] = "hash"``, a key over 250 bytes becomes its
+        digest form first (:func:`~django_mcpatterns.core.keys.shorten`).
+        """
+        made = self.make_key(key, version=version)
+        if self._hash_long_keys:
+            made = shorten(made)
+        self.validate_key(made)
+        return made
+
+    def bump(self, key: Any, version: Any = None) -> bool:
+        """Refresh ``key``'s place in memcached's LRU, without fetching it or changing its TTL.
+
+        Return whether it was there: memcached's "touching keys with add"
+        (meta ``mg <key>`` with no flags; text ``add``).  A False is the
+        playbook's cue that the value is gone and due to be recomputed.
+        """
+        return self.store.bump(self.make_and_validate_key(key, version=version))
+
+    async def abump(self, key: Any, version: Any = None) -> bool:
+        """:meth:`bump` for asyncio."""
+        return await sync_to_async(self.bump)(key, version=version)
 
     def _pattern_expire(self, timeout: Any = DEFAULT) -> int:
         return self.get_backend_timeout(DEFAULT_TIMEOUT if timeout is DEFAULT else timeout)
@@ -213,8 +253,8 @@ class KetamaMemcacheCache(_StoreCache):
         return [server.node for server in self._servers]
 
     @property
-    def _cache(self) -> Cluster:
-        return self._cluster
+    def _max_item_size(self) -> int:
+        return self._cluster.options.max_item_size
 
     @property
     def store(self) -> Cluster:
@@ -241,8 +281,17 @@ class LocMemPatternsCache(_StoreCache):
             raise _improperly_configured(exc) from exc
         self._name = server if isinstance(server, str) else ";".join(server)
 
+    @property
+    def _max_item_size(self) -> int:
+        return int(self._memory_options.get("max_item_size", 1024 * 1024))
+
+    @property
+    def store(self) -> MemoryStore:
+        """The MemoryStore behind this cache (shared by every alias naming its LOCATION)."""
+        return self._memory
+
     @cached_property
-    def _cache(self) -> MemoryStore:
+    def _memory(self) -> MemoryStore:
         # One LOCATION, one store: aliases naming it must agree on how values are
         # encoded (serializer, signing), or the first one's would apply to all.
         try:
@@ -258,4 +307,4 @@ class LocMemPatternsCache(_StoreCache):
     @cached_property
     def astore(self) -> AsyncMemoryStore:
         """The embedded store for asyncio: the same data, on the event loop."""
-        return AsyncMemoryStore(self._cache)
+        return AsyncMemoryStore(self._memory)

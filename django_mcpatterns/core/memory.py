@@ -46,7 +46,7 @@ from typing import Any, Protocol
 
 from .envelope import STALE, EnvelopeSerde, with_envelopes
 from .exceptions import ConfigurationError, NonNumericValueError, ValueTooLargeError
-from .keys import Key, KeyT, PlainKey, Routed, placed
+from .keys import LONG_KEYS, Key, KeyT, PlainKey, Routed, placed
 from .registry import Registry
 from .serializers import SerdeOptions, ValueRefused, ValueSerde, is_refused
 from .store import MAX_RELATIVE_EXPIRE, CasToken
@@ -667,7 +667,7 @@ def _token_number(cas: CasToken | str) -> int:
 
 # What an embedded cache's OPTIONS may hold: the store's sizes, and how values are encoded.
 MEMORY_OPTIONS = ("max_bytes", "max_item_size")
-EMBEDDED_OPTIONS = (*MEMORY_OPTIONS, *SerdeOptions.NAMES)
+EMBEDDED_OPTIONS = (*MEMORY_OPTIONS, *SerdeOptions.NAMES, "long_keys")
 
 
 def memory_options(options: Mapping[str, Any]) -> dict[str, int]:
@@ -685,6 +685,14 @@ def memory_options(options: Mapping[str, Any]) -> dict[str, int]:
             + ", ".join(repr(o) for o in EMBEDDED_OPTIONS),
             option=unknown[0],
             choices=EMBEDDED_OPTIONS,
+        )
+    long_keys = options.get("long_keys", "refuse")
+    if long_keys not in LONG_KEYS:
+        raise ConfigurationError(
+            f"invalid value {long_keys!r} for option 'long_keys'; valid choices: "
+            + ", ".join(repr(c) for c in LONG_KEYS),
+            option="long_keys",
+            choices=LONG_KEYS,
         )
     sizes = {name: value for name, value in options.items() if name in MEMORY_OPTIONS}
     for name, value in sizes.items():
