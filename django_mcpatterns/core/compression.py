@@ -187,9 +187,10 @@ def load_compressor(spec: str) -> Compressor:
 class Decompressors:
     """Every compressor a store reads, by flag bit: zlib, zstd if installed, the configured one."""
 
-    __slots__ = ("_by_flag", "mask")
+    __slots__ = ("_by_flag", "mask", "max_length")
 
     def __init__(self, configured: Compressor | None = None) -> None:
+        self.max_length = MAX_DECOMPRESSED
         self._by_flag: dict[int, Compressor | None] = {FLAG_ZLIB: ZlibCompressor()}
         self._by_flag[FLAG_ZSTD] = ZstdCompressor() if _zstandard() is not None else None
         if configured is not None:
@@ -213,4 +214,4 @@ class Decompressors:
                 "compressed with zstd, and the zstandard package is not installed "
                 "(pip install 'django-mcpatterns[zstd]')"
             )
-        return compressor.decompress(data), flags & ~bits
+        return compressor.decompress(data, self.max_length), flags & ~bits
