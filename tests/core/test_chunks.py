@@ -243,4 +243,5 @@ def test_everything_a_chunked_write_leaves_expires(memcached_1: list[MemcachedSe
     assert all(exp != -1 for exp in dumped.values())
     for key in [k for k in dumped if k.startswith("mcp:chunk:")]:
         ttl = server_ttl(server, key)
-        assert ttl is not None and 0 < ttl <= CHUNKED_MAX_TTL
+        assert ttl is not None
+        assert 0 < ttl <= CHUNKED_MAX_TTL

@@ -1,4 +1,4 @@
-"""Values shared with the peers on a real memcached: pylibmc and pymemcache write, we read, and back.
+"""Values shared with the peers on real memcached: pylibmc and pymemcache write, we read, and back.
 
 pylibmc (built on Debian's libmemcached) compresses with zlib under its flag
 bit 3, pymemcache's ``CompressedSerde`` under the same bit: a cluster reads
@@ -60,7 +60,7 @@ def cluster(request: pytest.FixtureRequest, server: MemcachedServer) -> Iterator
 def item_size_and_flags(server: MemcachedServer, key: str) -> tuple[int, int]:
     """What memcached holds for ``key``: the value's length and its client flags (mg s f)."""
     line = raw_client(server).raw_command(b"mg " + key.encode() + b" s f", end_tokens=b"\r\n")
-    fields = dict((token[:1], token[1:]) for token in line.split()[1:])
+    fields = {token[:1]: token[1:] for token in line.split()[1:]}
     return int(fields[b"s"]), int(fields[b"f"])
 
 
