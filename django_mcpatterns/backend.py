@@ -62,11 +62,12 @@ class _StoreCache(SetsMixin, LocksMixin, StampedeMixin, NamespacesMixin, BaseMem
 
     @property
     def _cache(self) -> Store:
-        """What Django's cache API reads and writes: the store, chunking large values if asked."""
-        return self._values
+        return self.values
 
     @cached_property
-    def _values(self) -> Store:
+    def values(self) -> Store:
+        """What Django's cache API reads and writes: :attr:`store`, chunking large values
+        when ``OPTIONS["large_values"]`` is ``"chunk"`` (a ``ChunkedStore`` over it)."""
         store = self.store
         if self._options.get("large_values") != "chunk":
             return store

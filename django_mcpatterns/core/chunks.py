@@ -25,6 +25,12 @@ one) on the manifest and the chunks alike, because chunks must expire: the
 chunks of a value that was overwritten or deleted are never read again and
 stay only until that TTL (memcached's LRU evicts such never-read items
 first).  Nothing written here outlives its TTL.
+
+Only the chunked store sees manifests: it reads inside :func:`manifests_read`
+(a context variable, so per thread and per asyncio task), and the serde
+refuses a manifest anywhere else (:mod:`.serializers`).  A pattern reading
+the key through the plain store, or a cache without ``large_values="chunk"``,
+gets a miss, never the manifest.
 """
 
 from __future__ import annotations
@@ -32,7 +38,9 @@ from __future__ import annotations
 import hashlib
 import os
 import struct
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 
 from .exceptions import EncodingError
@@ -46,6 +54,8 @@ __all__ = [
     "Encoded",
     "chunk_expire",
     "fits",
+    "manifests_read",
+    "reading_manifests",
     "split",
 ]
 
@@ -58,6 +68,22 @@ _MANIFEST = struct.Struct(">BIQI8s16s")
 # (core/memory.py, item_size); chunk payloads keep a margin below the limit.
 _ITEM_HEADER = 59 + 4
 _MARGIN = 64
+_MANIFESTS: ContextVar[bool] = ContextVar("django_mcpatterns_manifests", default=False)
+
+
+@contextmanager
+def manifests_read() -> Iterator[None]:
+    """Within it, reads hand chunk manifests over instead of refusing them."""
+    token = _MANIFESTS.set(True)
+    try:
+        yield
+    finally:
+        _MANIFESTS.reset(token)
+
+
+def reading_manifests() -> bool:
+    """Whether the current thread or task reads inside :func:`manifests_read`."""
+    return _MANIFESTS.get()
 
 
 @dataclass(frozen=True, slots=True)

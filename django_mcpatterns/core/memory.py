@@ -44,6 +44,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from .chunks import LARGE_VALUES
 from .envelope import STALE, EnvelopeSerde, with_envelopes
 from .exceptions import ConfigurationError, NonNumericValueError, ValueTooLargeError
 from .keys import LONG_KEYS, Key, KeyT, PlainKey, Routed, placed
@@ -667,7 +668,7 @@ def _token_number(cas: CasToken | str) -> int:
 
 # What an embedded cache's OPTIONS may hold: the store's sizes, and how values are encoded.
 MEMORY_OPTIONS = ("max_bytes", "max_item_size")
-EMBEDDED_OPTIONS = (*MEMORY_OPTIONS, *SerdeOptions.NAMES, "long_keys")
+EMBEDDED_OPTIONS = (*MEMORY_OPTIONS, *SerdeOptions.NAMES, "long_keys", "large_values")
 
 
 def memory_options(options: Mapping[str, Any]) -> dict[str, int]:
@@ -686,14 +687,14 @@ def memory_options(options: Mapping[str, Any]) -> dict[str, int]:
             option=unknown[0],
             choices=EMBEDDED_OPTIONS,
         )
-    long_keys = options.get("long_keys", "refuse")
-    if long_keys not in LONG_KEYS:
-        raise ConfigurationError(
-            f"invalid value {long_keys!r} for option 'long_keys'; valid choices: "
-            + ", ".join(repr(c) for c in LONG_KEYS),
-            option="long_keys",
-            choices=LONG_KEYS,
-        )
+    for name, choices in (("long_keys", LONG_KEYS), ("large_values", LARGE_VALUES)):
+        if options.get(name, choices[0]) not in choices:
+            raise ConfigurationError(
+                f"invalid value {options[name]!r} for option {name!r}; valid choices: "
+                + ", ".join(repr(c) for c in choices),
+                option=name,
+                choices=choices,
+            )
     sizes = {name: value for name, value in options.items() if name in MEMORY_OPTIONS}
     for name, value in sizes.items():
         if not isinstance(value, int) or isinstance(value, bool) or value <= 0:

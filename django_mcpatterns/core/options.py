@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from .chunks import LARGE_VALUES
 from .exceptions import ConfigurationError
 from .ketama import VARIANTS
 from .keys import LONG_KEYS
@@ -80,9 +81,12 @@ class ClusterOptions:
     serializer, signed, signing_key, signing_keys
         How values are encoded and whether they are signed: see
         :class:`~.serializers.SerdeOptions` (the keys never show in ``repr``).
-    compressor, compress_min_len, large_values
-        Compression, and what happens to a value over the item size limit:
-        see :class:`~.serializers.SerdeOptions` and docs/values.md.
+    compressor, compress_min_len
+        Compression: see :class:`~.serializers.SerdeOptions` and docs/values.md.
+    large_values
+        ``"refuse"`` (Django's contract: a value over the item size limit is
+        not stored, and a failed ``set`` removes the old one) or ``"chunk"``
+        (stored in chunks: :mod:`.chunks`).  Applied by the backends' cache API.
     long_keys
         ``"refuse"`` (keys over 250 bytes are invalid, Django's contract) or
         ``"hash"`` (they become a digest form under the limit; :mod:`.keys`).
@@ -141,6 +145,7 @@ class ClusterOptions:
                 option="raise_errors",
             )
         _check_choice("long_keys", self.long_keys, LONG_KEYS)
+        _check_choice("large_values", self.large_values, LARGE_VALUES)
         _check_number("max_item_size", self.max_item_size, integer=True, minimum=1024)
         serde = SerdeOptions(
             self.serializer,
@@ -149,7 +154,6 @@ class ClusterOptions:
             self.signing_keys,
             compressor=self.compressor,
             compress_min_len=self.compress_min_len,
-            large_values=self.large_values,
         )
         for name in SerdeOptions.NAMES:  # normalised: signed resolved, keys as bytes
             object.__setattr__(self, name, getattr(serde, name))
@@ -183,7 +187,6 @@ class ClusterOptions:
             signing_keys=self.signing_keys,
             compressor=self.compressor,
             compress_min_len=self.compress_min_len,
-            large_values=self.large_values,
         )
 
     @classmethod

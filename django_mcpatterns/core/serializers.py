@@ -68,8 +68,9 @@ Compression (``compressor``, ``compress_min_len``; :mod:`.compression`)
 
 Values stored in chunks (``large_values="chunk"``; :mod:`.chunks`)
     The item under the key is then a manifest (flag bit 21) naming the chunk
-    items; a serde built with ``chunks=True`` hands it to the chunked store as
-    a :class:`~.chunks.ChunkManifest`, any other refuses it (``"format"``).
+    items.  The serde hands it as a :class:`~.chunks.ChunkManifest` to the
+    chunked store's reads (:func:`~.chunks.reading_manifests`) and refuses it
+    (``"format"``) everywhere else, so no other reader sees a manifest.
 """
 
 from __future__ import annotations
@@ -90,7 +91,7 @@ from typing import Any, ClassVar, Final, Literal
 
 from pymemcache.serde import FLAG_BYTES, FLAG_INTEGER, FLAG_LONG, FLAG_PICKLE, FLAG_TEXT
 
-from .chunks import FLAG_CHUNKED, LARGE_VALUES, ChunkManifest
+from .chunks import FLAG_CHUNKED, ChunkManifest, reading_manifests
 from .compression import (
     FLAG_ZLIB,
     FLAG_ZSTD,
@@ -461,15 +462,13 @@ class ValueSerde:
     :data:`REFUSED`, which both stores turn into a miss.  ``serialize`` raises
     :class:`~.exceptions.EncodingError` for a value the serializer cannot
     encode.  ``compressor`` compresses values of at least
-    ``compress_min_len`` bytes; ``chunks`` reads chunk manifests (see the
-    module docstring).  Thread-safe.
+    ``compress_min_len`` bytes (see the module docstring).  Thread-safe.
     """
 
     __slots__ = (
         "_counts",
         "_decompressors",
         "_lock",
-        "chunks",
         "compress_min_len",
         "compressor",
         "on_refused",
@@ -485,14 +484,12 @@ class ValueSerde:
         on_refused: Callable[[ValueRefused], object] | None = None,
         compressor: Compressor | None = None,
         compress_min_len: int = 0,
-        chunks: bool = False,
     ) -> None:
         self.serializer = serializer if serializer is not None else PickleSerializer()
         self.signer = Signer(signing_keys) if signing_keys else None
         self.on_refused = on_refused
         self.compressor = compressor
         self.compress_min_len = compress_min_len
-        self.chunks = chunks
         self._decompressors = Decompressors(compressor)
         self._counts: Counter[str] = Counter()
         self._lock = threading.Lock()
@@ -514,11 +511,11 @@ class ValueSerde:
     def deserialize(self, key: Any, data: bytes, flags: int) -> Any:
         try:
             if flags == FLAG_CHUNKED:
-                if not self.chunks:
+                if not reading_manifests():
                     raise _Refusal(
                         "format",
-                        "it is a value stored in chunks (OPTIONS['large_values'] = 'chunk'), "
-                        "and this cache does not read chunks",
+                        "it is a value stored in chunks, which only the cache API of a cache "
+                        "with OPTIONS['large_values'] = 'chunk' reads",
                     )
                 return ChunkManifest.parse(data)
             if flags & FLAG_SIGNED:
@@ -589,10 +586,6 @@ class SerdeOptions:
         compressor alone compresses from :data:`DEFAULT_COMPRESS_MIN_LEN`
         bytes, the length alone with zlib.  Normalised: ``compressor`` is
         None or a name, ``compress_min_len`` None (off) or an int.
-    large_values
-        ``"refuse"`` (Django's contract: a value over the item size limit is
-        not stored) or ``"chunk"`` (stored in chunks, :mod:`.chunks`); the
-        serde of a ``"chunk"`` cache reads chunk manifests.
     """
 
     serializer: str = DEFAULT_SERIALIZER
@@ -601,7 +594,6 @@ class SerdeOptions:
     signing_keys: Sequence[str | bytes] = field(default=(), repr=False)
     compressor: str | None = None
     compress_min_len: int | None = None
-    large_values: str = "refuse"
 
     NAMES: ClassVar[tuple[str, ...]] = (
         "serializer",
@@ -610,7 +602,6 @@ class SerdeOptions:
         "signing_keys",
         "compressor",
         "compress_min_len",
-        "large_values",
     )
 
     def __post_init__(self) -> None:
@@ -638,14 +629,7 @@ class SerdeOptions:
         object.__setattr__(self, "signing_keys", keys)
 
     def _check_values(self) -> None:
-        """Validate and normalise the compression and large-value options."""
-        if self.large_values not in LARGE_VALUES:
-            raise ConfigurationError(
-                f"invalid value {self.large_values!r} for option 'large_values'; valid choices: "
-                + ", ".join(repr(c) for c in LARGE_VALUES),
-                option="large_values",
-                choices=LARGE_VALUES,
-            )
+        """Validate and normalise the compression options."""
         length = self.compress_min_len
         if length is not None and (
             not isinstance(length, int) or isinstance(length, bool) or length < 0
@@ -674,7 +658,6 @@ class SerdeOptions:
             on_refused=on_refused,
             compressor=None if self.compressor is None else load_compressor(self.compressor),
             compress_min_len=self.compress_min_len or 0,
-            chunks=self.large_values == "chunk",
         )
 
     @property

@@ -8,6 +8,10 @@ they did through an optional fourth:
 
 ``store``
     the :class:`~django_mcpatterns.core.store.Store` behind the cache;
+``values``
+    the store the cache API reads and writes values through: ``store``, or a
+    chunked store over it (``OPTIONS["large_values"] = "chunk"``);
+    ``get_or_set`` uses it, as Django's ``get``/``set`` do;
 ``astore``
     the same store for asyncio (:class:`~django_mcpatterns.core.store.AsyncStore`),
     what the async forms (``asadd``, ``aget_or_compute``...) use;
@@ -51,6 +55,9 @@ class PatternsHost(Protocol):
 
     @property
     def store(self) -> Store: ...
+
+    @property
+    def values(self) -> Store: ...
 
     @property
     def astore(self) -> AsyncStore: ...

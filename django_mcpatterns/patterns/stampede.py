@@ -126,7 +126,7 @@ class StampedeMixin:
         """
         host = cast(PatternsHost, self)
         return get_or_set(
-            host.store, host._pattern_key(key, version), default, host._pattern_expire(timeout)
+            host.values, host._pattern_key(key, version), default, host._pattern_expire(timeout)
         )
 
     def get_envelope(self, key: Any, *, version: int | None = None) -> Envelope | None:

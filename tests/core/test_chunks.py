@@ -18,7 +18,12 @@ import pytest
 
 from django_mcpatterns.core._async.chunks import AsyncChunkedStore
 from django_mcpatterns.core._sync.chunks import ChunkedStore
-from django_mcpatterns.core.chunks import CHUNKED_MAX_TTL, FLAG_CHUNKED, ChunkManifest
+from django_mcpatterns.core.chunks import (
+    CHUNKED_MAX_TTL,
+    FLAG_CHUNKED,
+    ChunkManifest,
+    manifests_read,
+)
 from django_mcpatterns.core.cluster import Cluster
 from django_mcpatterns.core.envelope import Envelope
 from django_mcpatterns.core.exceptions import ValueTooLargeError
@@ -35,13 +40,14 @@ BIG = os.urandom(3 * MIB + 12345)  # random: compression cannot make it fit
 
 
 def chunked_memory(max_item_size: int = 64 * 1024, **options: Any) -> ChunkedStore:
-    serde = SerdeOptions(large_values="chunk", **options).build()
+    serde = SerdeOptions(**options).build()
     store = MemoryStore(serde=serde, max_item_size=max_item_size, max_bytes=64 * MIB)
     return ChunkedStore(store, max_item_size)
 
 
 def manifest_of(store: ChunkedStore, key: str) -> ChunkManifest:
-    found = store.store.get(key)
+    with manifests_read():
+        found = store.store.get(key)
     assert type(found) is ChunkManifest
     return found
 
@@ -153,6 +159,16 @@ def test_set_many_mixes_chunked_and_plain_values() -> None:
     values = {"small": 1, "big1": b"1" * 150_000, "big2": "2" * 150_000}
     assert store.set_many(values) == []
     assert store.get_many(["small", "big1", "big2"]) == values
+
+
+def test_the_plain_store_never_hands_out_a_manifest() -> None:
+    """Patterns read through the plain store: a chunked value is a miss there, not an object."""
+    store = chunked_memory()
+    store.set("big", b"x" * 100_000)
+    assert store.store.get("big", "miss") == "miss"
+    assert store.store.gets_envelope("big") == (None, None)
+    assert store.store.get_many(["big"]) == {}
+    assert store.get("big") == b"x" * 100_000
 
 
 def test_a_reader_without_chunks_refuses_the_manifest() -> None:

@@ -9,9 +9,9 @@ and ``set_many`` 1 (chunks and manifests pipelined in one write per server),
 ``add``/``cas``/``add_cas``/``recas`` 2 (the chunks, then the conditional write of
 the manifest).  A value that fits costs what it costs on the store underneath.
 
-The store underneath must be built with a serde that reads chunk manifests
-(``SerdeOptions(large_values="chunk")``): it hands them here as
-:class:`~django_mcpatterns.core.chunks.ChunkManifest`.
+Its reads run inside :func:`~django_mcpatterns.core.chunks.manifests_read`, so the
+store's serde hands manifests here as :class:`~django_mcpatterns.core.chunks.ChunkManifest`
+(and refuses them to every other reader).
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from django_mcpatterns.core.chunks import (
     Encoded,
     chunk_expire,
     fits,
+    manifests_read,
     split,
 )
 from django_mcpatterns.core.envelope import STALE
@@ -52,13 +53,15 @@ class AsyncChunkedStore:
     # -- reads --------------------------------------------------------------
 
     async def get(self, key: Key, default: Any = None) -> Any:
-        found = await self.store.get(key, _MISS)
+        with manifests_read():
+            found = await self.store.get(key, _MISS)
         if type(found) is ChunkManifest:
             found = (await self._assemble({key: found}))[key]
         return default if found is _MISS else found
 
     async def get_many(self, keys: Iterable[Key]) -> dict[Key, Any]:
-        found = await self.store.get_many(keys)
+        with manifests_read():
+            found = await self.store.get_many(keys)
         manifests = {k: v for k, v in found.items() if type(v) is ChunkManifest}
         if manifests:
             for key, value in (await self._assemble(manifests)).items():
@@ -69,14 +72,16 @@ class AsyncChunkedStore:
         return found
 
     async def gets(self, key: Key) -> tuple[Any, CasToken | None]:
-        value, cas = await self.store.gets(key)
+        with manifests_read():
+            value, cas = await self.store.gets(key)
         if type(value) is ChunkManifest:
             value = (await self._assemble({key: value}))[key]
             return (None, None) if value is _MISS else (value, cas)
         return value, cas
 
     async def gets_many(self, keys: Iterable[Key]) -> dict[Key, tuple[Any, CasToken]]:
-        found = await self.store.gets_many(keys)
+        with manifests_read():
+            found = await self.store.gets_many(keys)
         manifests = {k: v[0] for k, v in found.items() if type(v[0]) is ChunkManifest}
         if manifests:
             for key, value in (await self._assemble(manifests)).items():
@@ -87,21 +92,24 @@ class AsyncChunkedStore:
         return found
 
     async def gets_ttl(self, key: Key) -> tuple[Any, CasToken | None, int | None]:
-        value, cas, ttl = await self.store.gets_ttl(key)
+        with manifests_read():
+            value, cas, ttl = await self.store.gets_ttl(key)
         if type(value) is ChunkManifest:
             value = (await self._assemble({key: value}))[key]
             return (None, None, None) if value is _MISS else (value, cas, ttl)
         return value, cas, ttl
 
     async def gets_envelope(self, key: Key) -> tuple[Any, CasToken | None]:
-        value, cas = await self.store.gets_envelope(key)
+        with manifests_read():
+            value, cas = await self.store.gets_envelope(key)
         if type(value) is ChunkManifest:
             value = (await self._assemble({key: value}, envelopes=True))[key]
             return (None, None) if value is _MISS else (value, cas)
         return value, cas
 
     async def get_many_envelopes(self, keys: Iterable[Key]) -> dict[Key, Any]:
-        found = await self.store.get_many_envelopes(keys)
+        with manifests_read():
+            found = await self.store.get_many_envelopes(keys)
         manifests = {k: v for k, v in found.items() if type(v) is ChunkManifest}
         if manifests:
             for key, value in (await self._assemble(manifests, envelopes=True)).items():

@@ -10,9 +10,9 @@ and ``set_many`` 1 (chunks and manifests pipelined in one write per server),
 ``add``/``cas``/``add_cas``/``recas`` 2 (the chunks, then the conditional write of
 the manifest).  A value that fits costs what it costs on the store underneath.
 
-The store underneath must be built with a serde that reads chunk manifests
-(``SerdeOptions(large_values="chunk")``): it hands them here as
-:class:`~django_mcpatterns.core.chunks.ChunkManifest`.
+Its reads run inside :func:`~django_mcpatterns.core.chunks.manifests_read`, so the
+store's serde hands manifests here as :class:`~django_mcpatterns.core.chunks.ChunkManifest`
+(and refuses them to every other reader).
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from django_mcpatterns.core.chunks import (
     Encoded,
     chunk_expire,
     fits,
+    manifests_read,
     split,
 )
 from django_mcpatterns.core.envelope import STALE
@@ -53,13 +54,15 @@ class ChunkedStore:
     # -- reads --------------------------------------------------------------
 
     def get(self, key: Key, default: Any = None) -> Any:
-        found = self.store.get(key, _MISS)
+        with manifests_read():
+            found = self.store.get(key, _MISS)
         if type(found) is ChunkManifest:
             found = (self._assemble({key: found}))[key]
         return default if found is _MISS else found
 
     def get_many(self, keys: Iterable[Key]) -> dict[Key, Any]:
-        found = self.store.get_many(keys)
+        with manifests_read():
+            found = self.store.get_many(keys)
         manifests = {k: v for k, v in found.items() if type(v) is ChunkManifest}
         if manifests:
             for key, value in (self._assemble(manifests)).items():
@@ -70,14 +73,16 @@ class ChunkedStore:
         return found
 
     def gets(self, key: Key) -> tuple[Any, CasToken | None]:
-        value, cas = self.store.gets(key)
+        with manifests_read():
+            value, cas = self.store.gets(key)
         if type(value) is ChunkManifest:
             value = (self._assemble({key: value}))[key]
             return (None, None) if value is _MISS else (value, cas)
         return value, cas
 
     def gets_many(self, keys: Iterable[Key]) -> dict[Key, tuple[Any, CasToken]]:
-        found = self.store.gets_many(keys)
+        with manifests_read():
+            found = self.store.gets_many(keys)
         manifests = {k: v[0] for k, v in found.items() if type(v[0]) is ChunkManifest}
         if manifests:
             for key, value in (self._assemble(manifests)).items():
@@ -88,21 +93,24 @@ class ChunkedStore:
         return found
 
     def gets_ttl(self, key: Key) -> tuple[Any, CasToken | None, int | None]:
-        value, cas, ttl = self.store.gets_ttl(key)
+        with manifests_read():
+            value, cas, ttl = self.store.gets_ttl(key)
         if type(value) is ChunkManifest:
             value = (self._assemble({key: value}))[key]
             return (None, None, None) if value is _MISS else (value, cas, ttl)
         return value, cas, ttl
 
     def gets_envelope(self, key: Key) -> tuple[Any, CasToken | None]:
-        value, cas = self.store.gets_envelope(key)
+        with manifests_read():
+            value, cas = self.store.gets_envelope(key)
         if type(value) is ChunkManifest:
             value = (self._assemble({key: value}, envelopes=True))[key]
             return (None, None) if value is _MISS else (value, cas)
         return value, cas
 
     def get_many_envelopes(self, keys: Iterable[Key]) -> dict[Key, Any]:
-        found = self.store.get_many_envelopes(keys)
+        with manifests_read():
+            found = self.store.get_many_envelopes(keys)
         manifests = {k: v for k, v in found.items() if type(v) is ChunkManifest}
         if manifests:
             for key, value in (self._assemble(manifests, envelopes=True)).items():
