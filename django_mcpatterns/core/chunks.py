@@ -42,6 +42,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
+from typing import Any
 
 from .exceptions import EncodingError
 from .keys import Routed
@@ -50,7 +51,9 @@ __all__ = [
     "CHUNKED_MAX_TTL",
     "FLAG_CHUNKED",
     "LARGE_VALUES",
+    "AsyncChunkedStore",  # noqa: F822 - from core/_async/chunks.py, on first use
     "ChunkManifest",
+    "ChunkedStore",  # noqa: F822 - from core/_sync/chunks.py, on first use
     "Encoded",
     "chunk_expire",
     "fits",
@@ -112,6 +115,8 @@ class ChunkManifest:
                 f"a chunk manifest of {len(data)} bytes is not version {VERSION} of the layout"
             )
         _, flags, length, count, generation, digest = _MANIFEST.unpack(data)
+        if flags & FLAG_CHUNKED:
+            raise EncodingError("a chunk manifest cannot name a chunked value")
         return cls(flags, length, count, generation, digest)
 
     def encoded(self) -> Encoded:
@@ -155,6 +160,19 @@ def split(
     manifest = ChunkManifest(flags, len(data), len(pieces), generation, _digest(data))
     keys = manifest.keys(wire, ring)
     return manifest.encoded(), {k: Encoded(p, 0) for k, p in zip(keys, pieces, strict=True)}
+
+
+def __getattr__(name: str) -> Any:
+    # The stores live in core/_sync and core/_async, which import this module.
+    if name == "ChunkedStore":
+        from ._sync.chunks import ChunkedStore
+
+        return ChunkedStore
+    if name == "AsyncChunkedStore":
+        from ._async.chunks import AsyncChunkedStore
+
+        return AsyncChunkedStore
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def chunk_expire(expire: int) -> int:

@@ -24,6 +24,7 @@ unreadable item (:mod:`.serializers`): a miss, logged and counted.
 from __future__ import annotations
 
 import importlib
+import threading
 import zlib
 from typing import Any, ClassVar
 
@@ -112,13 +113,20 @@ class ZstdCompressor(Compressor):
                 "pip install 'django-mcpatterns[zstd]'",
                 option="compressor",
             )
-        self._compressor = zstandard.ZstdCompressor(level=self.level)
-        self._decompressor = zstandard.ZstdDecompressor()
         self._zstandard = zstandard
+        # zstandard's (de)compressor objects must not be shared by threads: one each.
+        self._local = threading.local()
+
+    def _contexts(self) -> Any:
+        local = self._local
+        if not hasattr(local, "compressor"):
+            local.compressor = self._zstandard.ZstdCompressor(level=self.level)
+            local.decompressor = self._zstandard.ZstdDecompressor()
+        return local
 
     def compress(self, data: bytes) -> bytes:
         # The content size in the frame header lets a reader refuse a bomb before inflating.
-        return self._compressor.compress(data)  # type: ignore[no-any-return]
+        return self._contexts().compressor.compress(data)  # type: ignore[no-any-return]
 
     def decompress(self, data: bytes, max_length: int = MAX_DECOMPRESSED) -> bytes:
         try:
@@ -126,7 +134,7 @@ class ZstdCompressor(Compressor):
             if size > max_length:
                 raise DecompressionError(f"inflates to {size} bytes, past {max_length}")
             # Without a size in the frame, max_output_size bounds the output.
-            out = self._decompressor.decompress(data, max_output_size=max_length)
+            out = self._contexts().decompressor.decompress(data, max_output_size=max_length)
         except self._zstandard.ZstdError as exc:
             raise DecompressionError(f"not a zstd frame: {exc}") from exc
         return out  # type: ignore[no-any-return]
