@@ -11,6 +11,8 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
+import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -261,3 +263,43 @@ def test_everything_a_chunked_write_leaves_expires(memcached_1: list[MemcachedSe
         ttl = server_ttl(server, key)
         assert ttl is not None
         assert 0 < ttl <= CHUNKED_MAX_TTL
+
+
+def test_racing_writers_and_readers_see_whole_values_or_misses(
+    memcached_1: list[MemcachedServer],
+) -> None:
+    """Real threads: two writers replace a chunked value while two readers read it."""
+    flush(memcached_1)
+    spec = memcached_1[0].spec
+    values = [os.urandom(1024) * (1500 + 300 * i) for i in range(4)]  # 1.5 to 2.4 MB
+    seen: list[Any] = []
+    errors: list[BaseException] = []
+    stop = threading.Event()
+
+    def write(offset: int) -> None:
+        store = chunked_cluster([spec])
+        i = offset
+        while not stop.is_set():
+            store.set("raced", values[i % len(values)])
+            i += 2
+
+    def read() -> None:
+        store = chunked_cluster([spec])
+        try:
+            while not stop.is_set():
+                seen.append(store.get("raced"))
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=write, args=(n,)) for n in (0, 1)]
+    threads += [threading.Thread(target=read) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    time.sleep(2.0)
+    stop.set()
+    for thread in threads:
+        thread.join(10)
+    assert errors == []
+    whole = [value for value in seen if value is not None]
+    assert whole, "no read completed"
+    assert all(any(value == v for v in values) for value in whole)
