@@ -6,7 +6,8 @@ this module does the I/O: a write of a value that does not fit in one item sends
 its chunks and then its manifest, a read that finds a manifest fetches every chunk
 in one multi-get from the key's server.  Round trips: ``get`` of a chunked value
 2 (manifest, chunks), ``get_many`` 2 whatever the number of chunked values, ``set``
-and ``set_many`` 1 (chunks and manifests pipelined in one write per server),
+and ``set_many`` 1 (chunks and manifests pipelined in one write per server; 2 for a
+``set_many`` without a TTL that mixes chunked values with values that fit),
 ``add``/``cas``/``add_cas``/``recas`` 2 (the chunks, then the conditional write of
 the manifest).  A value that fits costs what it costs on the store underneath.
 
