@@ -16,7 +16,6 @@ import logging
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.core.cache.backends.base import (
     DEFAULT_TIMEOUT,
@@ -28,6 +27,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.utils.functional import cached_property
 
 from .core._sync.chunks import ChunkedStore
+from .core.aio import AsyncCluster
 from .core.cluster import Cluster, NodeEvent, shared_cluster
 from .core.exceptions import ConfigurationError, InvalidKeyError, ValueTooLargeError
 from .core.keys import Key, key_bytes, shorten
@@ -37,6 +37,7 @@ from .core.serializers import SerdeOptions, ValueRefused, with_derived_keys
 from .core.servers import parse_servers
 from .core.store import AsyncStore, Store
 from .patterns import DEFAULT
+from .patterns.limits import LimitsMixin
 from .patterns.locks import LocksMixin
 from .patterns.namespaces import NamespacesMixin
 from .patterns.sets import SetsMixin
@@ -45,7 +46,9 @@ from .patterns.stampede import StampedeMixin
 logger = logging.getLogger("django_mcpatterns.backend")
 
 
-class _StoreCache(SetsMixin, LocksMixin, StampedeMixin, NamespacesMixin, BaseMemcachedCache):
+class _StoreCache(
+    SetsMixin, LocksMixin, StampedeMixin, NamespacesMixin, LimitsMixin, BaseMemcachedCache
+):
     """Django's memcached contract over a Store; subclasses say which Store.
 
     The pattern mixins (``django_mcpatterns.patterns``) add sets, locks,
@@ -116,8 +119,8 @@ class _StoreCache(SetsMixin, LocksMixin, StampedeMixin, NamespacesMixin, BaseMem
         return self.store.bump(self.make_and_validate_key(key, version=version))
 
     async def abump(self, key: Any, version: Any = None) -> bool:
-        """:meth:`bump` for asyncio."""
-        return await sync_to_async(self.bump)(key, version=version)
+        """:meth:`bump` for asyncio, on :attr:`astore` (no thread hop)."""
+        return await self.astore.bump(self.make_and_validate_key(key, version=version))
 
     def _pattern_expire(self, timeout: Any = DEFAULT) -> int:
         return self.get_backend_timeout(DEFAULT_TIMEOUT if timeout is DEFAULT else timeout)
@@ -261,6 +264,11 @@ class KetamaMemcacheCache(_StoreCache):
     def store(self) -> Cluster:
         """The Cluster behind this cache."""
         return self._cluster
+
+    @property
+    def astore(self) -> AsyncCluster:
+        """The Cluster's asyncio twin (same servers, node health and serde; its own connections)."""
+        return self._cluster.aio
 
 
 class LocMemPatternsCache(_StoreCache):

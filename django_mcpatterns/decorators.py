@@ -37,6 +37,7 @@ from django.utils.http import parse_http_date_safe
 
 from .core.exceptions import ConfigurationError, EncodingError
 from .core.stampede import Fetched, Stampede, StampedePolicy
+from .limiting import ratelimit
 from .patterns.callkeys import call_key
 from .patterns.namespaces import NamespaceArg, namespace_parts
 from .patterns.pages import PASS, CachedPage
@@ -45,7 +46,7 @@ from .patterns.stampede import soft_timeout
 if TYPE_CHECKING:
     from .backend import _StoreCache
 
-__all__ = ["CachedFunction", "cached", "stampede_guard"]
+__all__ = ["CachedFunction", "cached", "ratelimit", "stampede_guard"]
 
 V = TypeVar("V", bound=Callable[..., HttpResponseBase])
 F = TypeVar("F", bound=Callable[..., Any])

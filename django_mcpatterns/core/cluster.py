@@ -62,7 +62,7 @@ import weakref
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from .envelope import STALE, with_envelopes
 from .exceptions import (
@@ -113,6 +113,9 @@ from .wire import (
     Value,
     Version,
 )
+
+if TYPE_CHECKING:
+    from .aio import AsyncCluster
 
 __all__ = ["Cluster", "HealthSnapshot", "NodeEvent", "reset_shared_clusters", "shared_cluster"]
 
@@ -697,6 +700,21 @@ class Cluster:
             view.options = dataclasses.replace(self.options, raise_errors=True)
             self._strict = view
         return self._strict
+
+    @property
+    def aio(self) -> AsyncCluster:
+        """This cluster's asyncio twin (:class:`~.aio.AsyncCluster`), made once.
+
+        It shares the ring, options, serde, listeners and every server's node
+        health (one view of a server per process, whichever API saw it fail),
+        and has connections of its own: one per server and event loop.
+        """
+        twin: AsyncCluster | None = self.__dict__.get("_aio")
+        if twin is None or twin.sync is not self:  # none yet, or the one copied into strict()
+            from .aio import AsyncCluster
+
+            twin = self.__dict__["_aio"] = AsyncCluster.twin_of(self)
+        return twin
 
     def listen(
         self,

@@ -8,7 +8,8 @@
 Both keep Flask-Caching's backend contract (which is not Django's: timeout 0
 never expires, ``None`` is the default timeout, ``set_many`` returns the keys
 stored, an invalid key is a miss) and carry the patterns on ``cache.cache``.
-:func:`stampede_guard` caches views with stampede protection; the blinker
+:func:`stampede_guard` caches views with stampede protection, :func:`ratelimit`
+limits them; the blinker
 signals of the patterns are in :mod:`django_mcpatterns.flask.signals`.
 
 Importing this package needs Flask-Caching but never Django or its settings.
@@ -16,11 +17,13 @@ Importing this package needs Flask-Caching but never Django or its settings.
 
 from .backend import KetamaMemcachedCache, LocMemPatternsCache
 from .decorators import CachedPage, cacheable, stampede_guard
+from .limiting import ratelimit
 
 __all__ = [
     "CachedPage",
     "KetamaMemcachedCache",
     "LocMemPatternsCache",
     "cacheable",
+    "ratelimit",
     "stampede_guard",
 ]

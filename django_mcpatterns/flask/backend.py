@@ -35,6 +35,7 @@ from flask import Flask
 from flask_caching.backends.base import BaseCache
 
 from ..core._sync.chunks import ChunkedStore
+from ..core.aio import AsyncCluster
 from ..core.cluster import Cluster, shared_cluster
 from ..core.exceptions import (
     ConfigurationError,
@@ -51,6 +52,7 @@ from ..core.serializers import SerdeOptions, with_derived_keys
 from ..core.servers import parse_servers
 from ..core.store import MAX_RELATIVE_EXPIRE, AsyncStore, Store
 from ..patterns import DEFAULT
+from ..patterns.limits import LimitsMixin
 from ..patterns.locks import LocksMixin
 from ..patterns.namespaces import NamespacesMixin
 from ..patterns.sets import SetsMixin
@@ -88,7 +90,7 @@ def memcached_exptime(seconds: int, now: float) -> int:
     return seconds
 
 
-class _PatternsCache(SetsMixin, LocksMixin, StampedeMixin, NamespacesMixin, BaseCache):
+class _PatternsCache(SetsMixin, LocksMixin, StampedeMixin, NamespacesMixin, LimitsMixin, BaseCache):
     """Flask-Caching's backend contract over a Store; subclasses say which Store."""
 
     def __init__(
@@ -403,6 +405,11 @@ class KetamaMemcachedCache(_PatternsCache):
     @property
     def store(self) -> Cluster:
         return self._cluster
+
+    @property
+    def astore(self) -> AsyncCluster:
+        """The Cluster's asyncio twin (same servers, node health and serde; its own connections)."""
+        return self._cluster.aio
 
 
 class LocMemPatternsCache(_PatternsCache):

@@ -1,5 +1,6 @@
 from typing import Any
 
+from django.apps import apps
 from django.conf import settings
 from django.http import HttpRequest
 
@@ -13,4 +14,6 @@ def site(request: HttpRequest) -> dict[str, Any]:
         "cache_servers": settings.MEMCACHED_SERVERS or "in-process",
         # Lazy: queried only when the sidebar's cached fragment is rendered.
         "directory": Profile.objects.only("id", "name", "city"),
+        # A callable: the template asks the cached count (1 request) when it renders it.
+        "member_count": apps.get_app_config("demo").members.get,  # type: ignore[attr-defined]
     }

@@ -2,7 +2,8 @@
 
 - ``home``: an expensive report, the whole page behind ``stampede_guard``;
 - ``profile_detail``: data cached in the profile's namespace, invalidated when
-  the profile is saved (``profile_edit``);
+  the profile is saved (``profile_edit``, rate-limited: 5 saves a minute per
+  client and profile);
 - ``interest_add``/``interest_remove``: a memcached set (``sadd``/``srem``);
 - ``leaderboard_rebuild``: a batch job behind a lock, one at a time;
 - every page: a members sidebar, a ``{% cachefragment %}`` in a namespace.
@@ -14,7 +15,7 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_http_methods, require_POST
 
-from django_mcpatterns.decorators import stampede_guard
+from django_mcpatterns.decorators import ratelimit, stampede_guard
 
 from . import queries
 from .forms import InterestForm, ProfileForm
@@ -22,6 +23,13 @@ from .interests import add_interest, interests, remove_interest
 from .models import Profile
 
 FRONT_PAGE_SECONDS = 30
+PROFILE_SAVES = "5/m"
+
+
+def _editor(request: HttpRequest) -> str:
+    """Whose budget a save spends: this client's, for this profile."""
+    assert request.resolver_match is not None
+    return f"{request.META.get('REMOTE_ADDR')}:{request.resolver_match.kwargs['pk']}"
 
 
 @stampede_guard(FRONT_PAGE_SECONDS)
@@ -37,6 +45,7 @@ def profile_detail(request: HttpRequest, pk: int) -> HttpResponse:
 
 
 @require_http_methods(["GET", "HEAD", "POST"])
+@ratelimit(PROFILE_SAVES, key=_editor, methods=("POST",))  # 429 + Retry-After past it
 def profile_edit(request: HttpRequest, pk: int) -> HttpResponse:
     profile = get_object_or_404(Profile, pk=pk)
     if request.method == "POST":

@@ -303,3 +303,22 @@ def test_racing_writers_and_readers_see_whole_values_or_misses(
     whole = [value for value in seen if value is not None]
     assert whole, "no read completed"
     assert all(any(value == v for v in values) for value in whole)
+
+
+@pytest.mark.parametrize("protocol", ["meta", "text"])
+def test_the_async_form_over_async_cluster(proxy: Proxy, protocol: str) -> None:
+    """AsyncChunkedStore on real servers: the same items, and two round trips a read."""
+    cluster = Cluster([proxy.spec], ClusterOptions(protocol=protocol, timeout=5.0))  # type: ignore[arg-type]
+    store = AsyncChunkedStore(cluster.aio, cluster.options.max_item_size)
+
+    async def scenario() -> None:
+        assert await store.set("big", BIG)
+        await store.get("warm")  # the channel is open
+        proxy.forget()
+        assert await store.get("big") == BIG
+        assert proxy.round_trips == 2
+        values = await asyncio.gather(store.get("big"), store.get_many(["big", "absent"]))
+        assert values == [BIG, {"big": BIG}]
+
+    asyncio.run(scenario())
+    assert ChunkedStore(cluster, cluster.options.max_item_size).get("big") == BIG  # the sync form

@@ -233,6 +233,21 @@ def test_a_second_rebuild_is_refused_while_one_holds_the_lock(site: Site):
     assert second.submit("/leaderboard/", "/leaderboard/rebuild/").status == 302
 
 
+def test_profile_saves_are_rate_limited(site: Site):
+    visitor = site.visitor()
+    edit = f"/profiles/{READ_ONLY}/edit/"
+    # Invalid saves (no name) change nothing, but each is an attempt: 5 a minute.
+    answers = [visitor.submit(edit, edit, name="", city="", bio="") for _ in range(6)]
+    assert [a.status for a in answers] == [200] * 5 + [429]
+    assert 1 <= int(answers[-1].headers["Retry-After"]) <= 66
+    assert visitor.get(edit).status == 200  # reading the form is not limited
+
+
+def test_every_page_shows_the_cached_member_count(site: Site):
+    page = site.visitor().get(f"/profiles/{READ_ONLY}/")
+    assert page.text_of("member-count") == "5"  # the seed migration's profiles
+
+
 def test_the_members_sidebar_is_one_cached_fragment(site: Site):
     visitor = site.visitor()
     pages = [visitor.get(f"/profiles/{READ_ONLY}/"), visitor.get("/leaderboard/")]

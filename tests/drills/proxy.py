@@ -4,7 +4,8 @@ Clients connect to :attr:`Proxy.spec` instead of the server.  Every connection's
 bytes are kept in both directions (:attr:`Proxy.connections`), so a test can
 assert on exactly what reached memcached (:mod:`tests.drills.wire` parses them).
 With :attr:`Proxy.cut_after` set, a connection is closed after that many bytes
-of replies: a server or network dying in the middle of a response.  With
+of replies: a server or network dying in the middle of a response.  With :attr:`Proxy.delay`
+set, each chunk of replies is held that long (a slow network).  With
 :meth:`Proxy.withhold`, the reply to the next command that starts with the given
 bytes is never delivered (memcached still runs the command): a reply lost after
 the request arrived, which the client can only see as a timeout.
@@ -20,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -45,6 +47,7 @@ class Proxy:
     def __init__(self, upstream_port: int) -> None:
         self.upstream = (LOOPBACK, upstream_port)
         self.cut_after: int | None = None
+        self.delay = 0.0  # seconds each chunk of replies is held before it is forwarded
         self.connections: list[Connection] = []
         self._withhold: bytes | None = None
         self._listener = socket.create_server((LOOPBACK, 0))
@@ -184,6 +187,8 @@ class Proxy:
                 if not upstream and record.holding:
                     record.held += len(data)
                     continue
+                if not upstream and self.delay:
+                    time.sleep(self.delay)
                 limit = None if upstream else self.cut_after
                 if limit is not None and len(buffer) + len(data) >= limit:
                     data = data[: max(limit - len(buffer), 0)]

@@ -78,8 +78,8 @@ def test_bump(deployment: FlaskDeployment) -> None:
     assert cache.bump("absent") is False
     assert cache.bump("with space") is False  # an invalid key: a miss
     assert cache.get("absent") is None
-    if not deployment.has_servers:  # the cluster's astore comes with AsyncCluster
-        assert asyncio.run(cache.abump("here")) is True
+    assert asyncio.run(cache.abump("here")) is True
+    assert asyncio.run(cache.abump("absent")) is False
 
 
 @pytest.mark.parametrize("value", [b"", ""], ids=["bytes", "str"])

@@ -1,0 +1,879 @@
+"""AsyncCluster: the Store protocol on memcached servers, for asyncio.
+
+An :class:`AsyncCluster` answers exactly as :class:`~.cluster.Cluster` does
+(the same Store contract suite runs on both), with its methods as coroutines
+(:class:`~.store.AsyncStore`).  It is the *twin* of a Cluster: it shares that
+cluster's ring, options, serde, listeners and each server's
+:class:`~.health.NodeHealth` (one process view of a server, whichever API saw
+it fail), and has connections of its own.  ``Cluster(...).aio`` returns the
+twin (made once); ``AsyncCluster(servers, options)`` takes the constructor of
+Cluster and makes a Cluster to be the twin of.
+
+Connections
+    One pipelined :class:`~.aio_transport.Channel` per server and event loop
+    (:class:`_Links`), opened on first use: every task of the loop shares it,
+    so commands issued in one loop iteration leave in one write and reads by
+    key are batched and deduplicated (see :mod:`.aio_transport`).  A channel
+    is never shared between loops, and a forked child never uses one it
+    inherited (a pid check on every use: the child opens its own).
+Routing, failover, outcomes
+    As in Cluster, whose rules are reused, not copied: the ring and
+    :meth:`Cluster._pick` choose the server, the decoders of :mod:`.cluster`
+    judge replies, and :meth:`AsyncCluster._judge` records what a failure
+    says in the shared health.  A failure once the channel is open leaves
+    the outcome unknown (the strict view raises :class:`OutcomeUnknownError`).
+Cancellation
+    A cancelled task's request still gets its reply read by the channel and
+    dropped, so a cancellation never leaves a connection out of step.
+Threads
+    None: no executor, no ``sync_to_async``; nothing here blocks the loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import os
+import random
+import threading
+import time
+import weakref
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, TypeVar
+
+from .aio_transport import Batch, Channel, open_channel
+from .cluster import (
+    _DELETE_MANY,
+    _EXPIRED,
+    _META_REQUESTS,
+    _NO_CAS,
+    _NO_CAS_TTL,
+    _NODE_ERRORS,
+    _REFUSABLE,
+    Cluster,
+    Serde,
+    _bumped_meta,
+    _bumped_text,
+    _cas_stored,
+    _cas_token,
+    _count,
+    _deleted,
+    _delta,
+    _encoded,
+    _Exchange,
+    _expire,
+    _first_value,
+    _identity,
+    _meta_cas,
+    _meta_deleted,
+    _Node,
+    _not_supported,
+    _ok,
+    _raw,
+    _reply_error,
+    _stats,
+    _stored,
+    _StoreMany,
+    _touched,
+    _ttl,
+    _UnknownCommand,
+    _verb,
+)
+from .envelope import STALE
+from .exceptions import (
+    CommandNotSupportedError,
+    NeedsMetaProtocolError,
+    NodeUnavailableError,
+    ProtocolError,
+)
+from .health import Admission, HealthSnapshot, NodeEvent
+from .keys import Key, KeyT, Routed, placed
+from .options import ClusterOptions
+from .serializers import ValueRefused, is_refused
+from .servers import Server
+from .store import CasToken
+from .tokens import Claimed
+from .transport import ConnectionClosedError, SocketOptions
+from .wire import (
+    Delete,
+    ErrorReply,
+    FlushAll,
+    Get,
+    Incr,
+    MetaDelete,
+    MetaGet,
+    MetaNoop,
+    MetaReply,
+    MetaSet,
+    Request,
+    Stats,
+    Store,
+    StoreCommand,
+    Touch,
+    Value,
+    Version,
+)
+
+__all__ = ["AsyncCluster"]
+
+R = TypeVar("R")
+
+_getpid = os.getpid
+
+
+class _Links:
+    """One server's channels, one per event loop, owned by the process ``pid``.
+
+    Shared by every AsyncCluster over the same server node (a twin and its
+    strict view).  Channels of closed loops are dropped when another loop
+    opens one; a forked child forgets its parent's without touching them
+    (closing them there would be harmless to the parent, but their loop is
+    the parent's, and its selector is shared with the parent).
+    """
+
+    __slots__ = ("_connecting", "address", "channels", "options", "pid")
+
+    def __init__(self, address: str | tuple[str, int], options: SocketOptions) -> None:
+        self.address = address
+        self.options = options
+        self.channels: dict[asyncio.AbstractEventLoop, Channel] = {}
+        self._connecting: dict[asyncio.AbstractEventLoop, asyncio.Future[Channel]] = {}
+        self.pid = _getpid()
+
+    def current(self, loop: asyncio.AbstractEventLoop) -> Channel | None:
+        """This loop's open channel, if any (the hot path: no await)."""
+        if self.pid != _getpid():
+            self._after_fork()
+        channel = self.channels.get(loop)
+        if channel is not None and channel.broken is None:
+            return channel
+        return None
+
+    async def channel(self, loop: asyncio.AbstractEventLoop) -> Channel:
+        """This loop's channel, connecting first if needed (concurrent callers share it)."""
+        channel = self.current(loop)
+        if channel is not None:
+            return channel
+        connecting = self._connecting.get(loop)
+        if connecting is None:
+            # A task of its own: a cancelled caller does not abort others' connect.
+            connecting = loop.create_task(self._connect(loop))
+            self._connecting[loop] = connecting
+        return await asyncio.shield(connecting)
+
+    async def _connect(self, loop: asyncio.AbstractEventLoop) -> Channel:
+        try:
+            channel = await open_channel(self.address, self.options)
+        finally:
+            self._connecting.pop(loop, None)
+        for old in [other for other in self.channels if other.is_closed()]:
+            del self.channels[old]
+        self.channels[loop] = channel
+        return channel
+
+    def close(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Close this loop's channel (once idle: requests held are answered first)."""
+        channel = self.channels.pop(loop, None)
+        if channel is not None:
+            channel.close()
+
+    def _after_fork(self) -> None:
+        _inherited.extend(self.channels.values())  # never used, never touched (see above)
+        self.channels = {}
+        self._connecting = {}
+        self.pid = _getpid()
+
+
+# Channels a forked child inherited: kept referenced so their garbage collection
+# does not touch the parent's event loop objects; the process exit closes them.
+_inherited: list[Channel] = []
+
+
+class AsyncCluster:
+    """The :class:`~.store.AsyncStore` protocol on a cluster of memcached servers.
+
+    Takes Cluster's constructor; :meth:`twin_of` (or ``Cluster.aio``) makes the
+    twin of an existing Cluster instead.  See the module docstring.
+    """
+
+    def __init__(
+        self,
+        servers: Sequence[str | Server] | str,
+        options: ClusterOptions | None = None,
+        *,
+        serde: Serde = None,
+        on_node_event: Callable[[NodeEvent], object] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        rng: Callable[[], float] = random.random,
+    ) -> None:
+        cluster = Cluster(
+            servers, options, serde=serde, on_node_event=on_node_event, clock=clock, rng=rng
+        )
+        self._adopt(cluster)
+        cluster.__dict__["_aio"] = self
+
+    @classmethod
+    def twin_of(cls, cluster: Cluster) -> AsyncCluster:
+        """The async twin of ``cluster`` (prefer ``cluster.aio``, which makes it once)."""
+        twin = cls.__new__(cls)
+        twin._adopt(cluster)
+        return twin
+
+    def _adopt(self, cluster: Cluster) -> None:
+        self.sync = cluster
+        self.servers = cluster.servers
+        self.options = cluster.options
+        self.serde = cluster.serde
+        self.ring = cluster.ring
+        self._nodes: dict[str, _Node] = cluster._nodes
+        self._links: dict[_Node, _Links] = {node: _links_of(node) for node in self._nodes.values()}
+        self._locate = cluster._locate
+        self._text = cluster._text
+        self._deserialize = cluster._deserialize
+        self._strict: AsyncCluster | None = None
+
+    def __repr__(self) -> str:
+        return f"<AsyncCluster {', '.join(self._nodes)} ketama={self.options.ketama}>"
+
+    # -- reads by key: batched per loop iteration, deduplicated --
+
+    async def get(self, key: Key, default: Any = None) -> Any:
+        kb, ring = placed(key)
+        item = await self._read_one(ring, kb, cas=False)
+        if item is None:
+            return default
+        value = self._deserialize(item.key, item.data, item.flags)
+        if value is STALE or is_refused(value):
+            return default  # past its soft expiry (left for get_or_compute), or refused
+        return value
+
+    async def gets(self, key: Key) -> tuple[Any, CasToken | None]:
+        kb, ring = placed(key)
+        item = await self._read_one(ring, kb, cas=True)
+        if item is None:
+            return _NO_CAS
+        value = self._deserialize(item.key, item.data, item.flags)
+        if value is STALE or is_refused(value):
+            return _NO_CAS
+        return value, item.cas
+
+    async def gets_envelope(self, key: Key) -> tuple[Any, CasToken | None]:
+        kb, ring = placed(key)
+        item = await self._read_one(ring, kb, cas=True)
+        if item is None:
+            return _NO_CAS
+        value = self.serde.deserialize_envelope(item.key, item.data, item.flags)
+        return _NO_CAS if is_refused(value) else (value, item.cas)
+
+    async def get_many(self, keys: Iterable[Key]) -> dict[Key, Any]:
+        """Return the hits only, keyed by the keys as given."""
+        given = {placed(key)[0]: key for key in keys}
+        items = await self._read_many(given, cas=False)
+        deserialize = self._deserialize
+        return self._hits(items, given, lambda item: deserialize(item.key, item.data, item.flags))
+
+    async def gets_many(self, keys: Iterable[Key]) -> dict[Key, tuple[Any, CasToken]]:
+        given = {placed(key)[0]: key for key in keys}
+        items = await self._read_many(given, cas=True)
+        deserialize = self._deserialize
+        return self._hits(
+            items,
+            given,
+            lambda item: (deserialize(item.key, item.data, item.flags), item.cas),
+            cas=True,
+        )
+
+    async def get_many_envelopes(self, keys: Iterable[Key]) -> dict[Key, Any]:
+        given = {placed(key)[0]: key for key in keys}
+        items = await self._read_many(given, cas=False)
+        envelope = self.serde.deserialize_envelope
+        return self._hits(items, given, lambda item: envelope(item.key, item.data, item.flags))
+
+    def _hits(
+        self,
+        items: dict[bytes, Value],
+        given: Mapping[bytes, Key],
+        decode: Callable[[Value], Any],
+        cas: bool = False,
+    ) -> dict[Key, Any]:
+        """The decoded items by the keys as given (``cas``: decoded as (value, cas) pairs)."""
+        hits: dict[Key, Any] = {}
+        for kb, item in items.items():
+            found = decode(item)
+            value = found[0] if cas else found
+            # Past its soft expiry (left for get_or_compute), or refused: a miss.
+            if value is not STALE and not is_refused(value):
+                hits[given[kb]] = found
+        return hits
+
+    async def _read_one(self, ring: bytes, kb: bytes, cas: bool) -> Value | None:
+        node = self._nodes[self._locate(ring)]
+        admission = node.health.open
+        if admission is None:
+            picked = self.sync._pick(ring, node, {})
+            if picked is None:
+                return self.sync._refused(node, None)
+            node, admission = picked
+        loop = asyncio.get_running_loop()
+        channel = self._links[node].current(loop)
+        sent = channel is not None
+        try:
+            if channel is None:
+                channel = await self._links[node].channel(loop)
+                sent = True
+            (waiter,) = channel.fetch((kb,), cas)
+            batch = await waiter
+            if type(batch) is not Batch:
+                raise _reply_error(batch)
+        except asyncio.CancelledError:
+            self._cancelled(node, admission)
+            raise
+        except BaseException as exc:
+            error = self._judge(node, channel, exc, admission, sent)
+            if error is None:
+                return None
+            raise error from error.__cause__
+        self._done(node)
+        return batch.values.get(kb)
+
+    async def _read_many(self, given: Mapping[bytes, Key], cas: bool) -> dict[bytes, Value]:
+        """Every server's keys in its channel's batch, all awaited together."""
+        if not given:
+            return {}
+        groups, skipped, granted = self._group(given)
+        loop = asyncio.get_running_loop()
+        found: dict[bytes, Value] = {}
+        errors: list[BaseException] = []
+
+        async def read(node: _Node, kbs: list[bytes]) -> None:
+            admission = granted[node]
+            channel = self._links[node].current(loop)
+            sent = channel is not None
+            try:
+                if channel is None:
+                    channel = await self._links[node].channel(loop)
+                    sent = True
+                batches = [await waiter for waiter in channel.fetch(kbs, cas)]
+            except asyncio.CancelledError:
+                self._cancelled(node, admission)
+                raise
+            except BaseException as exc:
+                error = self._judge(node, channel, exc, admission, sent)
+                if error is not None:
+                    errors.append(error)
+                return
+            answered: list[Batch] = []
+            for batch in batches:
+                if not isinstance(batch, Batch):
+                    errors.append(_reply_error(batch))
+                    return
+                answered.append(batch)
+            self._done(node)
+            for batch in answered:
+                values = batch.values
+                for kb in kbs:
+                    item = values.get(kb)
+                    if item is not None:
+                        found[kb] = item
+
+        await self._each(groups, read)
+        for node in skipped:
+            error = self.sync._unavailable(node, None)
+            if error is not None:
+                errors.append(error)
+        if errors:
+            raise errors[0]
+        return found
+
+    # -- single-key commands --
+
+    async def set(self, key: Key, value: Any, expire: int = 0) -> bool:
+        return await self._store("set", key, value, expire)
+
+    async def add(self, key: Key, value: Any, expire: int = 0) -> bool:
+        return await self._store("add", key, value, expire)
+
+    async def append(self, key: Key, value: bytes) -> bool:
+        return await self._store("append", key, _raw(value), 0)
+
+    async def prepend(self, key: Key, value: bytes) -> bool:
+        return await self._store("prepend", key, _raw(value), 0)
+
+    async def cas(self, key: Key, value: Any, cas: CasToken, expire: int = 0) -> bool | None:
+        kb, ring = placed(key)
+        data, flags = _encoded(self.serde, kb, value)
+        request = Store("cas", kb, data, flags, _expire(expire), _cas_token(cas))
+        failed: bool | None = False
+        return await self._single(ring, request, _cas_stored, failed)
+
+    async def incr(self, key: Key, delta: int = 1) -> int | None:
+        kb, ring = placed(key)
+        value: int | None = await self._single(ring, Incr(kb, _delta(delta)), _count, None)
+        return value
+
+    async def decr(self, key: Key, delta: int = 1) -> int | None:
+        kb, ring = placed(key)
+        request = Incr(kb, _delta(delta), decr=True)
+        value: int | None = await self._single(ring, request, _count, None)
+        return value
+
+    async def delete(self, key: Key) -> bool:
+        kb, ring = placed(key)
+        return await self._single(ring, Delete(kb), _deleted, False)
+
+    async def touch(self, key: Key, expire: int = 0) -> bool:
+        kb, ring = placed(key)
+        return await self._single(ring, Touch(kb, _expire(expire)), _touched, False)
+
+    async def bump(self, key: Key) -> bool:
+        """As :meth:`Cluster.bump`: meta ``mg <key>``, text ``add`` of an item already expired."""
+        kb, ring = placed(key)
+        if self._text:
+            probe = Store("add", kb, b"", 0, _EXPIRED)
+            return await self._single(ring, probe, _bumped_text, False)
+        return await self._single(ring, MetaGet(kb), _bumped_meta, False)
+
+    async def ttl(self, key: Key) -> int | None:
+        """As :meth:`Cluster.ttl` (meta protocol only)."""
+        kb, ring = placed(key)
+        if self._text:
+            raise NeedsMetaProtocolError(
+                "ttl needs memcached's meta protocol (mg <key> t), and "
+                "OPTIONS['protocol'] is 'text'",
+                option="protocol",
+            )
+        return await self._single(ring, MetaGet(kb, ttl=True), _ttl, None)
+
+    async def exchange(self, key: Key, requests: Sequence[Request[Any]]) -> list[Any] | None:
+        """As :meth:`Cluster.exchange`: wire requests to ``key``'s server in one write."""
+        _, ring = placed(key)
+        batch = tuple(requests)
+        if self._text:
+            meta = next((r for r in batch if isinstance(r, _META_REQUESTS)), None)
+            if meta is not None:
+                raise NeedsMetaProtocolError(
+                    f"{_verb(meta)} is a meta command, and OPTIONS['protocol'] is 'text'",
+                    option="protocol",
+                )
+        replies: list[Any] | None = await self._single(ring, batch, None, None)
+        if replies is not None:
+            for request, reply in zip(batch, replies, strict=True):
+                refused = type(reply) is ErrorReply and reply.kind == "ERROR"
+                if refused and isinstance(request, _REFUSABLE):
+                    raise _not_supported(self._locate(ring), request, "answered ERROR to")
+        return replies
+
+    # -- owner primitives --
+
+    async def gets_ttl(self, key: Key) -> tuple[Any, CasToken | None, int | None]:
+        """As :meth:`Cluster.gets_ttl`; over text the TTL is not read (None)."""
+        if self._text:
+            value, token = await self.gets(key)
+            return value, token, None
+        kb, ring = placed(key)
+        request = MetaGet(kb, value=True, cas=True, ttl=True, client_flags=True)
+
+        def decode(reply: MetaReply | ErrorReply) -> tuple[Any, CasToken | None, int | None]:
+            if isinstance(reply, ErrorReply):
+                raise _reply_error(reply)
+            if reply.status == b"EN":
+                return _NO_CAS_TTL
+            if reply.status != b"VA" or reply.data is None or reply.cas is None:
+                raise ProtocolError(f"reply {reply!r} does not answer mg v c t f")
+            value = self._deserialize(kb, reply.data, reply.client_flags or 0)
+            return value, b"%d" % reply.cas, reply.ttl
+
+        miss: tuple[Any, CasToken | None, int | None] = _NO_CAS_TTL
+        found = await self._single(ring, request, decode, miss)
+        if found[0] is STALE or is_refused(found[0]):
+            return _NO_CAS_TTL
+        return found
+
+    async def add_cas(self, key: Key, value: Any, expire: int = 0) -> CasToken | None:
+        kb, ring = placed(key)
+        data, flags = _encoded(self.serde, kb, value)
+        if self._text:
+            added = Store("add", kb, data, flags, _expire(expire))
+            return await self._text_cas(key, added, data, flags)
+        request = MetaSet(
+            kb, data=data, mode="E", ttl=_expire(expire), client_flags=flags, return_cas=True
+        )
+        return await self._single(ring, request, _meta_cas, None)
+
+    async def recas(self, key: Key, value: Any, cas: CasToken, expire: int = 0) -> CasToken | None:
+        kb, ring = placed(key)
+        data, flags = _encoded(self.serde, kb, value)
+        token = _cas_token(cas)
+        if self._text:
+            swapped = Store("cas", kb, data, flags, _expire(expire), token)
+            return await self._text_cas(key, swapped, data, flags)
+        request = MetaSet(
+            kb, data=data, cas=int(token), ttl=_expire(expire), client_flags=flags, return_cas=True
+        )
+        return await self._single(ring, request, _meta_cas, None)
+
+    async def delete_cas(self, key: Key, cas: CasToken) -> bool:
+        kb, ring = placed(key)
+        token = _cas_token(cas)
+        if self._text:
+            item = await self._single(ring, Get((kb,), cas=True), _first_value, None)
+            if item is None or item.cas != token:
+                return False
+            expired = Store("cas", kb, item.data, item.flags, _EXPIRED, token)
+            failed: bool | None = False
+            return bool(await self._single(ring, expired, _cas_stored, failed))
+        return await self._single(ring, MetaDelete(kb, cas=int(token)), _meta_deleted, False)
+
+    async def _text_cas(self, key: Key, write: Store, data: bytes, flags: int) -> CasToken | None:
+        replies = await self.exchange(key, (write, Get((write.key,), cas=True)))
+        if replies is None:
+            return None
+        written, read = replies
+        stored = _cas_stored(written) if write.command == "cas" else _stored(written)
+        item = _first_value(read)
+        if not stored or item is None or (item.data, item.flags) != (data, flags):
+            return None
+        return item.cas
+
+    async def _store(self, command: StoreCommand, key: Key, value: Any, expire: int) -> bool:
+        kb, ring = placed(key)
+        data, flags = _encoded(self.serde, kb, value)
+        request = Store(command, kb, data, flags, _expire(expire))
+        return await self._single(ring, request, _stored, False)
+
+    # -- server-side stampede tokens (meta mode only; see Cluster.claim) --
+
+    async def claim(
+        self, key: Key, recache: int | None, placeholder: Any = None, placeholder_ttl: int = 0
+    ) -> Claimed | None:
+        if self._text:
+            return None
+        kb, _ = placed(key)
+        batch: list[Request[Any]] = [
+            MetaGet(kb, value=True, cas=True, ttl=True, client_flags=True, recache=recache)
+        ]
+        if placeholder is not None:
+            data, flags = _encoded(self.serde, kb, placeholder)
+            ttl = _expire(placeholder_ttl)
+            batch.append(
+                MetaSet(kb, data=data, mode="E", ttl=ttl, client_flags=flags, return_cas=True)
+            )
+        replies = await self.exchange(key, batch)
+        if replies is None:
+            return None
+        read = replies[0]
+        added = _meta_cas(replies[1]) if placeholder is not None else None
+        if isinstance(read, ErrorReply):
+            raise _reply_error(read)
+        if read.status == b"EN":
+            return Claimed(None, None, added=added)
+        if read.status != b"VA" or read.data is None or read.cas is None:
+            raise ProtocolError(f"reply {read!r} does not answer mg v c f t")
+        found = self.serde.deserialize_envelope(kb, read.data, read.client_flags or 0)
+        if is_refused(found):
+            return Claimed(None, None, added=added)
+        return Claimed(found, b"%d" % read.cas, read.won, read.lost, read.stale, added)
+
+    async def cas_stale(self, key: Key, value: Any, cas: CasToken, expire: int = 0) -> bool | None:
+        """As :meth:`Cluster.cas_stale`: the swap, then ``md I`` of the version it wrote."""
+        if self._text:
+            return await self.cas(key, value, cas, expire)
+        kb, ring = placed(key)
+        data, flags = _encoded(self.serde, kb, value)
+        swap = MetaSet(
+            kb,
+            data=data,
+            cas=int(_cas_token(cas)),
+            ttl=_expire(expire),
+            client_flags=flags,
+            return_cas=True,
+        )
+        reply: MetaReply | ErrorReply | None = await self._single(ring, swap, _identity, None)
+        if reply is None:
+            return False
+        if isinstance(reply, ErrorReply):
+            raise _reply_error(reply)
+        if reply.status != b"HD":
+            return None if reply.status == b"NF" else False
+        swapped = _meta_cas(reply)
+        assert swapped is not None
+        invalidate = MetaDelete(kb, cas=int(swapped), invalidate=True)
+        await self._single(ring, invalidate, _identity, None)
+        return True
+
+    # -- multi-key writes (pipelined fan-out) --
+
+    async def set_many(self, values: Mapping[KeyT, Any], expire: int = 0) -> list[KeyT]:
+        """As :meth:`Cluster.set_many`: the keys that were *not* stored."""
+        if isinstance(expire, bool) or not isinstance(expire, int):
+            raise ValueError(f"expire must be an integer, not {expire!r}")
+        given = {placed(key)[0]: key for key in values}
+        encoded = {kb: _encoded(self.serde, kb, values[key]) for kb, key in given.items()}
+        parts = await self._fan_out(_StoreMany(encoded, _expire(expire)), given)
+        return [given[kb] for part in parts for kb in part]
+
+    async def delete_many(self, keys: Iterable[Key]) -> None:
+        given = {placed(key)[0]: key for key in keys}
+        await self._fan_out(_DELETE_MANY, given)
+
+    # -- whole-cluster commands and introspection --
+
+    async def flush_all(self) -> bool:
+        flushed = [
+            await self._on_node(node, FlushAll(), _ok, False) for node in self._nodes.values()
+        ]
+        return all(flushed)
+
+    async def stats(self) -> dict[str, dict[str, Any]]:
+        result: dict[str, dict[str, Any]] = {}
+        for node in self._nodes.values():
+            try:
+                stats = await self._on_node(node, Stats(), _stats, None)
+            except (NodeUnavailableError, CommandNotSupportedError):
+                continue
+            if stats is not None:
+                result[node.name] = stats
+        return result
+
+    def strict(self) -> AsyncCluster:
+        """As :meth:`Cluster.strict`: raise where the default view degrades (same connections)."""
+        if self.options.raise_errors:
+            return self
+        if self._strict is None:
+            view = copy.copy(self)
+            view.sync = self.sync.strict()
+            view.options = view.sync.options
+            self._strict = view
+        return self._strict
+
+    def listen(
+        self,
+        *,
+        on_node_event: Callable[[NodeEvent], object] | None = None,
+        on_value_refused: Callable[[ValueRefused], object] | None = None,
+    ) -> None:
+        """As :meth:`Cluster.listen` (the twins share their listeners)."""
+        self.sync.listen(on_node_event=on_node_event, on_value_refused=on_value_refused)
+
+    def health(self) -> dict[str, HealthSnapshot]:
+        """Every server's health, by node (shared with the sync twin)."""
+        return self.sync.health()
+
+    async def close(self) -> None:
+        """Close this event loop's connections once idle; node health is kept."""
+        loop = asyncio.get_running_loop()
+        for links in self._links.values():
+            links.close(loop)
+
+    # -- routing and failover: Cluster's rules, with channels --
+
+    async def _single(
+        self,
+        ring: bytes,
+        request: Request[Any] | tuple[Request[Any], ...],
+        decode: Callable[[Any], R] | None,
+        failed: R,
+    ) -> R:
+        node = self._nodes[self._locate(ring)]
+        admission = node.health.open
+        if admission is None:
+            picked = self.sync._pick(ring, node, {})
+            if picked is None:
+                return self.sync._refused(node, failed)
+            node, admission = picked
+        return await self._run(node, request, decode, failed, admission)
+
+    async def _on_node(
+        self, node: _Node, request: Request[Any], decode: Callable[[Any], R], failed: R
+    ) -> R:
+        admission = node.health.admit()
+        if admission is None:
+            return self.sync._refused(node, failed)
+        return await self._run(node, request, decode, failed, admission)
+
+    async def _run(
+        self,
+        node: _Node,
+        request: Request[Any] | tuple[Request[Any], ...],
+        decode: Callable[[Any], R] | None,
+        failed: R,
+        admission: Admission,
+    ) -> R:
+        batch = request if isinstance(request, tuple) else (request,)
+        loop = asyncio.get_running_loop()
+        channel = self._links[node].current(loop)
+        sent = channel is not None  # from here on the command may reach memcached
+        try:
+            if channel is None:
+                channel = await self._links[node].channel(loop)
+                sent = True
+            replies = await channel.submit(batch)
+            result: Any = replies if decode is None else decode(replies[0])
+        except asyncio.CancelledError:
+            self._cancelled(node, admission)
+            raise
+        except BaseException as exc:
+            refusal = await self._refusal(node, batch, exc) if sent else None
+            if refusal is not None:
+                if admission.probe:
+                    node.health.released()
+                raise refusal from exc
+            error = self._judge(node, channel, exc, admission, sent)
+            if error is None:
+                return failed
+            raise error from error.__cause__
+        self._done(node)
+        return result  # type: ignore[no-any-return]
+
+    async def _refusal(
+        self, node: _Node, batch: tuple[Request[Any], ...], exc: BaseException
+    ) -> CommandNotSupportedError | None:
+        """As :meth:`Cluster._refusal`, probing on new connections of this loop."""
+        refused = next((r for r in batch if isinstance(r, _REFUSABLE)), None)
+        if refused is None:
+            return None
+        if isinstance(exc, _UnknownCommand):
+            return _not_supported(node.name, refused, "answered ERROR to")
+        if not isinstance(exc, ConnectionClosedError):
+            return None
+        probe = MetaNoop() if isinstance(refused, _META_REQUESTS) else refused
+        links = self._links[node]
+        if await _answer(links, probe) is not None or await _answer(links, Version()) is None:
+            return None
+        return _not_supported(node.name, refused, "closed the connection on")
+
+    def _done(self, node: _Node) -> None:
+        if node.health.failures:
+            node.health.succeeded()
+
+    def _cancelled(self, node: _Node, admission: Admission) -> None:
+        """A cancelled caller: its reply is the channel's to read; a probe gives way."""
+        if admission.probe:
+            node.health.released()
+
+    def _judge(
+        self,
+        node: _Node,
+        channel: Channel | None,
+        exc: BaseException,
+        admission: Admission,
+        sent: bool,
+    ) -> BaseException | None:
+        """As :meth:`Cluster._judge`: the server's failures break the channel and count."""
+        if isinstance(exc, _NODE_ERRORS):
+            if channel is not None:
+                channel.fail(exc)  # a reply out of step, or a dead connection
+            node.health.failed(exc, admission)
+            return self.sync._unavailable(node, exc, unknown=sent)
+        if admission.probe:
+            node.health.released()
+        return exc
+
+    def _group(
+        self, given: Mapping[bytes, Key]
+    ) -> tuple[dict[_Node, list[bytes]], dict[_Node, list[bytes]], dict[_Node, Admission]]:
+        """Keys per server as :meth:`Cluster._fan_out` groups them (with failover)."""
+        groups: dict[_Node, list[bytes]] = defaultdict(list)
+        skipped: dict[_Node, list[bytes]] = defaultdict(list)
+        granted: dict[_Node, Admission] = {}
+        admitted: dict[_Node, Admission | None] = {}
+        owned: dict[str, list[bytes]] = defaultdict(list)
+        locate = self._locate
+        for kb, key in given.items():
+            owned[locate(key.route if type(key) is Routed else kb)].append(kb)
+        for name, kbs in owned.items():
+            node = self._nodes[name]
+            admission = granted.get(node) or node.health.open
+            if admission is not None:
+                granted.setdefault(node, admission)
+                groups[node].extend(kbs)
+                continue
+            for kb in kbs:
+                key = given[kb]
+                picked = self.sync._pick(key.route if type(key) is Routed else kb, node, admitted)
+                if picked is None:
+                    skipped[node].append(kb)
+                    continue
+                other, admission = picked
+                granted.setdefault(other, admission)
+                groups[other].append(kb)
+        return groups, skipped, granted
+
+    async def _each(
+        self,
+        groups: Mapping[_Node, list[bytes]],
+        work: Callable[[_Node, list[bytes]], Any],
+    ) -> None:
+        """Run ``work`` for every server at once: one request each, in the same write burst."""
+        if len(groups) == 1:
+            ((node, kbs),) = groups.items()
+            await work(node, kbs)
+            return
+        await asyncio.gather(*[work(node, kbs) for node, kbs in groups.items()])
+
+    async def _fan_out(self, exchange: _Exchange[R], given: Mapping[bytes, Key]) -> list[R]:
+        """As :meth:`Cluster._fan_out`: every server's requests, pipelined; a failure is its own."""
+        if not given:
+            return []
+        groups, skipped, granted = self._group(given)
+        results: list[R] = []
+        errors: list[BaseException] = []
+
+        async def run(node: _Node, kbs: list[bytes]) -> None:
+            requests = tuple(exchange.requests(kbs))
+            unavailable: Any = None
+            try:
+                replies = await self._run(node, requests, None, unavailable, granted[node])
+                if replies is None:
+                    results.append(exchange.failed(kbs))
+                    return
+                results.append(exchange.result(replies, kbs))
+            except asyncio.CancelledError:
+                raise
+            except BaseException as exc:
+                errors.append(exc)
+
+        await self._each(groups, run)
+        for node, kbs in skipped.items():
+            error = self.sync._unavailable(node, None)
+            if error is None:
+                results.append(exchange.failed(kbs))
+            else:
+                errors.append(error)
+        if errors:
+            raise errors[0]
+        return results
+
+
+async def _answer(links: _Links, request: Request[Any]) -> Any:
+    """``request``'s reply on a new connection; None when refused (ERROR or closed) or down."""
+    try:
+        channel = await open_channel(links.address, links.options)
+    except (OSError, ProtocolError):
+        return None
+    try:
+        (reply,) = await channel.submit((request,))
+    except (OSError, ProtocolError):
+        return None
+    finally:
+        channel.close()
+    if type(reply) is ErrorReply and reply.kind == "ERROR":
+        return None
+    return reply
+
+
+# Every server node's channels, shared by every twin of its cluster; weakly keyed:
+# they live as long as the node (its cluster).
+_all_links: weakref.WeakKeyDictionary[_Node, _Links] = weakref.WeakKeyDictionary()
+_all_links_lock = threading.Lock()
+
+
+def _links_of(node: _Node) -> _Links:
+    """The channels of ``node`` (made once: twins made in two threads share them)."""
+    with _all_links_lock:
+        links = _all_links.get(node)
+        if links is None:
+            options = node.connect_aside().options  # not connected: the socket options
+            links = _all_links[node] = _Links(node.server.address, options)
+        return links

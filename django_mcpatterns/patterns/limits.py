@@ -1,0 +1,143 @@
+"""``cache.ratelimit(...)`` and ``cache.counter(...)``: rate limits and exact cached counts.
+
+The algorithms are :mod:`django_mcpatterns.core.ratelimit` (a slotted sliding
+window) and :mod:`django_mcpatterns.core.flights` (a cached count kept exact
+by a flight record); this mixin names their items with the backend's key rules
+and gives each a sync and an async form.  Imports neither Django nor Flask.
+"""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+from django_mcpatterns.core.cached_counters import (
+    AsyncCachedCounter,
+    AsyncChange,
+    CachedCounter,
+    Change,
+)
+from django_mcpatterns.core.limiters import AsyncRateLimiter, RateLimiter
+from django_mcpatterns.core.ratelimit import DEFAULT_SLOTS, Decision, FailMode, Rate
+from django_mcpatterns.core.syncio import AsyncCompute, Compute
+
+from . import PatternsHost
+
+__all__ = ["Counter", "LimitsMixin"]
+
+
+class Counter:
+    """What ``cache.counter(...)`` returns: one count, sync and async methods.
+
+    ``get``/``incr``/``decr``/``invalidate``/``change`` and their a-prefixed
+    async forms (``async with counter.achange(+1):``).  See ``docs/counters.md``.
+    """
+
+    def __init__(self, host: PatternsHost, key: str, loader: Any, expire: int) -> None:
+        self.key = key
+        self._host = host
+        self._loader = loader
+        self._expire = expire
+        self.sync = CachedCounter(host.store, key, cast(Compute[int], loader), expire=expire)
+        self._async: AsyncCachedCounter | None = None
+
+    @property
+    def aio(self) -> AsyncCachedCounter:
+        """The asyncio form, over the cache's ``astore`` (built on first use)."""
+        if self._async is None:
+            loader = cast(AsyncCompute[int], self._loader)
+            self._async = AsyncCachedCounter(
+                self._host.astore, self.key, loader, expire=self._expire
+            )
+        return self._async
+
+    def get(self) -> int:
+        """Return the count (cached, or loaded and cached when no writer is in flight)."""
+        return self.sync.get()
+
+    def change(self, delta: int) -> Change:
+        """``with counter.change(+1): insert; commit`` keeps the cached count exact."""
+        return self.sync.change(delta)
+
+    def incr(self, n: int = 1) -> None:
+        """Add ``n`` to the cached count (see ``docs/counters.md``: prefer :meth:`change`)."""
+        self.sync.incr(n)
+
+    def decr(self, n: int = 1) -> None:
+        """Subtract ``n`` from the cached count."""
+        self.sync.decr(n)
+
+    def invalidate(self) -> None:
+        """Forget the cached count; the next read loads it."""
+        self.sync.invalidate()
+
+    async def aget(self) -> int:
+        return await self.aio.get()
+
+    def achange(self, delta: int) -> AsyncChange:
+        return self.aio.change(delta)
+
+    async def aincr(self, n: int = 1) -> None:
+        await self.aio.incr(n)
+
+    async def adecr(self, n: int = 1) -> None:
+        await self.aio.decr(n)
+
+    async def ainvalidate(self) -> None:
+        await self.aio.invalidate()
+
+    def __repr__(self) -> str:
+        return f"<Counter {self.key!r}>"
+
+
+class LimitsMixin:
+    """Adds :meth:`ratelimit`, :meth:`aratelimit` and :meth:`counter` to a cache backend."""
+
+    def ratelimit(
+        self,
+        name: Any,
+        rate: str | Rate,
+        *,
+        cost: int = 1,
+        fail: FailMode = "open",
+        slots: int = DEFAULT_SLOTS,
+        version: int | None = None,
+    ) -> Decision:
+        """Count an attempt of ``cost`` against ``rate`` (``"5/s"``, ``"100/m"``, ``"10/30s"``).
+
+        Return a :class:`~django_mcpatterns.core.ratelimit.Decision` with
+        ``allowed``, ``remaining`` and ``retry_after`` (seconds).  Never more
+        than the limit in any interval of the period; 1 round trip when
+        admitted.  An unreachable server admits (``fail="open"``) or refuses
+        (``"closed"``); it never raises.
+        """
+        host = cast(PatternsHost, self)
+        limiter = RateLimiter(host.store, rate, slots=slots, fail=fail)
+        return limiter.hit(host._pattern_key(name, version), cost)
+
+    async def aratelimit(
+        self,
+        name: Any,
+        rate: str | Rate,
+        *,
+        cost: int = 1,
+        fail: FailMode = "open",
+        slots: int = DEFAULT_SLOTS,
+        version: int | None = None,
+    ) -> Decision:
+        """:meth:`ratelimit` for asyncio."""
+        host = cast(PatternsHost, self)
+        limiter = AsyncRateLimiter(host.astore, rate, slots=slots, fail=fail)
+        return await limiter.hit(host._pattern_key(name, version), cost)
+
+    def counter(
+        self, key: Any, loader: Any, timeout: Any = None, *, version: int | None = None
+    ) -> Counter:
+        """Return the exact cached count stored under ``key``, loaded by ``loader()``.
+
+        ``loader`` returns the count from the source of truth (a coroutine
+        function works for the async methods); ``timeout`` is the cache's
+        convention, ``None`` (the default) keeps the count until evicted.
+        """
+        host = cast(PatternsHost, self)
+        expire = 0 if timeout is None else host._pattern_expire(timeout)
+        return Counter(host, host._pattern_key(key, version), loader, expire)
