@@ -1321,7 +1321,8 @@ class _StoreMany:
 
     Over the size limit memcached swallows the data, drops the old item and
     answers ``SERVER_ERROR object too large for cache``: the stream stays in
-    step, and that key simply failed.
+    step, and that key simply failed.  So does a key memcached had no memory
+    for (``SERVER_ERROR out of memory storing object``): not stored, certainly.
     """
 
     values: Mapping[bytes, tuple[bytes, int]]  # encoded: (data, flags)
@@ -1336,7 +1337,8 @@ class _StoreMany:
         for kb, reply in zip(kbs, replies, strict=True):
             if reply == STORED:
                 continue
-            if reply == NOT_STORED or (isinstance(reply, ErrorReply) and reply.too_large):
+            refused = isinstance(reply, ErrorReply) and (reply.too_large or reply.out_of_memory)
+            if reply == NOT_STORED or refused:
                 not_stored.append(kb)
                 continue
             raise _reply_error(reply)

@@ -279,9 +279,12 @@ def test_racing_writers_and_readers_see_whole_values_or_misses(
     def write(offset: int) -> None:
         store = chunked_cluster([spec])
         i = offset
-        while not stop.is_set():
-            store.set("raced", values[i % len(values)])
-            i += 2
+        try:
+            while not stop.is_set():
+                store.set("raced", values[i % len(values)])  # False when memcached had no room
+                i += 2
+        except BaseException as exc:
+            errors.append(exc)
 
     def read() -> None:
         store = chunked_cluster([spec])
@@ -322,3 +325,14 @@ def test_the_async_form_over_async_cluster(proxy: Proxy, protocol: str) -> None:
 
     asyncio.run(scenario())
     assert ChunkedStore(cluster, cluster.options.max_item_size).get("big") == BIG  # the sync form
+
+
+@pytest.mark.parametrize("message", ["out of memory storing object", "Out of memory during read"])
+def test_a_chunk_memcached_had_no_memory_for_is_a_failed_write_not_an_error(message: str) -> None:
+    """Under a stream of large items memcached may answer SERVER_ERROR out of memory."""
+    from django_mcpatterns.core.cluster import _StoreMany
+    from django_mcpatterns.core.wire import STORED, ErrorReply
+
+    many = _StoreMany({b"a": (b"1", 0), b"b": (b"2", 0)}, 0)
+    replies = [STORED, ErrorReply("SERVER_ERROR", message)]
+    assert many.result(replies, [b"a", b"b"]) == [b"b"]
