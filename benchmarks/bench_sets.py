@@ -10,6 +10,9 @@ Starts its own memcached on loopback and measures:
    interleaved round by round (median).  Target: <= 2x the time.
 3. Requests per operation, read from memcached's own ``stats`` counters.
    Target: sadd/srem 1, smembers 1.
+4. asyncio: 50 tasks doing ``sadd`` + ``sismember`` on sets of their own through
+   ``AsyncAppendSets`` over the cluster's AsyncCluster twin, against the same
+   work through the sync ``AppendSets`` in one thread (operations per second).
 
     python benchmarks/bench_sets.py [--seconds 3] [--rounds 15]
 """
@@ -17,6 +20,7 @@ Starts its own memcached on loopback and measures:
 from __future__ import annotations
 
 import argparse
+import asyncio
 import functools
 import multiprocessing
 import random
@@ -30,7 +34,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from django_mcpatterns.core.cluster import Cluster
-from django_mcpatterns.core.sets import AppendSets
+from django_mcpatterns.core.sets import AppendSets, AsyncAppendSets
 from tests.harness import MemcachedServer, memcached_cluster, server_counters
 
 PROCESSES = 8
@@ -151,6 +155,47 @@ def requests(cache: Any, server: MemcachedServer) -> dict[str, int]:
     return counts
 
 
+TASKS = 50
+MEMBERS = 20  # small sets: the requests are measured, not the decoding of a growing log
+
+
+def sync_rate(spec: str, seconds: float) -> float:
+    """sadd + sismember in one thread: operations per second."""
+    cluster = Cluster([spec])
+    sets = AppendSets(cluster)
+    done = 0
+    deadline = time.perf_counter() + seconds
+    while time.perf_counter() < deadline:
+        key = f"sync:{done % TASKS}"
+        sets.sadd(key, done % MEMBERS)
+        sets.sismember(key, done % MEMBERS)
+        done += 2
+    cluster.close()
+    return done / seconds
+
+
+def async_rate(spec: str, seconds: float) -> float:
+    """The same work from 50 tasks of one event loop: operations per second."""
+    cluster = Cluster([spec])
+    sets = AsyncAppendSets(cluster.aio)
+    counts = [0] * TASKS
+
+    async def task(index: int, deadline: float) -> None:
+        key = f"async:{index}"
+        while time.perf_counter() < deadline:
+            await sets.sadd(key, counts[index] % MEMBERS)
+            await sets.sismember(key, counts[index] % MEMBERS)
+            counts[index] += 2
+
+    async def run() -> None:
+        deadline = time.perf_counter() + seconds
+        await asyncio.gather(*(task(index, deadline) for index in range(TASKS)))
+
+    asyncio.run(run())
+    cluster.close()
+    return sum(counts) / seconds
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=3.0, help="per throughput run")
@@ -178,6 +223,14 @@ def main() -> None:
         counts = requests(cache, server)
         steady = ("sadd (1 member)", "sadd (1,000 members)", "srem (500 members)", "smembers")
         failures += any(counts[name] != 1 for name in steady)
+
+        print(f"asyncio, {TASKS} tasks (sadd + sismember) vs the sync API in one thread:")
+        ours_sync = sync_rate(server.spec, args.seconds)
+        ours_async = async_rate(server.spec, args.seconds)
+        print(
+            f"  AsyncAppendSets {ours_async:9.0f} ops/s   AppendSets {ours_sync:9.0f} ops/s"
+            f"   ratio {ours_async / ours_sync:.1f}x"
+        )
     print("all targets met" if not failures else f"{failures} target(s) missed")
     sys.exit(1 if failures else 0)
 

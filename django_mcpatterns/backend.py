@@ -32,7 +32,8 @@ from .core.cluster import Cluster, NodeEvent, shared_cluster
 from .core.exceptions import ConfigurationError, InvalidKeyError, ValueTooLargeError
 from .core.keys import Key, key_bytes, shorten
 from .core.memory import AsyncMemoryStore, MemoryStore, memory_options, shared_memory_store
-from .core.options import ClusterOptions
+from .core.observe import check_installed
+from .core.options import INSTRUMENTATION_OPTIONS, ClusterOptions
 from .core.serializers import SerdeOptions, ValueRefused, with_derived_keys
 from .core.servers import parse_servers
 from .core.store import AsyncStore, Store
@@ -40,12 +41,14 @@ from .patterns import DEFAULT
 from .patterns.limits import LimitsMixin
 from .patterns.locks import LocksMixin
 from .patterns.namespaces import NamespacesMixin
+from .patterns.observed import observe_event, observe_patterns
 from .patterns.sets import SetsMixin
 from .patterns.stampede import StampedeMixin
 
 logger = logging.getLogger("django_mcpatterns.backend")
 
 
+@observe_patterns(SetsMixin, LocksMixin, StampedeMixin, NamespacesMixin, LimitsMixin)
 class _StoreCache(
     SetsMixin, LocksMixin, StampedeMixin, NamespacesMixin, LimitsMixin, BaseMemcachedCache
 ):
@@ -128,6 +131,7 @@ class _StoreCache(
     def _pattern_event(self, event: object) -> None:
         from . import signals
 
+        observe_event(self, event)
         signals.send_pattern_event(self, event)
 
     def validate_key(self, key: str) -> None:
@@ -213,6 +217,35 @@ def _with_signing_keys(options: Mapping[str, Any]) -> dict[str, Any]:
     )
 
 
+def _named_for_instrumentation(options: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``OPTIONS``, with the cache's alias as ``instrumentation_name`` when instrumented.
+
+    Django hands a backend a copy of its ``CACHES`` entry without the alias;
+    the entry's ``OPTIONS`` mapping is the very object of the settings, so
+    it names the alias (equal entries share one cluster anyway).
+    """
+    if not options.get("instrumentation") or "instrumentation_name" in options:
+        return options
+    entries = getattr(settings, "CACHES", {})
+    alias = next((a for a, e in entries.items() if e.get("OPTIONS") is options), None)
+    if alias is None:
+        alias = next((a for a, e in entries.items() if e.get("OPTIONS") == options), "default")
+    return {**options, "instrumentation_name": alias}
+
+
+def _without_instrumentation(options: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``OPTIONS`` without the instrumentation options, once they are checked.
+
+    The embedded store sends nothing over a wire: a project that shares its
+    ``OPTIONS`` between memcached and the embedded backend (development) may
+    keep them, and they measure nothing there.
+    """
+    if not any(name in options for name in INSTRUMENTATION_OPTIONS):
+        return options
+    check_installed(options.get("instrumentation", ()))
+    return {k: v for k, v in options.items() if k not in INSTRUMENTATION_OPTIONS}
+
+
 def _send_refused_signal(sender: type, event: ValueRefused) -> None:
     from . import signals
 
@@ -240,7 +273,9 @@ class KetamaMemcacheCache(_StoreCache):
         super().__init__(server, params)
         try:
             self._servers = parse_servers(server)
-            options = ClusterOptions.from_mapping(_with_signing_keys(self._options))
+            options = ClusterOptions.from_mapping(
+                _with_signing_keys(_named_for_instrumentation(self._options))
+            )
             # Built here so that ring errors (twemproxy names on another variant,
             # two servers hashing alike) surface now; nothing connects before use.
             self._cluster = shared_cluster(
@@ -284,8 +319,9 @@ class LocMemPatternsCache(_StoreCache):
     def __init__(self, server: str | list[str], params: dict[str, Any]) -> None:
         super().__init__(server, params)
         try:
-            self._memory_options = memory_options(self._options)
-            self._serde_options = SerdeOptions.from_mapping(_with_signing_keys(self._options))
+            options = _without_instrumentation(self._options)
+            self._memory_options = memory_options(options)
+            self._serde_options = SerdeOptions.from_mapping(_with_signing_keys(options))
         except ConfigurationError as exc:
             raise _improperly_configured(exc) from exc
         self._name = server if isinstance(server, str) else ";".join(server)

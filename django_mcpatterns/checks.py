@@ -15,6 +15,8 @@ one with ``SILENCED_SYSTEM_CHECKS = ["mcpatterns.W005"]``.
 * ``mcpatterns.E003`` a server listed twice (same address, or the same ketama server)
 * ``mcpatterns.E004`` twemproxy server names with a non-twemproxy variant
 * ``mcpatterns.E005`` an invalid or unknown option
+* ``mcpatterns.E006`` ``OPTIONS["instrumentation"]`` names an unknown instrumentation, or one
+  whose package is not installed
 * ``mcpatterns.W001`` server weights that the variant's peers apply differently
 * ``mcpatterns.W002`` ``failover="remap"`` with a single server
 * ``mcpatterns.W003`` ``dead_timeout`` shorter than ``retry_timeout``
@@ -60,6 +62,8 @@ HINTS = {
     + " or ".join(repr(v) for v in TWEMPROXY_VARIANTS)
     + ", or drop the names.",
     "E005": "See docs/configuration.md for every option and its valid values.",
+    "E006": "Install the extra: pip install 'django-mcpatterns[prometheus]' or "
+    "'django-mcpatterns[opentelemetry]'; or drop the name (see docs/operations.md).",
 }
 
 # Variants whose peers do not simply weigh servers as LOCATION says (ketama-spec.md).
@@ -194,6 +198,8 @@ def _error_code(cause: BaseException | None, location: object, options: Any) -> 
         return "E001"
     if option == "LOCATION":
         return _location_code(location, options)
+    if option == "instrumentation":
+        return "E006"
     return "E005"
 
 

@@ -51,6 +51,14 @@ PALETTE = (
     "#9c755f",
     "#bab0ac",
 )
+# Where the page's "metrics" link points: set StatusView.metrics_docs to your docs' address.
+METRICS_DOCS = "docs/operations.md#metrics-and-traces"
+METRICS = (
+    "mcpatterns_commands_total",
+    "mcpatterns_command_seconds",
+    "mcpatterns_server_up",
+    "mcpatterns_events_total",
+)
 RING_RADIUS = 80.0
 BAR_WIDTH = 240.0
 
@@ -97,6 +105,29 @@ class Section:
     error: str | None = None
     segments: list[dict[str, Any]] = field(default_factory=list)
     legend: list[ServerColumn] = field(default_factory=list)
+    instrumented: bool = False  # OPTIONS["instrumentation"] (or the debug toolbar) is on
+    commands: list[dict[str, Any]] = field(default_factory=list)  # per server, this process
+    events: dict[str, int] = field(default_factory=dict)  # per event, this process
+
+
+def count_commands(section: Section, store: Cluster) -> None:
+    """Fill in the section's per-server and per-event counts of this process."""
+    counts = store.observer.counts() if store.observer is not None else None
+    if counts is None:
+        return
+    section.instrumented = True
+    rows, section.events = counts
+    for node in store.servers:
+        row = rows.get(node.node, {"commands": 0, "seconds": 0.0, "outcomes": {}})
+        commands = row["commands"]
+        section.commands.append(
+            {
+                "node": node.node,
+                "commands": commands,
+                "outcomes": ", ".join(f"{k} {v}" for k, v in sorted(row["outcomes"].items())),
+                "mean_ms": row["seconds"] * 1000 / commands if commands else None,
+            }
+        )
 
 
 def build_section(alias: str) -> Section:
@@ -109,6 +140,7 @@ def build_section(alias: str) -> Section:
     store = patterns_cache(alias).store
     if not status.ring or not isinstance(store, Cluster):  # only a cluster has a ring
         return section
+    count_commands(section, store)
     colours = {row.node: PALETTE[i % len(PALETTE)] for i, row in enumerate(status.ring)}
     section.legend = [
         ServerColumn(
@@ -143,6 +175,7 @@ class StatusView(View):
     permission: Callable[[HttpRequest], bool] = staticmethod(is_staff)
     aliases: Sequence[str] | None = None
     template_name = "django_mcpatterns/status.html"
+    metrics_docs: str = METRICS_DOCS
 
     def get(self, request: HttpRequest) -> HttpResponse:
         if not self.permission(request):
@@ -151,6 +184,8 @@ class StatusView(View):
         context = {
             "sections": [build_section(alias) for alias in aliases],
             "counters": counters.snapshot(),
+            "metrics_docs": self.metrics_docs,
+            "metrics": METRICS,
             "ring_radius": RING_RADIUS,
             "bar_width": BAR_WIDTH,
         }

@@ -27,6 +27,12 @@ Cancellation
     dropped, so a cancellation never leaves a connection out of step.
 Threads
     None: no executor, no ``sync_to_async``; nothing here blocks the loop.
+Instrumentation
+    The twin reports to its cluster's observer (``Cluster.observer``, read on
+    every request, so a sink the debug toolbar adds later is seen here too).
+    A read by key is reported as the ``get``/``gets`` of its own keys, with
+    the time its caller waited: reads of one loop iteration share a request
+    on the wire, and each caller's outcome is its own.
 """
 
 from __future__ import annotations
@@ -40,9 +46,10 @@ import time
 import weakref
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, TypeVar
+from time import perf_counter_ns
+from typing import Any, TypeVar, cast
 
-from .aio_transport import Batch, Channel, open_channel
+from .aio_transport import Batch, Channel, NotSentError, open_channel
 from .cluster import (
     _DELETE_MANY,
     _EXPIRED,
@@ -159,6 +166,7 @@ class _Links:
         if connecting is None:
             # A task of its own: a cancelled caller does not abort others' connect.
             connecting = loop.create_task(self._connect(loop))
+            connecting.add_done_callback(_retrieved)  # callers may all have been cancelled
             self._connecting[loop] = connecting
         return await asyncio.shield(connecting)
 
@@ -167,8 +175,12 @@ class _Links:
             channel = await open_channel(self.address, self.options)
         finally:
             self._connecting.pop(loop, None)
-        for old in [other for other in self.channels if other.is_closed()]:
-            del self.channels[old]
+        # Loops of other threads may connect at the same time: each step is one dict
+        # operation (atomic), and a closed loop's channel is ended by whoever pops it.
+        for old in [other for other in list(self.channels) if other.is_closed()]:
+            abandoned = self.channels.pop(old, None)
+            if abandoned is not None:
+                abandoned.abandon()  # its loop is gone: nothing can use it
         self.channels[loop] = channel
         return channel
 
@@ -183,6 +195,12 @@ class _Links:
         self.channels = {}
         self._connecting = {}
         self.pid = _getpid()
+
+
+def _retrieved(task: asyncio.Task[Channel]) -> None:
+    """Mark a connect's failure as seen: its callers judge it, or were cancelled."""
+    if not task.cancelled():
+        task.exception()
 
 
 # Channels a forked child inherited: kept referenced so their garbage collection
@@ -313,75 +331,70 @@ class AsyncCluster:
         if admission is None:
             picked = self.sync._pick(ring, node, {})
             if picked is None:
+                if self.sync.observer is not None:
+                    self.sync.observer.skipped(node.name, Get((kb,), cas))
                 return self.sync._refused(node, None)
             node, admission = picked
         loop = asyncio.get_running_loop()
         channel = self._links[node].current(loop)
         sent = channel is not None
+        observer = self.sync.observer
+        started = perf_counter_ns() if observer is not None else 0
         try:
             if channel is None:
                 channel = await self._links[node].channel(loop)
                 sent = True
-            (waiter,) = channel.fetch((kb,), cas)
-            batch = await waiter
+            batch = await channel.fetch_one(kb, cas)
             if type(batch) is not Batch:
                 raise _reply_error(batch)
         except asyncio.CancelledError:
             self._cancelled(node, admission)
             raise
         except BaseException as exc:
+            if observer is not None:
+                observer.failed(node.name, Get((kb,), cas), exc, sent, started)
             error = self._judge(node, channel, exc, admission, sent)
             if error is None:
                 return None
             raise error from error.__cause__
         self._done(node)
-        return batch.values.get(kb)
+        item = batch.values.get(kb)
+        if observer is not None:
+            observer.request(node.name, Get((kb,), cas), [] if item is None else [item], started)
+        return item
 
     async def _read_many(self, given: Mapping[bytes, Key], cas: bool) -> dict[bytes, Value]:
-        """Every server's keys in its channel's batch, all awaited together."""
+        """Every server's keys in its channel's batch of this iteration, then every reply."""
         if not given:
             return {}
-        groups, skipped, granted = self._group(given)
-        loop = asyncio.get_running_loop()
         found: dict[bytes, Value] = {}
         errors: list[BaseException] = []
 
-        async def read(node: _Node, kbs: list[bytes]) -> None:
-            admission = granted[node]
-            channel = self._links[node].current(loop)
-            sent = channel is not None
-            try:
-                if channel is None:
-                    channel = await self._links[node].channel(loop)
-                    sent = True
-                batches = [await waiter for waiter in channel.fetch(kbs, cas)]
-            except asyncio.CancelledError:
-                self._cancelled(node, admission)
-                raise
-            except BaseException as exc:
-                error = self._judge(node, channel, exc, admission, sent)
-                if error is not None:
-                    errors.append(error)
-                return
-            answered: list[Batch] = []
+        def finish(node: _Node, kbs: list[bytes], batches: list[Any]) -> list[Value]:
             for batch in batches:
                 if not isinstance(batch, Batch):
-                    errors.append(_reply_error(batch))
-                    return
-                answered.append(batch)
-            self._done(node)
-            for batch in answered:
+                    raise _reply_error(batch)
+            mine: list[Value] = []
+            for batch in batches:
                 values = batch.values
                 for kb in kbs:
                     item = values.get(kb)
                     if item is not None:
                         found[kb] = item
+                        mine.append(item)
+            return mine
 
-        await self._each(groups, read)
-        for node in skipped:
-            error = self.sync._unavailable(node, None)
+        def failed(node: _Node, kbs: list[bytes], error: BaseException | None) -> None:
             if error is not None:
                 errors.append(error)
+
+        await self._per_server(
+            given,
+            lambda channel, kbs: channel.fetch(kbs, cas),
+            finish,
+            failed,
+            lambda kbs: Get(kbs, cas),
+        )
         if errors:
             raise errors[0]
         return found
@@ -680,6 +693,8 @@ class AsyncCluster:
         if admission is None:
             picked = self.sync._pick(ring, node, {})
             if picked is None:
+                if self.sync.observer is not None:
+                    self.sync.observer.skipped(node.name, request)
                 return self.sync._refused(node, failed)
             node, admission = picked
         return await self._run(node, request, decode, failed, admission)
@@ -689,6 +704,8 @@ class AsyncCluster:
     ) -> R:
         admission = node.health.admit()
         if admission is None:
+            if self.sync.observer is not None:
+                self.sync.observer.skipped(node.name, request)
             return self.sync._refused(node, failed)
         return await self._run(node, request, decode, failed, admission)
 
@@ -704,16 +721,24 @@ class AsyncCluster:
         loop = asyncio.get_running_loop()
         channel = self._links[node].current(loop)
         sent = channel is not None  # from here on the command may reach memcached
+        observer = self.sync.observer
+        started = perf_counter_ns() if observer is not None else 0
         try:
             if channel is None:
                 channel = await self._links[node].channel(loop)
                 sent = True
             replies = await channel.submit(batch)
+            if observer is not None:  # the replies as memcached gave them, before decoding
+                single = batch is not request
+                observer.request(node.name, request, replies[0] if single else replies, started)
+                observer = None
             result: Any = replies if decode is None else decode(replies[0])
         except asyncio.CancelledError:
             self._cancelled(node, admission)
             raise
         except BaseException as exc:
+            if observer is not None:
+                observer.failed(node.name, batch, exc, sent, started)
             refusal = await self._refusal(node, batch, exc) if sent else None
             if refusal is not None:
                 if admission.probe:
@@ -746,6 +771,8 @@ class AsyncCluster:
     def _done(self, node: _Node) -> None:
         if node.health.failures:
             node.health.succeeded()
+            if self.sync.observer is not None:
+                self.sync.observer.server_state(node.name, True)
 
     def _cancelled(self, node: _Node, admission: Admission) -> None:
         """A cancelled caller: its reply is the channel's to read; a probe gives way."""
@@ -765,7 +792,8 @@ class AsyncCluster:
             if channel is not None:
                 channel.fail(exc)  # a reply out of step, or a dead connection
             node.health.failed(exc, admission)
-            return self.sync._unavailable(node, exc, unknown=sent)
+            unknown = sent and not isinstance(exc, NotSentError)
+            return self.sync._unavailable(node, exc, unknown=unknown)
         if admission.probe:
             node.health.released()
         return exc
@@ -800,47 +828,96 @@ class AsyncCluster:
                 groups[other].append(kb)
         return groups, skipped, granted
 
-    async def _each(
+    async def _per_server(
         self,
-        groups: Mapping[_Node, list[bytes]],
-        work: Callable[[_Node, list[bytes]], Any],
+        given: Mapping[bytes, Key],
+        start: Callable[[Channel, list[bytes]], Sequence[asyncio.Future[Any]]],
+        finish: Callable[[_Node, list[bytes], list[Any]], object],
+        failed: Callable[[_Node, list[bytes], BaseException | None], None],
+        described: Callable[[list[bytes]], Request[Any] | tuple[Request[Any], ...]],
     ) -> None:
-        """Run ``work`` for every server at once: one request each, in the same write burst."""
-        if len(groups) == 1:
-            ((node, kbs),) = groups.items()
-            await work(node, kbs)
-            return
-        await asyncio.gather(*[work(node, kbs) for node, kbs in groups.items()])
+        """Run a multi-key command as :meth:`Cluster._fan_out` does, with channels.
+
+        Every server's request is queued first (``start``: no await unless a
+        connection must be opened), so they leave in the same loop iteration;
+        then each server's replies are awaited and handed to ``finish``.  A
+        server that fails, or cannot be used, fails only its own keys
+        (``failed``, with the error for the caller or None to degrade).  No
+        tasks: awaiting the futures in turn costs no more than the slowest.
+        The cluster's observer, if any, gets each server's round trip as
+        ``described(kbs)`` with what ``finish`` returned (the replies it reports).
+        """
+        groups, skipped, granted = self._group(given)
+        loop = asyncio.get_running_loop()
+        observer = self.sync.observer
+        began = perf_counter_ns() if observer is not None else 0
+        started: list[tuple[_Node, Channel, list[bytes], Sequence[asyncio.Future[Any]]]] = []
+        pending = list(groups.items())
+        try:
+            while pending:
+                node, kbs = pending[0]
+                links = self._links[node]
+                channel = links.current(loop)
+                sent = channel is not None
+                try:
+                    if channel is None:
+                        channel = await links.channel(loop)
+                        sent = True
+                    started.append((node, channel, kbs, start(channel, kbs)))
+                except asyncio.CancelledError:
+                    raise
+                except BaseException as exc:
+                    if observer is not None:
+                        observer.failed(node.name, described(kbs), exc, sent, began)
+                    failed(node, kbs, self._judge(node, channel, exc, granted[node], sent))
+                del pending[0]
+            while started:
+                node, channel, kbs, waiters = started[0]
+                try:
+                    reported = finish(node, kbs, [await waiter for waiter in waiters])
+                except asyncio.CancelledError:
+                    raise
+                except BaseException as exc:
+                    if observer is not None:
+                        observer.failed(node.name, described(kbs), exc, True, began)
+                    failed(node, kbs, self._judge(node, channel, exc, granted[node], True))
+                else:
+                    self._done(node)
+                    if observer is not None:
+                        observer.request(node.name, described(kbs), reported, began)
+                del started[0]
+        except asyncio.CancelledError:
+            for node in {node for node, *_ in started} | {node for node, _ in pending}:
+                self._cancelled(node, granted[node])
+            raise
+        for node, kbs in skipped.items():
+            if observer is not None:
+                observer.skipped(node.name, described(kbs))
+            failed(node, kbs, self.sync._unavailable(node, None))
 
     async def _fan_out(self, exchange: _Exchange[R], given: Mapping[bytes, Key]) -> list[R]:
         """As :meth:`Cluster._fan_out`: every server's requests, pipelined; a failure is its own."""
         if not given:
             return []
-        groups, skipped, granted = self._group(given)
         results: list[R] = []
         errors: list[BaseException] = []
 
-        async def run(node: _Node, kbs: list[bytes]) -> None:
-            requests = tuple(exchange.requests(kbs))
-            unavailable: Any = None
-            try:
-                replies = await self._run(node, requests, None, unavailable, granted[node])
-                if replies is None:
-                    results.append(exchange.failed(kbs))
-                    return
-                results.append(exchange.result(replies, kbs))
-            except asyncio.CancelledError:
-                raise
-            except BaseException as exc:
-                errors.append(exc)
+        def start(channel: Channel, kbs: list[bytes]) -> list[asyncio.Future[Any]]:
+            return [channel.submit(tuple(exchange.requests(kbs)))]
 
-        await self._each(groups, run)
-        for node, kbs in skipped.items():
-            error = self.sync._unavailable(node, None)
+        def finish(node: _Node, kbs: list[bytes], replies: list[Any]) -> list[Any]:
+            results.append(exchange.result(replies[0], kbs))
+            return cast(list[Any], replies[0])
+
+        def failed(node: _Node, kbs: list[bytes], error: BaseException | None) -> None:
             if error is None:
                 results.append(exchange.failed(kbs))
             else:
                 errors.append(error)
+
+        await self._per_server(
+            given, start, finish, failed, lambda kbs: tuple(exchange.requests(kbs))
+        )
         if errors:
             raise errors[0]
         return results

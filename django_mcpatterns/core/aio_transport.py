@@ -32,11 +32,14 @@ Failures
     A reply the requests cannot get, bytes nobody asked for, a closed
     connection or a timeout fail the channel: every waiting caller gets the
     error and the channel is never used again (:attr:`Channel.broken`).
+    Requests not yet written get :class:`NotSentError` instead: their outcome
+    is certain (not applied), where the written ones' is unknown.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 from collections import deque
 from collections.abc import Sequence
@@ -45,24 +48,24 @@ from typing import Any
 from .transport import ConnectionClosedError, SocketOptions
 from .wire import NEED_DATA, ErrorReply, Get, Reader, Request, Value
 
-__all__ = ["Batch", "Channel", "open_channel"]
+__all__ = ["Batch", "Channel", "NotSentError", "open_channel"]
+
+
+class NotSentError(ConnectionClosedError):
+    """The channel failed before these requests were written: certainly not applied."""
 
 
 class _Item:
     """Requests written together, their replies, and the futures waiting for them."""
 
-    __slots__ = ("replies", "requests", "waiters")
+    __slots__ = ("data", "replies", "requests", "waiters")
 
     def __init__(self, requests: Sequence[Request[Any]]) -> None:
         self.requests = requests
+        # Encoded now, by the caller: a request that cannot be raises to it.
+        self.data = _encode(requests) if requests else b""
         self.replies: list[Any] = []
         self.waiters: list[asyncio.Future[Any]] = []
-
-    def encode(self) -> bytes:
-        requests = self.requests
-        if len(requests) == 1:
-            return requests[0].encode()
-        return b"".join([request.encode() for request in requests])
 
     def resolve(self) -> None:
         replies = self.replies
@@ -93,6 +96,7 @@ class Batch(_Item):
 
     def seal(self) -> None:
         self.requests = (Get(list(self.keys), self.cas),)
+        self.data = self.requests[0].encode()  # keys of placed(): valid bytes
 
     def resolve(self) -> None:
         (reply,) = self.replies
@@ -102,6 +106,12 @@ class Batch(_Item):
         for waiter in self.waiters:
             if not waiter.done():
                 waiter.set_result(result)
+
+
+def _encode(requests: Sequence[Request[Any]]) -> bytes:
+    if len(requests) == 1:
+        return requests[0].encode()
+    return b"".join([request.encode() for request in requests])
 
 
 class Channel(asyncio.Protocol):
@@ -178,6 +188,22 @@ class Channel(asyncio.Protocol):
         self._enqueue(item)
         return waiter
 
+    def fetch_one(self, kb: bytes, cas: bool) -> asyncio.Future[Batch | ErrorReply]:
+        """:meth:`fetch` of one key (the hot path of ``get``)."""
+        batch = self._in_flight.get(kb)
+        if batch is None or (cas and not batch.cas):
+            batch = self._open_batch
+            if batch is None:
+                batch = self._open_batch = Batch()
+                self._enqueue(batch)
+            batch.keys[kb] = None
+            self._in_flight[kb] = batch
+            if cas:
+                batch.cas = True
+        waiter: asyncio.Future[Batch | ErrorReply] = self.loop.create_future()
+        batch.waiters.append(waiter)
+        return waiter
+
     def fetch(self, kbs: Sequence[bytes], cas: bool) -> list[asyncio.Future[Batch | ErrorReply]]:
         """Futures of the batches that will answer ``kbs`` (one, usually).
 
@@ -207,7 +233,7 @@ class Channel(asyncio.Protocol):
 
     def _enqueue(self, item: _Item) -> None:
         if self.broken is not None:
-            raise self.broken
+            raise NotSentError(f"not sent: the connection failed ({self.broken!r})")
         self._out.append(item)
         if not self._flush_scheduled:
             self._flush_scheduled = True
@@ -217,18 +243,25 @@ class Channel(asyncio.Protocol):
         """Write everything queued this iteration in one ``send`` (the batches sealed)."""
         self._flush_scheduled = False
         self._open_batch = None
-        out, self._out = self._out, []
-        if self.broken is not None or self.transport is None:
+        out = self._out
+        if self.broken is not None or not out:
+            return  # failed already: _fail answered every caller
+        try:
+            assert self.transport is not None  # connected before the first request
+            parts = []
+            for item in out:
+                if type(item) is Batch:
+                    item.seal()
+                parts.append(item.data)
+            data = b"".join(parts) if len(parts) > 1 else parts[0]
+        except Exception as exc:  # a bug: fail the callers rather than leave them waiting
+            self._fail(exc)
             return
-        parts = []
-        for item in out:
-            if type(item) is Batch:
-                item.seal()
-            parts.append(item.encode())
+        self._out = []
         if not self._queue:
             self._head_since = self.loop.time()
         self._queue.extend(out)
-        self.transport.write(b"".join(parts) if len(parts) > 1 else parts[0])
+        self.transport.write(data)
         if self._timer is None and self.timeout:
             self._timer = self.loop.call_at(self._head_since + self.timeout, self._check_deadline)
 
@@ -258,19 +291,36 @@ class Channel(asyncio.Protocol):
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        items = [*self._queue, *self._out]
+        written, unsent = list(self._queue), self._out
         self._queue.clear()
         self._out = []
         self._open_batch = None
         self._in_flight.clear()
         if self.transport is not None:
             self.transport.abort()
-        for item in items:
+        for item in written:
             item.fail(exc)
+        if unsent:
+            not_sent = NotSentError(f"not sent: the connection failed first ({exc!r})")
+            not_sent.__cause__ = exc
+            for item in unsent:
+                item.fail(not_sent)
 
     def fail(self, exc: BaseException) -> None:
         """Give up on this connection (a caller found its reply out of step)."""
         self._fail(exc)
+
+    def abandon(self) -> None:
+        """End the connection of a loop that was closed without closing it (this process's).
+
+        The transport cannot be closed without its loop; shutting the socket
+        down ends the connection now, and garbage collection frees the rest.
+        """
+        self.broken = self.broken or ConnectionClosedError("its event loop was closed")
+        sock = self.transport.get_extra_info("socket") if self.transport is not None else None
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
 
     def close(self) -> None:
         """Close now if idle, else once every request held is answered."""

@@ -62,6 +62,7 @@ import weakref
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from time import perf_counter_ns
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from .envelope import STALE, with_envelopes
@@ -79,6 +80,7 @@ from .exceptions import (
 from .health import Admission, HealthSnapshot, NodeEvent, NodeHealth
 from .ketama import Continuum
 from .keys import Key, KeyT, Routed, placed
+from .observe import Observer, Sink, build_observer
 from .options import ClusterOptions
 from .registry import Registry
 from .serializers import ValueRefused, is_refused
@@ -333,6 +335,16 @@ class Cluster:
         self._fetch_cas = _Fetch(self.serde, cas=True)
         self._fetch_envelopes = _Fetch(self.serde, envelopes=True)
         self._strict: Cluster | None = None
+        # None unless OPTIONS["instrumentation"] asks (or a sink is added): one check per request.
+        self.observer: Observer | None = build_observer(
+            options.instrumentation_name,
+            self.servers,
+            options.instrumentation,
+            registry=options.prometheus_registry,
+            tracer_provider=options.tracer_provider,
+            trace_keys=options.trace_keys,
+        )
+        self._refused_listeners.add(self._observe_refused)
 
     def __repr__(self) -> str:
         return f"<Cluster {', '.join(self._nodes)} ketama={self.options.ketama}>"
@@ -732,6 +744,23 @@ class Cluster:
         if on_value_refused is not None:
             self._refused_listeners.add(on_value_refused)
 
+    def observe(self, sink: Sink) -> Observer:
+        """Also send every request, pattern call and event to ``sink`` (:mod:`.observe`).
+
+        The debug toolbar's panel does this; without instrumentation it gives
+        the cluster its observer (and the strict view the same one).
+        """
+        if self.observer is None:
+            self.observer = Observer(self.options.instrumentation_name, list(self._nodes))
+            if self._strict is not None and self._strict is not self:
+                self._strict.observer = self.observer
+        self.observer.add(sink)
+        return self.observer
+
+    def _observe_refused(self, event: ValueRefused) -> None:
+        if self.observer is not None:
+            self.observer.event("value_refused")
+
     def health(self) -> dict[str, HealthSnapshot]:
         """Return every server's health, by node."""
         return {name: node.health.snapshot() for name, node in self._nodes.items()}
@@ -775,6 +804,8 @@ class Cluster:
         if admission is None:
             picked = self._pick(ring, node, {})
             if picked is None:
+                if self.observer is not None:
+                    self.observer.skipped(node.name, request)
                 return self._refused(node, failed)
             node, admission = picked
         return self._run(node, request, decode, failed, admission)
@@ -785,6 +816,8 @@ class Cluster:
         """Send ``request`` to one given server (whole-cluster commands)."""
         admission = node.health.admit()
         if admission is None:
+            if self.observer is not None:
+                self.observer.skipped(node.name, request)
             return self._refused(node, failed)
         return self._run(node, request, decode, failed, admission)
 
@@ -818,15 +851,24 @@ class Cluster:
     ) -> R:
         client = None
         sent = False  # from here on the command may have reached memcached
+        observer = self.observer
+        started = perf_counter_ns() if observer is not None else 0
         try:
             client = node.checkout()
             client.connect()
             sent = True
             if decode is None:
-                result: Any = client.exchange(request)  # type: ignore[arg-type]
+                reply: Any = client.exchange(request)  # type: ignore[arg-type]
+                result: Any = reply
             else:
-                result = decode(client.request(request))  # type: ignore[arg-type]
+                reply = client.request(request)  # type: ignore[arg-type]
+                if observer is not None:  # the reply as memcached gave it, before decoding
+                    observer.request(node.name, request, reply, started)
+                    observer = None
+                result = decode(reply)
         except BaseException as exc:
+            if observer is not None:
+                observer.failed(node.name, request, exc, sent, started)
             refusal = self._refusal(node, request, exc) if sent else None
             if refusal is not None:  # a setting, not a failing server: health untouched
                 node.pool.destroy(client)  # type: ignore[arg-type]  # sent: checked out
@@ -837,6 +879,8 @@ class Cluster:
             if error is None:
                 return failed
             raise error from error.__cause__  # _translate/_unavailable chained it to exc
+        if observer is not None:
+            observer.request(node.name, request, reply, started)
         self._done(node, client)
         return result  # type: ignore[no-any-return]
 
@@ -872,6 +916,8 @@ class Cluster:
         node.pool.release(client)
         if node.health.failures:
             node.health.succeeded()
+            if self.observer is not None:
+                self.observer.server_state(node.name, True)
 
     def _judge(
         self,
@@ -934,6 +980,11 @@ class Cluster:
             logger.info("memcached server %s is back", event.node)
         else:
             logger.debug("memcached server %s failed: %r", event.node, event.error)
+        observer = self.observer
+        if observer is not None:
+            observer.server_state(event.node, event.kind == "revived")
+            if event.kind != "failure":
+                observer.event(f"node_{event.kind}")
         self._node_listeners(event)
 
     def _fan_out(self, exchange: _Exchange[R], given: Mapping[bytes, Key]) -> list[R]:
@@ -980,10 +1031,14 @@ class Cluster:
             else:
                 errors.append(error)
 
+        observer = self.observer
+        began: dict[_Node, int] = {}  # when each server's round trip started (observed only)
         pending: list[tuple[_Node, Connection, list[bytes], Sequence[Request[Any]]]] = []
         for node, kbs in groups.items():  # 1. write every server's request...
             client = None
             sent = False
+            if observer is not None:
+                began[node] = perf_counter_ns()
             try:
                 client = node.checkout()
                 client.connect()
@@ -991,18 +1046,28 @@ class Cluster:
                 requests = exchange.requests(kbs)
                 client.send(b"".join([request.encode() for request in requests]))
             except BaseException as exc:
+                if observer is not None:
+                    observer.failed(node.name, exchange.requests(kbs), exc, sent, began[node])
                 settle(node, client, exc, kbs, sent)
             else:
                 pending.append((node, client, kbs, requests))
         for node, client, kbs, requests in pending:  # 2. ...then read every reply
+            replies: list[Any] | None = None
             try:
-                part = exchange.result(client.receive(requests), kbs)
+                replies = client.receive(requests)
+                if observer is not None:
+                    observer.request(node.name, tuple(requests), replies, began[node])
+                part = exchange.result(replies, kbs)
             except BaseException as exc:
+                if observer is not None and replies is None:
+                    observer.failed(node.name, requests, exc, True, began[node])
                 settle(node, client, exc, kbs, True)
             else:
                 self._done(node, client)
                 results.append(part)
         for node, kbs in skipped.items():
+            if observer is not None:
+                observer.skipped(node.name, exchange.requests(kbs))
             error = self._unavailable(node, None)
             if error is None:
                 results.append(exchange.failed(kbs))

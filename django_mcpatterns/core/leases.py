@@ -24,97 +24,36 @@ without touching the cache is invisible to any lease; two fillers may hold the
 same lease (one took over a placeholder left by another): the first fill
 lands, the second fails.  While a fill is pending, ``add`` of the key fails
 (the placeholder exists) although reads miss.
+
+Written once in ``core/_async/leases.py`` (``async_take``, ``async_fill``...,
+for an :class:`~.store.AsyncStore`); the sync functions here are generated from
+them.  In async, a callable ``default`` may be a coroutine function (awaited) or
+a plain callable (run through ``sync_to_async``: it may use the ORM).
 """
 
 from __future__ import annotations
 
-import logging
-import math
-from typing import Any, Final
+from ._async.leases import (
+    async_fill,
+    async_fill_missing,
+    async_get_or_set,
+    async_read,
+    async_take,
+)
+from ._sync.leases import fill, fill_missing, get_or_set, read, take
+from .placeholder import PLACEHOLDER, PLACEHOLDER_TTL
 
-from .envelope import Envelope
-from .exceptions import ValueTooLargeError
-from .keys import Key
-from .store import CasToken, Store
-
-__all__ = ["PLACEHOLDER", "PLACEHOLDER_TTL", "fill", "fill_missing", "get_or_set", "read", "take"]
-
-logger = logging.getLogger("django_mcpatterns.leases")
-
-PLACEHOLDER: Final = Envelope(None, -math.inf, -math.inf)
-"""What a filler ``add``\\ s on a miss: a pending envelope, which plain reads see as a miss."""
-
-PLACEHOLDER_TTL: Final = 301
-"""Default exptime of a placeholder: a crashed filler's only blocks ``add`` that long."""
-
-
-def read(store: Store, key: Key) -> tuple[Any, CasToken | None]:
-    """``gets`` of ``key`` with envelopes as :class:`~.envelope.Envelope` (placeholders too)."""
-    return store.gets_envelope(key)
-
-
-def take(store: Store, key: Key, ttl: int, *, missing: bool = False) -> tuple[Any, CasToken | None]:
-    """Return what ``key`` holds (as :func:`read`) and its cas: the lease a fill must match.
-
-    On a miss a :data:`PLACEHOLDER` living ``ttl`` (memcached exptime) is added
-    first; ``missing``: the caller just saw a miss, so skip the first read.
-    ``(None, None)``: the key could not be leased (deleted again at once, or
-    its server unreachable), so no fill may land.
-    """
-    if not missing:
-        found, cas = read(store, key)
-        if cas is not None:
-            return found, cas
-    store.add(key, PLACEHOLDER, ttl)
-    return read(store, key)
-
-
-def fill(store: Store, key: Key, value: Any, lease: CasToken | None, expire: int) -> bool:
-    """Store ``value`` only if ``key`` still holds the item ``lease`` was read from."""
-    if lease is None:
-        return False
-    try:
-        stored = store.cas(key, value, lease, expire)
-    except ValueTooLargeError:
-        logger.warning("the value of %r is over the item size limit; not cached", key)
-        return False
-    if not stored:
-        logger.debug("fill of %r not stored: the key changed since its lease was taken", key)
-    return stored is True
-
-
-def get_or_set(
-    store: Store, key: Key, default: Any, expire: int, *, ttl: int = PLACEHOLDER_TTL
-) -> Any:
-    """Return the value of ``key``, or ``default`` (called if callable) filled under a lease.
-
-    A plain read first (a hit is one request).  On a miss the lease is taken
-    before ``default`` is called, so a delete or set of the key meanwhile
-    keeps the computed value out of the cache; it is returned all the same.
-    """
-    missing = object()
-    found = store.get(key, missing)
-    if found is not missing:
-        return found
-    return fill_missing(store, key, default, expire, ttl=ttl)
-
-
-def fill_missing(
-    store: Store, key: Key, default: Any, expire: int, *, ttl: int = PLACEHOLDER_TTL
-) -> Any:
-    """The miss half of :func:`get_or_set`: lease, compute ``default``, fill; return it.
-
-    As Django's ``get_or_set`` does after its ``add``: when the fill does not
-    land, return what the cache holds then (a racing writer's value), or
-    ``default`` when it holds nothing.
-    """
-    current, lease = take(store, key, ttl, missing=True)
-    if callable(default):
-        default = default()
-    if type(current) is Envelope and current.pending:
-        if fill(store, key, default, lease, expire):
-            return default
-        return store.get(key, default)  # a racing writer's value, or nothing
-    if lease is None:
-        return default  # nothing readable there (unreachable, refused): not cached
-    return store.get(key, default)  # filled by another caller since our read: theirs
+__all__ = [
+    "PLACEHOLDER",
+    "PLACEHOLDER_TTL",
+    "async_fill",
+    "async_fill_missing",
+    "async_get_or_set",
+    "async_read",
+    "async_take",
+    "fill",
+    "fill_missing",
+    "get_or_set",
+    "read",
+    "take",
+]

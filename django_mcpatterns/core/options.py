@@ -20,9 +20,20 @@ from .chunks import LARGE_VALUES
 from .exceptions import ConfigurationError
 from .ketama import VARIANTS
 from .keys import LONG_KEYS
+from .observe import check_installed
 from .serializers import DEFAULT_SERIALIZER, SerdeOptions
 
 FAILOVER_POLICIES = ("miss", "remap")
+# What OPTIONS["instrumentation"] comes with (docs/operations.md, "Metrics and traces").
+INSTRUMENTATION_OPTIONS = frozenset(
+    {
+        "instrumentation",
+        "instrumentation_name",
+        "prometheus_registry",
+        "tracer_provider",
+        "trace_keys",
+    }
+)
 PROTOCOLS = ("meta", "text")
 
 # pymemcache Client arguments that this project decides itself: accepting them
@@ -95,6 +106,23 @@ class ClusterOptions:
         The servers' item size limit (memcached's ``-I``, 1 MiB by default),
         in bytes: with ``large_values="chunk"``, values over it are stored in
         chunks that fit.
+    instrumentation
+        What to report each request, pattern call and event to: a list of
+        ``"prometheus"`` (metrics, :mod:`.metrics`) and ``"opentelemetry"``
+        (spans, :mod:`.traces`); empty (the default) costs nothing.  A name
+        whose package is missing raises, naming the extra to install.
+    instrumentation_name
+        The ``cache`` label of metrics and spans (the Django backend uses its
+        alias when this is not given).
+    prometheus_registry
+        The ``prometheus_client`` registry for the metrics (default: the
+        default registry).
+    tracer_provider
+        The OpenTelemetry ``TracerProvider`` for the spans (default: the
+        global one, ``opentelemetry.trace.set_tracer_provider``).
+    trace_keys
+        Record keys in spans (``db.query.text``); off, because keys often hold
+        user ids.  Values are never recorded.
     client_options
         Socket options of every connection (:data:`CLIENT_OPTIONS`):
         ``no_delay`` (``TCP_NODELAY``, default True), ``socket_keepalive``
@@ -124,9 +152,26 @@ class ClusterOptions:
     large_values: str = "refuse"
     long_keys: str = "refuse"
     max_item_size: int = 1024 * 1024
+    instrumentation: tuple[str, ...] = ()
+    instrumentation_name: str = "default"
+    prometheus_registry: Any = None
+    tracer_provider: Any = None
+    trace_keys: bool = False
     client_options: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "instrumentation", check_installed(self.instrumentation))
+        if not isinstance(self.instrumentation_name, str) or not self.instrumentation_name:
+            raise ConfigurationError(
+                "option 'instrumentation_name' must be a non-empty string, "
+                f"not {self.instrumentation_name!r}",
+                option="instrumentation_name",
+            )
+        if not isinstance(self.trace_keys, bool):
+            raise ConfigurationError(
+                f"option 'trace_keys' must be True or False, not {self.trace_keys!r}",
+                option="trace_keys",
+            )
         _check_choice("ketama", self.ketama, VARIANTS)
         _check_choice("failover", self.failover, FAILOVER_POLICIES)
         _check_choice("protocol", self.protocol, PROTOCOLS)

@@ -19,10 +19,10 @@ import hashlib
 import math
 from collections.abc import Collection, Sequence
 
-from .append import SetOptions
 from .codec import SHARD, Header, Member, encode_snapshot, member_hash
 from .exceptions import CollectionTooLargeError
 from .keys import MAX_KEY_LENGTH
+from .setoptions import SetOptions
 from .store import MAX_RELATIVE_EXPIRE
 
 __all__ = [

@@ -22,7 +22,7 @@ from typing import Any, Protocol, runtime_checkable
 from .keys import Key
 from .store import CasToken
 
-__all__ = ["Claimed", "TokenStore"]
+__all__ = ["AsyncTokenStore", "Claimed", "TokenStore"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,3 +61,16 @@ class TokenStore(Protocol):
     def cas_stale(self, key: Key, value: Any, cas: CasToken, expire: int = 0) -> bool | None:
         """``cas``, then mark the item stale on the server (``md <key> I``) where it can."""
         ...
+
+
+@runtime_checkable
+class AsyncTokenStore(Protocol):
+    """:class:`TokenStore` for asyncio (an ``AsyncCluster`` in meta mode): the same, awaited."""
+
+    async def claim(
+        self, key: Key, recache: int | None, placeholder: Any = None, placeholder_ttl: int = 0
+    ) -> Claimed | None: ...
+
+    async def cas_stale(
+        self, key: Key, value: Any, cas: CasToken, expire: int = 0
+    ) -> bool | None: ...

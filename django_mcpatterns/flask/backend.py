@@ -55,6 +55,7 @@ from ..patterns import DEFAULT
 from ..patterns.limits import LimitsMixin
 from ..patterns.locks import LocksMixin
 from ..patterns.namespaces import NamespacesMixin
+from ..patterns.observed import observe_event, observe_patterns
 from ..patterns.sets import SetsMixin
 from ..patterns.stampede import StampedeMixin
 from .signals import send_pattern_event, send_value_refused
@@ -90,6 +91,7 @@ def memcached_exptime(seconds: int, now: float) -> int:
     return seconds
 
 
+@observe_patterns(SetsMixin, LocksMixin, StampedeMixin, NamespacesMixin, LimitsMixin)
 class _PatternsCache(SetsMixin, LocksMixin, StampedeMixin, NamespacesMixin, LimitsMixin, BaseCache):
     """Flask-Caching's backend contract over a Store; subclasses say which Store."""
 
@@ -158,6 +160,7 @@ class _PatternsCache(SetsMixin, LocksMixin, StampedeMixin, NamespacesMixin, Limi
 
     def _pattern_event(self, event: object) -> None:
         """Send stampede and lock events as blinker signals (:mod:`.signals`)."""
+        observe_event(self, event)
         send_pattern_event(self, event)
 
     # -- Flask-Caching's API ----------------------------------------------------

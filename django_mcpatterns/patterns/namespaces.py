@@ -17,6 +17,11 @@ A namespace hands out no final key: its keys are routed to the server of its
 root version key, a route a ``str`` cannot carry, so such a key read or written
 elsewhere would reach another server (and a namespaced item is tagged bytes
 that only the namespace reads).
+
+Every method has an a-prefixed form for asyncio (``aget``, ``aset``,
+``aget_or_compute``, ``ainvalidate``..., ``cache.ainvalidate_namespace``): the
+same algorithm (:class:`~django_mcpatterns.core.namespaces.AsyncNamespace`) over
+the host's ``astore``, built on first use.
 """
 
 from __future__ import annotations
@@ -27,12 +32,20 @@ from functools import cached_property
 from typing import Any, TypeVar, cast
 
 from django_mcpatterns.core.keys import placed
-from django_mcpatterns.core.namespaces import Namespace, Namespaces, Part
-from django_mcpatterns.core.stampede import Fetched, Stampede, StampedePolicy
-from django_mcpatterns.core.store import Store
+from django_mcpatterns.core.namespaces import (
+    AsyncNamespace,
+    AsyncNamespaces,
+    Namespace,
+    Namespaces,
+    Part,
+)
+from django_mcpatterns.core.stampede import AsyncStampede, Fetched, Stampede, StampedePolicy
+from django_mcpatterns.core.store import AsyncStore, Store
+from django_mcpatterns.core.syncio import AsyncCompute
 
 from . import DEFAULT, PatternsHost
 from .locks import event_hook
+from .observed import observe_namespace_methods
 from .stampede import soft_timeout
 
 T = TypeVar("T")
@@ -56,6 +69,7 @@ def namespace_parts(namespace: NamespaceArg, /, *args: Any, **kwargs: Any) -> tu
     return tuple(parts) if isinstance(parts, tuple | list) else (parts,)
 
 
+@observe_namespace_methods
 class CacheNamespace:
     """A namespace of a cache: the cache's key rules and timeout convention.
 
@@ -68,11 +82,12 @@ class CacheNamespace:
     stored, and an invalid key raises, in both frameworks.
     """
 
-    __slots__ = ("_host", "_ns")
+    __slots__ = ("_ans", "_host", "_ns")
 
     def __init__(self, host: PatternsHost, namespace: Namespace) -> None:
         self._host = host
         self._ns = namespace
+        self._ans: AsyncNamespace | None = None  # the async form, made on first use
 
     def __repr__(self) -> str:
         return repr(self._ns)
@@ -196,6 +211,105 @@ class CacheNamespace:
         """Each level's current version, outermost first (None: not created yet)."""
         return self._ns.versions()
 
+    # -- asyncio: the same methods, awaited, over the host's astore --
+
+    async def aget(self, key: Any, default: Any = None, version: int | None = None) -> Any:
+        return await self._async.get(key, default, version=version)
+
+    async def aget_many(self, keys: Iterable[Any], version: int | None = None) -> dict[Any, Any]:
+        return await self._async.get_many(keys, version=version)
+
+    async def aset(
+        self, key: Any, value: Any, timeout: Any = DEFAULT, version: int | None = None
+    ) -> bool:
+        return await self._async.set(key, value, self._expire(timeout), version=version)
+
+    async def aadd(
+        self, key: Any, value: Any, timeout: Any = DEFAULT, version: int | None = None
+    ) -> bool:
+        return await self._async.add(key, value, self._expire(timeout), version=version)
+
+    async def aset_many(
+        self, data: Mapping[Any, Any], timeout: Any = DEFAULT, version: int | None = None
+    ) -> list[Any]:
+        return await self._async.set_many(data, self._expire(timeout), version=version)
+
+    async def adelete(self, key: Any, version: int | None = None) -> bool:
+        return await self._async.delete(key, version=version)
+
+    async def adelete_many(self, keys: Iterable[Any], version: int | None = None) -> None:
+        await self._async.delete_many(keys, version=version)
+
+    async def aget_or_set(
+        self, key: Any, default: Any, timeout: Any = DEFAULT, version: int | None = None
+    ) -> Any:
+        """:meth:`get_or_set`; a callable ``default`` may be a coroutine function."""
+        return await self._async.get_or_set(key, default, self._expire(timeout), version=version)
+
+    async def aget_or_compute(
+        self,
+        key: Any,
+        compute: AsyncCompute[T],
+        timeout: Any = DEFAULT,
+        *,
+        version: int | None = None,
+        policy: StampedePolicy | None = None,
+        should_cache: Callable[[T], bool] | None = None,
+    ) -> T:
+        """:meth:`get_or_compute`; ``compute`` may be a coroutine function."""
+        fetched = await self.aget_or_compute_result(
+            key, compute, timeout, version=version, policy=policy, should_cache=should_cache
+        )
+        return fetched.value
+
+    async def aget_or_compute_result(
+        self,
+        key: Any,
+        compute: AsyncCompute[T],
+        timeout: Any = DEFAULT,
+        *,
+        version: int | None = None,
+        policy: StampedePolicy | None = None,
+        should_cache: Callable[[T], bool] | None = None,
+    ) -> Fetched[T]:
+        soft = soft_timeout(self._expire(timeout), time.time())
+        return await self._async.fetch(
+            key, compute, soft, version=version, policy=policy, should_cache=should_cache
+        )
+
+    async def arecompute(
+        self,
+        key: Any,
+        compute: AsyncCompute[T],
+        timeout: Any = DEFAULT,
+        *,
+        version: int | None = None,
+        policy: StampedePolicy | None = None,
+        should_cache: Callable[[T], bool] | None = None,
+    ) -> T:
+        soft = soft_timeout(self._expire(timeout), time.time())
+        return await self._async.recompute(
+            key, compute, soft, version=version, policy=policy, should_cache=should_cache
+        )
+
+    async def ainvalidate(self) -> int:
+        """:meth:`invalidate` for asyncio: one ``incr``."""
+        return await self._async.invalidate()
+
+    async def ainvalidate_namespace(self, *parts: Part) -> int:
+        return await self._async.invalidate_namespace(*parts)
+
+    async def aversions(self) -> tuple[int | None, ...]:
+        return await self._async.versions()
+
+    @property
+    def _async(self) -> AsyncNamespace:
+        made = self._ans
+        if made is None:
+            context = cast(NamespacesMixin, self._host)._anamespaces
+            made = self._ans = AsyncNamespace(context, self._ns.path, self._ns.soft)
+        return made
+
     def _expire(self, timeout: Any) -> int:
         return self._host._pattern_expire(timeout)
 
@@ -215,6 +329,21 @@ class NamespacesMixin:
     def invalidate_namespace(self, *parts: Part) -> int:
         """Invalidate every key of the namespace ``parts`` (one ``incr``); return its version."""
         return self._namespaces.invalidate(*parts)
+
+    async def ainvalidate_namespace(self, *parts: Part) -> int:
+        """:meth:`invalidate_namespace` for asyncio."""
+        return await self._anamespaces.invalidate(*parts)
+
+    @cached_property
+    def _anamespaces(self) -> AsyncNamespaces:
+        host = cast(PatternsHost, self)
+        return AsyncNamespaces(
+            host.astore, make_key=host._pattern_key, stampede=self._anamespace_stampede
+        )
+
+    def _anamespace_stampede(self, store: AsyncStore) -> AsyncStampede:
+        policy = getattr(self, "stampede_policy", None)
+        return AsyncStampede(store, policy, on_event=event_hook(self))
 
     @cached_property
     def _namespaces(self) -> Namespaces:

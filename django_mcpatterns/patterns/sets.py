@@ -8,6 +8,13 @@ Readers also take ``loader=`` (the set's source of truth, called on a miss) and
 ``timeout=`` for the set they then cache; writers take ``loader=`` to say the set
 is loader-backed, so they never create it.  See ``docs/sets.md``.
 
+Every method has an asyncio form with Django's a-prefix (``asadd``,
+``asmembers``, ``arpush``...), the same signature, over the host's ``astore``:
+thin delegates to :class:`~django_mcpatterns.core.sets.AsyncAppendSets` and
+:class:`~django_mcpatterns.core.lists.AsyncAppendLists`, the algorithms the sync
+ones are generated from.  Their ``loader=`` may be a coroutine function
+(awaited) or a plain callable (run through ``sync_to_async``: it may use the ORM).
+
 It imports neither Django nor Flask.
 """
 
@@ -19,30 +26,55 @@ from typing import Any, TypeVar, cast
 
 from django_mcpatterns.core.append import SetOptions
 from django_mcpatterns.core.codec import Member
-from django_mcpatterns.core.lists import AppendLists
-from django_mcpatterns.core.sets import AppendSets, Loader
+from django_mcpatterns.core.lists import AppendLists, AsyncAppendLists
+from django_mcpatterns.core.sets import AppendSets, AsyncAppendSets, AsyncLoader, Loader
 
 from . import DEFAULT, PatternsHost
+from .shared import per_store
 
 T = TypeVar("T")
 
 
 class SetsMixin:
-    """``sadd``, ``srem``, ``smembers``... and ``rpush``, ``lrange``, ``llen``, ``lrem``."""
+    """``sadd``, ``srem``, ``smembers``... and ``rpush``, ``lrange``, ``llen``, ``lrem``,
+    each with its asyncio form (``asadd``...)."""
 
     def _set_options(self: PatternsHost) -> SetOptions:
         """The thresholds for this cache's sets (override to tune them)."""
         return SetOptions.for_store(self.store)
 
+    # One algorithm object per store and options, whichever backend instance asks
+    # (Django makes one per thread, and per task in async code): see .shared.
+
     @cached_property
     def _append_sets(self) -> AppendSets:
         host: Any = self
-        return AppendSets(host.store, host._set_options())
+        options = host._set_options()
+        return per_store(host.store, (AppendSets, options), lambda: AppendSets(host.store, options))
 
     @cached_property
     def _append_lists(self) -> AppendLists:
         host: Any = self
-        return AppendLists(host.store, host._set_options())
+        options = host._set_options()
+        return per_store(
+            host.store, (AppendLists, options), lambda: AppendLists(host.store, options)
+        )
+
+    @cached_property
+    def _async_append_sets(self) -> AsyncAppendSets:
+        host: Any = self
+        options = host._set_options()
+        return per_store(
+            host.store, (AsyncAppendSets, options), lambda: AsyncAppendSets(host.astore, options)
+        )
+
+    @cached_property
+    def _async_append_lists(self) -> AsyncAppendLists:
+        host: Any = self
+        options = host._set_options()
+        return per_store(
+            host.store, (AsyncAppendLists, options), lambda: AsyncAppendLists(host.astore, options)
+        )
 
     def _set_key(self, key: Any, version: int | None) -> str:
         """The host's full key for ``key`` (its ``_pattern_key`` hook)."""
@@ -67,13 +99,13 @@ class SetsMixin:
 
     def _store_command(
         self,
-        call: Callable[..., int],
+        call: Callable[..., T],
         destination: Any,
         keys: Iterable[Any],
         destination_version: int | None,
         keys_version: int | None,
         timeout: Any,
-    ) -> int:
+    ) -> T:
         """A ``*store`` command: ``call(destination, *keys, expire=...)`` on made keys."""
         made = self._set_key(destination, destination_version)
         sources = [self._set_key(k, keys_version) for k in keys]
@@ -249,3 +281,190 @@ class SetsMixin:
     def lrem(self, key: Any, count: int, value: Member, version: int | None = None) -> int:
         """Remove like ``LREM``; return 1 once recorded, 0 for a missing list (Redis: how many)."""
         return self._append_lists.lrem(self._set_key(key, version), count, value)
+
+    # -- asyncio forms (Django's a-prefix): the same signatures ---------------
+
+    async def asadd(
+        self,
+        key: Any,
+        *values: Member,
+        version: int | None = None,
+        timeout: Any = DEFAULT,
+        loader: AsyncLoader | None = None,
+    ) -> int:
+        """:meth:`sadd` for asyncio."""
+        return await self._with_expire(
+            self._async_append_sets.sadd, key, version, timeout, *values, loader=loader
+        )
+
+    async def asrem(
+        self,
+        key: Any,
+        *members: Member,
+        version: int | None = None,
+        loader: AsyncLoader | None = None,
+    ) -> int:
+        """:meth:`srem` for asyncio."""
+        made = self._set_key(key, version)
+        return await self._async_append_sets.srem(made, *members, loader=loader)
+
+    async def aspop(
+        self,
+        key: Any,
+        count: int | None = None,
+        version: int | None = None,
+        *,
+        loader: AsyncLoader | None = None,
+        timeout: Any = DEFAULT,
+    ) -> Any:
+        """:meth:`spop` for asyncio."""
+        return await self._with_expire(
+            self._async_append_sets.spop, key, version, timeout, count, loader=loader
+        )
+
+    async def asmove(
+        self,
+        source: Any,
+        destination: Any,
+        member: Member,
+        version: int | None = None,
+        *,
+        timeout: Any = DEFAULT,
+    ) -> bool:
+        """:meth:`smove` for asyncio (not atomic either)."""
+        return await self._async_append_sets.smove(
+            self._set_key(source, version),
+            self._set_key(destination, version),
+            member,
+            expire=self._set_expire(timeout),
+        )
+
+    async def asmembers(
+        self,
+        key: Any,
+        version: int | None = None,
+        *,
+        loader: AsyncLoader | None = None,
+        timeout: Any = DEFAULT,
+    ) -> set[Member]:
+        """:meth:`smembers` for asyncio."""
+        return await self._with_expire(
+            self._async_append_sets.smembers, key, version, timeout, loader=loader
+        )
+
+    async def asismember(
+        self,
+        key: Any,
+        member: Member,
+        version: int | None = None,
+        *,
+        loader: AsyncLoader | None = None,
+        timeout: Any = DEFAULT,
+    ) -> bool:
+        """:meth:`sismember` for asyncio."""
+        return await self._with_expire(
+            self._async_append_sets.sismember, key, version, timeout, member, loader=loader
+        )
+
+    async def asmismember(
+        self,
+        key: Any,
+        *members: Member,
+        version: int | None = None,
+        loader: AsyncLoader | None = None,
+        timeout: Any = DEFAULT,
+    ) -> list[bool]:
+        """:meth:`smismember` for asyncio."""
+        return await self._with_expire(
+            self._async_append_sets.smismember, key, version, timeout, *members, loader=loader
+        )
+
+    async def ascard(
+        self,
+        key: Any,
+        version: int | None = None,
+        *,
+        loader: AsyncLoader | None = None,
+        timeout: Any = DEFAULT,
+    ) -> int:
+        """:meth:`scard` for asyncio."""
+        return await self._with_expire(
+            self._async_append_sets.scard, key, version, timeout, loader=loader
+        )
+
+    async def asrandmember(
+        self,
+        key: Any,
+        count: int | None = None,
+        version: int | None = None,
+        *,
+        loader: AsyncLoader | None = None,
+        timeout: Any = DEFAULT,
+    ) -> Any:
+        """:meth:`srandmember` for asyncio."""
+        return await self._with_expire(
+            self._async_append_sets.srandmember, key, version, timeout, count, loader=loader
+        )
+
+    async def asunion(self, *keys: Any, version: int | None = None) -> set[Member]:
+        """:meth:`sunion` for asyncio."""
+        return await self._async_append_sets.sunion(*[self._set_key(k, version) for k in keys])
+
+    async def asinter(self, *keys: Any, version: int | None = None) -> set[Member]:
+        """:meth:`sinter` for asyncio."""
+        return await self._async_append_sets.sinter(*[self._set_key(k, version) for k in keys])
+
+    async def asdiff(self, *keys: Any, version: int | None = None) -> set[Member]:
+        """:meth:`sdiff` for asyncio."""
+        return await self._async_append_sets.sdiff(*[self._set_key(k, version) for k in keys])
+
+    async def asunionstore(
+        self, destination: Any, *keys: Any, version: int | None = None, timeout: Any = DEFAULT
+    ) -> int:
+        """:meth:`sunionstore` for asyncio."""
+        return await self._store_command(
+            self._async_append_sets.sunionstore, destination, keys, version, version, timeout
+        )
+
+    async def asinterstore(
+        self, dest: Any, *keys: Any, version: int | None = None, timeout: Any = DEFAULT
+    ) -> int:
+        """:meth:`sinterstore` for asyncio."""
+        return await self._store_command(
+            self._async_append_sets.sinterstore, dest, keys, version, version, timeout
+        )
+
+    async def asdiffstore(
+        self,
+        dest: Any,
+        *keys: Any,
+        version_dest: int | None = None,
+        version_keys: int | None = None,
+        timeout: Any = DEFAULT,
+    ) -> int:
+        """:meth:`sdiffstore` for asyncio."""
+        return await self._store_command(
+            self._async_append_sets.sdiffstore, dest, keys, version_dest, version_keys, timeout
+        )
+
+    async def arpush(
+        self, key: Any, *values: Member, version: int | None = None, timeout: Any = DEFAULT
+    ) -> int:
+        """:meth:`rpush` for asyncio."""
+        return await self._with_expire(
+            self._async_append_lists.rpush, key, version, timeout, *values
+        )
+
+    async def alrange(
+        self, key: Any, start: int, end: int, version: int | None = None
+    ) -> list[Any]:
+        """:meth:`lrange` for asyncio."""
+        return await self._async_append_lists.lrange(self._set_key(key, version), start, end)
+
+    async def allen(self, key: Any, version: int | None = None) -> int:
+        """:meth:`llen` for asyncio."""
+        return await self._async_append_lists.llen(self._set_key(key, version))
+
+    async def alrem(self, key: Any, count: int, value: Member, version: int | None = None) -> int:
+        """:meth:`lrem` for asyncio."""
+        return await self._async_append_lists.lrem(self._set_key(key, version), count, value)

@@ -5,6 +5,12 @@ with the backend's rules and turns the framework's ``timeout`` (through the
 ``_pattern_expire`` hook: Django's ``DEFAULT_TIMEOUT``, ``None`` for never,
 0 for "do not cache") into the soft TTL in seconds.  Events go to the backend's
 optional ``_pattern_event(event)`` hook.  Imports neither Django nor Flask.
+
+The a-prefixed forms (``aget_or_compute``, ``amark_stale``...) run the same
+algorithm as asyncio code (:class:`~django_mcpatterns.core.stampede.AsyncStampede`)
+over the host's ``astore``: nothing blocks the event loop, and a ``compute``
+may be a coroutine function (awaited) or a plain callable (run through
+``sync_to_async``, since it may use the ORM).
 """
 
 from __future__ import annotations
@@ -14,9 +20,10 @@ from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
 from django_mcpatterns.core.envelope import Envelope
-from django_mcpatterns.core.leases import get_or_set
-from django_mcpatterns.core.stampede import Fetched, Stampede, StampedePolicy
+from django_mcpatterns.core.leases import async_get_or_set, get_or_set
+from django_mcpatterns.core.stampede import AsyncStampede, Fetched, Stampede, StampedePolicy
 from django_mcpatterns.core.store import MAX_RELATIVE_EXPIRE
+from django_mcpatterns.core.syncio import AsyncCompute
 
 from . import DEFAULT, PatternsHost
 from .locks import event_hook
@@ -133,6 +140,86 @@ class StampedeMixin:
         """The value of ``key`` with its soft/hard expiry and compute time, or None."""
         host = cast(PatternsHost, self)
         return self._stampede(None).read(host._pattern_key(key, version))
+
+    # -- asyncio: the same, awaited, over the host's astore --
+
+    async def aget_or_compute(
+        self,
+        key: Any,
+        compute: AsyncCompute[T],
+        timeout: Any = DEFAULT,
+        *,
+        version: int | None = None,
+        policy: StampedePolicy | None = None,
+        should_cache: Callable[[T], bool] | None = None,
+    ) -> T:
+        """:meth:`get_or_compute` for asyncio; ``compute`` may be a coroutine function."""
+        fetched = await self.aget_or_compute_result(
+            key, compute, timeout, version=version, policy=policy, should_cache=should_cache
+        )
+        return fetched.value
+
+    async def aget_or_compute_result(
+        self,
+        key: Any,
+        compute: AsyncCompute[T],
+        timeout: Any = DEFAULT,
+        *,
+        version: int | None = None,
+        policy: StampedePolicy | None = None,
+        should_cache: Callable[[T], bool] | None = None,
+    ) -> Fetched[T]:
+        """:meth:`get_or_compute_result` for asyncio."""
+        host = cast(PatternsHost, self)
+        return await self._astampede(policy).fetch(
+            host._pattern_key(key, version),
+            compute,
+            self._soft_timeout(timeout),
+            should_cache=should_cache,
+        )
+
+    async def arecompute(
+        self,
+        key: Any,
+        compute: AsyncCompute[T],
+        timeout: Any = DEFAULT,
+        *,
+        version: int | None = None,
+        policy: StampedePolicy | None = None,
+        should_cache: Callable[[T], bool] | None = None,
+    ) -> T:
+        """:meth:`recompute` for asyncio."""
+        host = cast(PatternsHost, self)
+        return await self._astampede(policy).recompute(
+            host._pattern_key(key, version),
+            compute,
+            self._soft_timeout(timeout),
+            should_cache=should_cache,
+        )
+
+    async def amark_stale(self, key: Any, *, version: int | None = None) -> bool:
+        """:meth:`mark_stale` for asyncio."""
+        host = cast(PatternsHost, self)
+        return await self._astampede(None).mark_stale(host._pattern_key(key, version))
+
+    async def aget_or_set(
+        self, key: Any, default: Any, timeout: Any = DEFAULT, version: int | None = None
+    ) -> Any:
+        """:meth:`get_or_set` for asyncio, leased the same way; a callable ``default``
+        may be a coroutine function (awaited) or a plain one (``sync_to_async``)."""
+        host = cast(PatternsHost, self)
+        return await async_get_or_set(
+            host.astore, host._pattern_key(key, version), default, host._pattern_expire(timeout)
+        )
+
+    async def aget_envelope(self, key: Any, *, version: int | None = None) -> Envelope | None:
+        """:meth:`get_envelope` for asyncio."""
+        host = cast(PatternsHost, self)
+        return await self._astampede(None).read(host._pattern_key(key, version))
+
+    def _astampede(self, policy: StampedePolicy | None) -> AsyncStampede:
+        host = cast(PatternsHost, self)
+        return AsyncStampede(host.astore, policy or self.stampede_policy, on_event=event_hook(self))
 
     def _stampede(self, policy: StampedePolicy | None) -> Stampede:
         host = cast(PatternsHost, self)

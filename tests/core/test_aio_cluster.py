@@ -308,3 +308,76 @@ def test_the_loop_never_stalls_more_than_10ms_under_load(
         assert asyncio.run(workload()) < 0.010
     finally:
         gc.enable()
+
+
+def test_requests_not_yet_written_when_a_connection_fails_are_certainly_not_applied(
+    memcached_1: list[MemcachedServer],
+) -> None:
+    from django_mcpatterns.core.aio_transport import NotSentError, open_channel
+    from django_mcpatterns.core.transport import SocketOptions
+    from django_mcpatterns.core.wire import Get, Store
+
+    flush(memcached_1)
+
+    async def work() -> None:
+        channel = await open_channel(("127.0.0.1", memcached_1[0].port), SocketOptions())
+        written = channel.submit((Get([b"k"]),))
+        await asyncio.sleep(0)  # written with this iteration's flush
+        unsent = channel.submit((Store("set", b"k", b"v", 0, 0),))
+        channel.fail(OSError("cut"))  # before the next flush
+        with pytest.raises(OSError, match="cut"):
+            await written  # sent: its outcome is the caller's to call unknown
+        with pytest.raises(NotSentError):
+            await unsent
+        with pytest.raises(NotSentError):
+            channel.submit((Get([b"k"]),))  # a failed channel takes nothing more
+
+    asyncio.run(work())
+    assert raw_client(memcached_1[0]).get("k") is None
+
+
+def test_a_closed_loops_connections_are_ended_when_another_loop_connects(
+    memcached_1: list[MemcachedServer],
+) -> None:
+    twin = AsyncCluster([memcached_1[0].spec])
+    server = raw_client(memcached_1[0])
+    asyncio.run(twin.set("k", 1))  # the loop closes, its connection left open
+    open_before = server.stats()[b"curr_connections"]
+    assert asyncio.run(twin.get("k")) == 1  # another loop: its own connection...
+    time.sleep(0.1)
+    # ...and the closed loop's one is ended, not left for the garbage collector.
+    assert server.stats()[b"curr_connections"] == open_before
+    server.close()
+
+
+def test_loops_in_many_threads_share_a_twin_each_with_its_own_connections(
+    memcached_3: list[MemcachedServer],
+) -> None:
+    """As under Django's async_to_sync: a loop per thread, one twin for all of them."""
+    import threading
+
+    flush(memcached_3)
+    twin = AsyncCluster([s.spec for s in memcached_3])
+    errors: list[BaseException] = []
+
+    def worker(n: int) -> None:
+        async def work() -> None:
+            for i in range(30):
+                await twin.set(f"thread:{n}:{i}", (n, i))
+                values = await asyncio.gather(*[twin.get(f"thread:{n}:{j}") for j in range(i + 1)])
+                assert values == [(n, j) for j in range(i + 1)]
+
+        try:
+            for _ in range(3):  # a new loop each time, as asyncio.run makes
+                asyncio.run(work())
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(n,)) for n in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert errors == []
+    # (n, i) tuples come back from the right keys in every thread; a fresh loop still works:
+    assert asyncio.run(twin.get("thread:0:0")) == (0, 0)

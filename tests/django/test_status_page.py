@@ -122,3 +122,40 @@ def test_stampede_events_are_counted():
             pytest.skip("get_or_compute is not on the backend yet")
         cache.get_or_compute("counted", lambda: 1, timeout=60)
     assert counters.get("recomputed") == 1
+
+
+@pytest.mark.parametrize("instrumentation", ["opentelemetry", "prometheus"])
+def test_instrumented_caches_show_commands_per_server_and_events(
+    memcached_3: list[MemcachedServer], instrumentation: str
+):
+    from prometheus_client import CollectorRegistry
+
+    from django_mcpatterns.core.observe import tally
+
+    tally.reset()
+    specs = [s.spec for s in memcached_3]
+    # Counted by the process tally, or read back from the Prometheus metrics.
+    options = {"instrumentation": [instrumentation], "prometheus_registry": CollectorRegistry()}
+    caches_setting = {
+        "default": {"BACKEND": CLUSTER_BACKEND, "LOCATION": specs, "OPTIONS": options},
+        "plain": {"BACKEND": CLUSTER_BACKEND, "LOCATION": specs},
+    }
+    with override_settings(CACHES=caches_setting):
+        cache = caches["default"]
+        cache.delete("status-page-key")
+        cache.get_or_compute("status-page-key", lambda: 1, timeout=60)
+        cache.get("status-page-key")
+        held_by = cache.store.ring.get_node(cache.make_key("status-page-key").encode())
+        html = page("/open/")
+    section = html.split('id="cache-default"')[1].split("</section>")[0]
+    counted = re.findall(
+        r'<tr data-node="([^"]+)">\s*<td>[^<]+</td>\s*<td class="count">(\d+)', section
+    )
+    # delete; mg+ms (the recompute's claim: two commands); cas (its fill); get; and the
+    # page's own stats, sent before the counts are read.
+    assert dict(counted)[held_by] == "6"
+    assert 'data-event="recomputed"' in section
+    assert "hit 1" in section  # the get, by outcome
+    plain = html.split('id="cache-plain"')[1].split("</section>")[0]
+    assert 'OPTIONS["instrumentation"]' in plain  # not counted: says how to turn it on
+    assert '<a href="docs/operations.md#metrics-and-traces">metrics documentation</a>' in html

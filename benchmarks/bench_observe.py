@@ -1,0 +1,190 @@
+"""What instrumentation costs: an instrumented get vs an uninstrumented one, side by side.
+
+Starts one memcached on loopback and runs ``Cluster.get`` (a hit) and
+``Cluster.set`` through clusters that differ only in ``OPTIONS["instrumentation"]``,
+in both protocols.  The configurations take turns call by call (each call timed
+alone, the order rotated every round), so a busy neighbour slows all of them
+alike; the figure per configuration is the median of its calls, which ignores
+the calls a neighbour happened to stall.  Prints the median per call and its
+ratio to the uninstrumented cluster's.
+
+Configurations:
+  off                 instrumentation off (the default)
+  prometheus          prometheus_client counters and histogram
+  otel (no SDK)       opentelemetry-api with no SDK configured: spans are no-ops
+  otel (SDK, 1%)      the SDK with a 1% TraceIdRatioBased sampler (and no parent)
+  otel (SDK, all)     the SDK recording every span (a processor that drops them:
+                      the cost of making spans, not an exporter's)
+  prometheus+otel 1%  both
+
+Then the same inside a request whose trace was sampled out (what 99% of the
+requests of a site sampling 1% are): every call runs with that request's span
+current, "off" included.
+
+Target: an instrumented get <= 1.15x an uninstrumented one with prometheus and
+opentelemetry without an SDK, and with the SDK sampling 1% inside requests (a
+root span per get pays the SDK's sampler on every call: reported, not targeted;
+so is "otel (SDK, all)", the SDK's own cost of recording a span: see docs).
+
+    python benchmarks/bench_observe.py [--rounds 21] [--ops 1500]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from opentelemetry import context, trace
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace.sampling import TraceIdRatioBased
+from prometheus_client import CollectorRegistry
+
+from django_mcpatterns.core.cluster import Cluster
+from django_mcpatterns.core.options import ClusterOptions
+from tests.harness import memcached_cluster
+
+TARGET = 1.15
+UNTARGETED = ("otel (SDK, all)", "otel (SDK, 1%)", "prometheus+otel 1%")
+IN_REQUEST = ("off", "otel (SDK, 1%)", "prometheus+otel 1%")
+
+
+class _Drop(SpanProcessor):
+    """Receives every finished span and keeps none."""
+
+    def on_end(self, span: ReadableSpan) -> None:
+        pass
+
+
+def _provider(ratio: float) -> TracerProvider:
+    provider = TracerProvider(sampler=TraceIdRatioBased(ratio))
+    provider.add_span_processor(_Drop())
+    return provider
+
+
+def configurations() -> dict[str, dict[str, Any]]:
+    sampled, everything = _provider(0.01), _provider(1.0)
+    return {
+        "off": {},
+        "prometheus": {"instrumentation": ("prometheus",)},
+        "otel (no SDK)": {"instrumentation": ("opentelemetry",)},
+        "otel (SDK, 1%)": {"instrumentation": ("opentelemetry",), "tracer_provider": sampled},
+        "otel (SDK, all)": {"instrumentation": ("opentelemetry",), "tracer_provider": everything},
+        "prometheus+otel 1%": {
+            "instrumentation": ("prometheus", "opentelemetry"),
+            "tracer_provider": sampled,
+        },
+    }
+
+
+def measure(ops: dict[str, Callable[[], object]], n: int, rounds: int) -> dict[str, float]:
+    """The median seconds per call of each op; the ops take turns call by call."""
+    calls: dict[str, list[int]] = {name: [] for name in ops}
+    order = list(ops.items())
+    clock = time.perf_counter_ns
+    for turn in range(rounds):
+        rotated = order[turn % len(order) :] + order[: turn % len(order)]
+        for _ in range(n):
+            for name, op in rotated:
+                start = clock()
+                op()
+                calls[name].append(clock() - start)
+    return {name: statistics.median(times) / 1e9 for name, times in calls.items()}
+
+
+def operation(cluster: Cluster, name: str) -> Callable[[], Any]:
+    value = "v" * 100
+    cluster.set("bench:observe", value)
+    if name == "get":
+        return lambda: cluster.get("bench:observe")
+    return lambda: cluster.set("bench:observe", value)
+
+
+def in_unsampled_request(op: Callable[[], Any]) -> Callable[[], Any]:
+    """``op`` with a sampled-out request's span current (as a traced web app runs it)."""
+    parent = trace.NonRecordingSpan(
+        trace.SpanContext(0x1234, 0x5678, is_remote=True, trace_flags=trace.TraceFlags(0))
+    )
+    request = trace.set_span_in_context(parent)
+
+    def run() -> Any:
+        token = context.attach(request)
+        try:
+            return op()
+        finally:
+            context.detach(token)
+
+    return run
+
+
+def report(protocol: str, op: str, found: dict[str, float], targeted: bool) -> int:
+    """Print one operation's figures; return how many targets were missed."""
+    missed = 0
+    base = found["off"]
+    for name, seconds in found.items():
+        ratio = seconds / base
+        verdict = ""
+        if targeted and op == "get" and name != "off":
+            ok = ratio <= TARGET
+            missed += not ok
+            verdict = f"<= {TARGET:.2f} {'ok' if ok else 'MISSED'}"
+        print(
+            f"{protocol:<8} {op:<4} {name:<19} {seconds * 1e6:>7.1f}us "
+            f"{(seconds - base) * 1e6:>+6.1f}us {ratio:>6.2f}  {verdict}"
+        )
+    return missed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=12)
+    parser.add_argument("--ops", type=int, default=500, help="calls of each per round")
+    args = parser.parse_args()
+    failures = 0
+    print(
+        f"{'protocol':<8} {'op':<4} {'configuration':<19} {'per call':>9} {'added':>7} "
+        f"{'ratio':>6}  target"
+    )
+    with memcached_cluster(1) as servers:
+        spec = servers[0].spec
+        for protocol in ("meta", "text"):
+            clusters = {
+                name: Cluster(
+                    [spec],
+                    ClusterOptions(
+                        protocol=protocol,  # type: ignore[arg-type]
+                        prometheus_registry=CollectorRegistry(),
+                        **options,
+                    ),
+                )
+                for name, options in configurations().items()
+            }
+            for op in ("get", "set"):
+                ops = {name: operation(c, op) for name, c in clusters.items()}
+                found = measure(ops, args.ops, args.rounds)
+                plain = {name: t for name, t in found.items() if name not in UNTARGETED}
+                failures += report(protocol, op, plain, targeted=True)
+                report(
+                    protocol,
+                    op,
+                    {"off": found["off"]}
+                    | {name: t for name, t in found.items() if name in UNTARGETED},
+                    targeted=False,
+                )
+                in_request = {name: in_unsampled_request(ops[name]) for name in IN_REQUEST}
+                found = measure(in_request, args.ops, args.rounds)
+                print(f"{'':<8} {'':<4} in an unsampled request:")
+                failures += report(protocol, op, found, targeted=True)
+            for cluster in clusters.values():
+                cluster.close()
+    sys.exit(1 if failures else 0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,442 @@
+"""Locks in asyncio (``AsyncLock``): the protocol, owners per task, and a loop that never stalls.
+
+The timing rules run on the embedded store with a fake clock whose async
+``sleep`` advances it (instant, deterministic); the issue's scenarios run in
+real time with real tasks, a ticker task measuring how late the loop wakes it
+(every wait must leave the loop free: no stall over 10 ms); the protocol runs
+on real memcached through the AsyncCluster twin of a Cluster (``Cluster.aio``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any, TypeVar
+
+import pytest
+
+from django_mcpatterns.core.cluster import Cluster
+from django_mcpatterns.core.exceptions import (
+    LockError,
+    LockNotOwnedError,
+    LockTimeoutError,
+)
+from django_mcpatterns.core.locks import (
+    AsyncLock,
+    Backoff,
+    Lock,
+    LockTimedOut,
+    LockWaited,
+)
+from django_mcpatterns.core.memory import AsyncMemoryStore, MemoryStore
+from django_mcpatterns.core.options import ClusterOptions
+from tests.conftest import flush
+from tests.fakes import FakeClock, near
+from tests.harness import MemcachedServer
+
+T = TypeVar("T")
+
+
+def run(coroutine: Awaitable[T]) -> T:
+    async def main() -> T:
+        return await coroutine
+
+    return asyncio.run(main())
+
+
+class AsyncFakeSleep:
+    """``sleep=`` for the async lock: advances the fake clock, then yields to the loop."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        self.clock = clock
+
+    async def __call__(self, seconds: float) -> None:
+        self.clock.sleep(seconds)
+        await asyncio.sleep(0)
+
+
+@pytest.fixture
+def astore(store: MemoryStore) -> AsyncMemoryStore:
+    return AsyncMemoryStore(store)
+
+
+@pytest.fixture
+def make_lock(
+    astore: AsyncMemoryStore, clock: FakeClock, events: list[object]
+) -> Callable[..., AsyncLock]:
+    def make(key: str = "lock:report", timeout: float = 10, **kwargs: Any) -> AsyncLock:
+        kwargs.setdefault("clock", clock)
+        kwargs.setdefault("sleep", AsyncFakeSleep(clock))
+        kwargs.setdefault("rng", lambda: 0.5)
+        kwargs.setdefault("on_event", events.append)
+        return AsyncLock(kwargs.pop("store", astore), key, timeout, **kwargs)
+
+    return make
+
+
+# -- the protocol on a fake clock ---------------------------------------------------
+
+
+def test_acquire_release_locked_owned(
+    make_lock: Callable[..., AsyncLock], store: MemoryStore
+) -> None:
+    async def scenario() -> None:
+        lock, other = make_lock(), make_lock()
+        assert not await lock.locked()
+        assert await lock.acquire() is True
+        assert await lock.locked()
+        assert await lock.owned()
+        assert store.get("lock:report") == lock.token
+        assert await other.acquire(blocking=False) is False
+        assert not await other.owned()
+        await lock.release()
+        assert not await lock.locked()
+        assert lock.token is None
+        assert await other.acquire(blocking=False) is True
+
+    run(scenario())
+
+
+def test_an_async_holder_excludes_a_sync_owner_and_back(
+    make_lock: Callable[..., AsyncLock], store: MemoryStore
+) -> None:
+    """One protocol, one item: the two forms exclude each other."""
+
+    async def scenario() -> None:
+        alock = make_lock()
+        assert await alock.acquire()
+        assert Lock(store, "lock:report").acquire(blocking=False) is False
+        await alock.release()
+        sync = Lock(store, "lock:report")
+        assert sync.acquire(blocking=False)
+        assert await make_lock().acquire(blocking=False) is False
+        sync.release()
+
+    run(scenario())
+
+
+def test_a_blocking_acquire_waits_with_the_sync_forms_back_off(
+    make_lock: Callable[..., AsyncLock], clock: FakeClock, events: list[object]
+) -> None:
+    async def scenario() -> None:
+        holder = make_lock(timeout=1)
+        await holder.acquire()
+        waiter = make_lock(backoff=Backoff(initial=0.01, maximum=0.2), rng=lambda: 1.0)
+        start = clock()
+        assert await waiter.acquire() is True
+        assert clock.sleeps[:6] == near([0.01, 0.02, 0.04, 0.08, 0.16, 0.2])
+        assert 1 <= clock() - start <= 2 + 0.2
+        assert events == [LockWaited("lock:report", near(clock() - start))]
+
+    run(scenario())
+
+
+def test_blocking_timeout_bounds_the_wait(
+    make_lock: Callable[..., AsyncLock], clock: FakeClock, events: list[object]
+) -> None:
+    async def scenario() -> None:
+        await make_lock(timeout=60).acquire()
+        assert await make_lock(blocking_timeout=0.5).acquire() is False
+        assert sum(clock.sleeps) == near(0.5)
+        assert events == [LockTimedOut("lock:report", near(0.5))]
+        with pytest.raises(LockTimeoutError, match=r"within 0\.25s"):
+            async with make_lock(blocking_timeout=0.25):
+                pass  # pragma: no cover
+
+    run(scenario())
+
+
+def test_extend_and_a_lapsed_release(
+    make_lock: Callable[..., AsyncLock], clock: FakeClock, store: MemoryStore
+) -> None:
+    async def scenario() -> None:
+        lock = make_lock(timeout=10)
+        await lock.acquire()
+        clock.advance(8)
+        await lock.extend(10)  # 2 s left + 10
+        clock.advance(11)
+        assert await lock.owned()
+        await lock.extend(5, replace_ttl=True)
+        clock.advance(7.5)  # past ceil(5) + 1: memcached dropped it
+        assert not await lock.locked()
+        with pytest.raises(LockNotOwnedError):
+            await lock.release()
+        assert lock.token is None
+
+    run(scenario())
+
+
+def test_a_late_release_leaves_the_new_owners_lock_alone(
+    make_lock: Callable[..., AsyncLock], clock: FakeClock
+) -> None:
+    async def scenario() -> None:
+        late, next_owner = make_lock(timeout=1), make_lock(timeout=30)
+        await late.acquire()
+        clock.advance(3)
+        assert await next_owner.acquire(blocking=False)
+        with pytest.raises(LockNotOwnedError, match="another owner may hold it"):
+            await late.release()
+        assert await next_owner.owned()
+
+    run(scenario())
+
+
+# -- owners: one per task ------------------------------------------------------------
+
+
+def test_one_lock_object_is_one_owner_per_task(make_lock: Callable[..., AsyncLock]) -> None:
+    lock = make_lock()
+
+    async def other_task() -> None:
+        assert lock.token is None  # the first task's hold is not ours
+        assert await lock.acquire(blocking=False) is False
+        with pytest.raises(LockError, match="does not hold it"):
+            await lock.release()
+
+    async def scenario() -> None:
+        assert await lock.acquire()
+        with pytest.raises(LockError, match="not reentrant"):
+            await lock.acquire()
+        await asyncio.create_task(other_task())
+        assert await lock.owned()
+        await lock.release()
+
+    run(scenario())
+
+
+def test_a_shared_owner_hands_the_lock_to_another_task(
+    make_lock: Callable[..., AsyncLock],
+) -> None:
+    lock = make_lock(thread_local=False)
+
+    async def scenario() -> None:
+        await lock.acquire()
+
+        async def finisher() -> None:
+            assert await lock.owned()
+            await lock.release()
+
+        await asyncio.create_task(finisher())
+        assert not await lock.locked()
+
+    run(scenario())
+
+
+def test_async_with_and_the_decorator(make_lock: Callable[..., AsyncLock]) -> None:
+    lock = make_lock(blocking=False)
+    inside: list[bool] = []
+
+    @lock
+    async def job(n: int) -> int:
+        inside.append(await lock.copy().acquire(blocking=False))
+        return n * 2
+
+    async def scenario() -> None:
+        async with lock as held:
+            assert held is lock
+            assert await lock.owned()
+        assert not await lock.locked()
+        with pytest.raises(RuntimeError):
+            async with lock:
+                raise RuntimeError("the block failed")
+        assert not await lock.locked()  # released all the same
+        assert await job(2) == 4
+        assert await job(3) == 6
+        assert not await lock.locked()
+
+    run(scenario())
+    assert inside == [False, False]  # held during each call, by a fresh owner
+
+
+# -- the issue's scenarios, in real time ----------------------------------------------
+
+
+class Ticker:
+    """A task that wakes every millisecond and records how late the loop woke it."""
+
+    def __init__(self) -> None:
+        self.worst = 0.0
+        self.ticks = 0
+        self._task: asyncio.Task[None] | None = None
+
+    async def _run(self) -> None:
+        while True:
+            before = time.perf_counter()
+            await asyncio.sleep(0.001)
+            self.worst = max(self.worst, time.perf_counter() - before - 0.001)
+            self.ticks += 1
+
+    def __enter__(self) -> Ticker:
+        self._task = asyncio.get_running_loop().create_task(self._run())
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        assert self._task is not None
+        self._task.cancel()
+
+
+def test_a_waiter_in_the_holders_loop_never_stalls_it_and_gets_the_lock_on_release(
+    store: MemoryStore,
+) -> None:
+    """The issue: a waiter froze the loop until the holder's TTL lapsed (60 s by
+    default), after which the holder's release raised LockNotOwnedError."""
+    astore = AsyncMemoryStore(MemoryStore())  # the real clock
+    released_at: list[float] = []
+
+    async def holder() -> None:
+        lock = AsyncLock(astore, "report")  # the default 60 s timeout
+        async with lock:
+            await asyncio.sleep(0.3)
+            released_at.append(time.perf_counter())
+        # leaving the block released it, with no LockNotOwnedError
+
+    async def waiter() -> float:
+        await asyncio.sleep(0.02)  # the holder is in
+        lock = AsyncLock(astore, "report")
+        async with lock:
+            return time.perf_counter()
+
+    async def scenario() -> tuple[float, Ticker]:
+        with Ticker() as ticker:
+            _, acquired_at = await asyncio.gather(holder(), waiter())
+        return acquired_at, ticker
+
+    start = time.perf_counter()
+    acquired_at, ticker = run(scenario())
+    assert acquired_at - released_at[0] <= Backoff().maximum + 0.05  # its next try takes it
+    assert time.perf_counter() - start < 2  # nowhere near the 60 s TTL
+    assert ticker.ticks > 100  # the loop kept running other tasks...
+    assert ticker.worst < 0.010  # ...never more than 10 ms late
+
+
+def test_two_tasks_contending_never_freeze_the_others() -> None:
+    astore = AsyncMemoryStore(MemoryStore())
+    order: list[str] = []
+
+    async def contender(name: str) -> None:
+        async with AsyncLock(astore, "contended", timeout=5, blocking_timeout=5):
+            order.append(f"{name} in")
+            await asyncio.sleep(0.15)
+            order.append(f"{name} out")
+
+    async def bystander(done: list[int]) -> None:
+        for _ in range(20):
+            await asyncio.sleep(0.005)
+            done.append(1)
+
+    async def scenario() -> tuple[list[int], Ticker, float]:
+        done: list[int] = []
+        with Ticker() as ticker:
+            started = time.perf_counter()
+            await asyncio.gather(contender("a"), contender("b"), bystander(done))
+            return done, ticker, time.perf_counter() - started
+
+    done, ticker, elapsed = run(scenario())
+    assert order in (["a in", "a out", "b in", "b out"], ["b in", "b out", "a in", "a out"])
+    assert len(done) == 20  # the bystander ran all along
+    assert ticker.worst < 0.010
+    assert elapsed < 0.3 + Backoff().maximum + 0.2
+
+
+def test_fifty_tasks_sharing_one_lock_object_never_overlap() -> None:
+    lock = AsyncLock(AsyncMemoryStore(MemoryStore()), "counter", timeout=5)
+    state = {"inside": 0, "most": 0, "count": 0}
+
+    async def worker() -> None:
+        async with lock:  # one owner per task: the tasks exclude each other
+            state["inside"] += 1
+            state["most"] = max(state["most"], state["inside"])
+            count = state["count"]
+            await asyncio.sleep(0)
+            state["count"] = count + 1
+            state["inside"] -= 1
+
+    async def scenario() -> None:
+        await asyncio.gather(*(worker() for _ in range(50)))
+
+    run(scenario())
+    assert state == {"inside": 0, "most": 1, "count": 50}
+
+
+def test_cancelled_holders_release_and_cancelled_waiters_take_nothing() -> None:
+    astore = AsyncMemoryStore(MemoryStore())
+
+    async def holder(entered: asyncio.Event) -> None:
+        async with AsyncLock(astore, "job", timeout=30):
+            entered.set()
+            await asyncio.sleep(30)
+
+    async def waiter() -> None:
+        async with AsyncLock(astore, "job", timeout=30):
+            raise AssertionError("not reached: cancelled while waiting")
+
+    async def scenario() -> None:
+        entered = asyncio.Event()
+        holding = asyncio.create_task(holder(entered))
+        await entered.wait()
+        waiting = asyncio.create_task(waiter())
+        await asyncio.sleep(0.05)  # the waiter is between tries
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        assert await AsyncLock(astore, "job").locked()  # still the holder's
+        holding.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await holding
+        assert not await AsyncLock(astore, "job").locked()  # released on the way out
+
+    run(scenario())
+
+
+# -- real memcached, through the AsyncCluster twin -------------------------------------
+
+
+@pytest.fixture(params=["meta", "text"])
+def twin(request: pytest.FixtureRequest, memcached_1: list[MemcachedServer]) -> Iterator[Any]:
+    if getattr(Cluster, "aio", None) is None:
+        pytest.skip("AsyncCluster (Cluster.aio) is not on this branch yet")
+    flush(memcached_1)
+    cluster = Cluster(
+        [s.spec for s in memcached_1], ClusterOptions.from_mapping({"protocol": request.param})
+    )
+    yield cluster.aio  # type: ignore[attr-defined]
+    cluster.close()
+
+
+def test_the_protocol_on_memcached(twin: Any) -> None:
+    async def scenario() -> None:
+        lock, other = AsyncLock(twin, "job", timeout=5), AsyncLock(twin, "job", timeout=5)
+        assert await lock.acquire()
+        assert await other.acquire(blocking=False) is False
+        await lock.extend(5)
+        assert await lock.owned()
+        await lock.release()
+        assert not await lock.locked()
+        async with other:
+            assert await other.owned()
+        assert not await other.locked()
+
+    run(scenario())
+
+
+def test_tasks_contending_on_memcached_take_turns_without_stalling(twin: Any) -> None:
+    lock = AsyncLock(twin, "turns", timeout=5, blocking_timeout=10)
+    state = {"inside": 0, "most": 0, "turns": 0}
+
+    async def worker() -> None:
+        async with lock:
+            state["inside"] += 1
+            state["most"] = max(state["most"], state["inside"])
+            await asyncio.sleep(0.005)
+            state["turns"] += 1
+            state["inside"] -= 1
+
+    async def scenario() -> Ticker:
+        with Ticker() as ticker:
+            await asyncio.gather(*(worker() for _ in range(10)))
+        return ticker
+
+    ticker = run(scenario())
+    assert state == {"inside": 0, "most": 1, "turns": 10}
+    assert ticker.worst < 0.010

@@ -1,0 +1,396 @@
+"""Instrumentation on real memcached: Prometheus metrics parsed from their text, spans
+collected with the OpenTelemetry SDK's in-memory exporter, outcomes of every kind."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from django_mcpatterns.core.cluster import Cluster
+from django_mcpatterns.core.exceptions import ConfigurationError
+from django_mcpatterns.core.observe import BaseSink, RoundTrip, tally
+from django_mcpatterns.core.options import ClusterOptions
+from tests.conftest import flush
+from tests.drills.proxy import Proxy
+from tests.harness import MemcachedServer
+from tests.observing import spans_exporter
+
+Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
+
+
+def samples(registry: CollectorRegistry) -> Samples:
+    """Every sample of the registry's exposition text, parsed back."""
+    text = generate_latest(registry).decode()
+    found: Samples = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            found[(sample.name, frozenset(sample.labels.items()))] = sample.value
+    return found
+
+
+def commands(found: Samples, **labels: str) -> float:
+    """The sum of mcpatterns_commands_total over the samples matching ``labels``."""
+    wanted = set(labels.items())
+    return sum(
+        value
+        for (name, got), value in found.items()
+        if name == "mcpatterns_commands_total" and wanted <= got
+    )
+
+
+def sample(found: Samples, name: str, **labels: str) -> float:
+    """The value of one sample, named with all its labels."""
+    return found[(name, frozenset(labels.items()))]
+
+
+def instrumented(servers: list[str], *names: str, **options: Any) -> Cluster:
+    return Cluster(servers, ClusterOptions(instrumentation=names, **options))
+
+
+@pytest.fixture
+def registry() -> CollectorRegistry:
+    return CollectorRegistry()
+
+
+@pytest.fixture
+def cluster3(memcached_3: list[MemcachedServer], registry: CollectorRegistry) -> Iterator[Cluster]:
+    flush(memcached_3)
+    cluster = instrumented(
+        [s.spec for s in memcached_3],
+        "prometheus",
+        prometheus_registry=registry,
+        instrumentation_name="main",
+    )
+    yield cluster
+    cluster.close()
+
+
+def test_off_by_default_the_cluster_has_no_observer(memcached_1: list[MemcachedServer]) -> None:
+    cluster = Cluster([memcached_1[0].spec])
+    assert cluster.observer is None
+    assert cluster.set("k", 1) is True  # nothing to report to, nothing breaks
+
+
+def test_commands_are_counted_per_server_command_and_outcome(
+    cluster3: Cluster, registry: CollectorRegistry
+) -> None:
+    server = cluster3.ring.get_node(b"user:42")
+    assert cluster3.get("user:42") is None
+    assert cluster3.set("user:42", {"name": "Ada"}) is True
+    assert cluster3.get("user:42") == {"name": "Ada"}
+    assert cluster3.add("user:42", "other") is False
+    assert cluster3.delete("user:42") is True
+    assert cluster3.delete("user:42") is False
+    assert cluster3.incr("missing-counter") is None
+
+    found = samples(registry)
+    ours = {"cache": "main", "server": server}
+    assert commands(found, **ours, command="get", outcome="miss") == 1
+    assert commands(found, **ours, command="get", outcome="hit") == 1
+    assert commands(found, **ours, command="set", outcome="stored") == 1
+    assert commands(found, **ours, command="add", outcome="not_stored") == 1
+    assert commands(found, **ours, command="delete", outcome="deleted") == 1
+    assert commands(found, **ours, command="delete", outcome="not_found") == 1
+    assert commands(found, command="incr", outcome="miss") == 1
+    # One histogram observation per round trip, labelled without the outcome.
+    count = found[
+        (
+            "mcpatterns_command_seconds_count",
+            frozenset({**ours, "command": "get"}.items()),
+        )
+    ]
+    assert count == 2
+    # Keys and values never become label values: cardinality stays bounded.
+    label_values = {value for _, labels in found for _, value in labels}
+    assert not any("user:42" in value or "Ada" in value for value in label_values)
+
+
+def test_meta_commands_and_batches_have_their_outcomes(
+    cluster3: Cluster, registry: CollectorRegistry
+) -> None:
+    assert cluster3.add_cas("lease", "v") is not None  # ms ... ME c
+    assert cluster3.add_cas("lease", "w") is None
+    value, token, _ = cluster3.gets_ttl("lease")  # mg v c t f
+    assert value == "v"
+    assert token is not None
+    assert cluster3.delete_cas("lease", token) is True  # md C<cas>
+    found = samples(registry)
+    assert commands(found, command="ms", outcome="stored") == 1
+    assert commands(found, command="ms", outcome="not_stored") == 1
+    assert commands(found, command="mg", outcome="hit") == 1
+    assert commands(found, command="md", outcome="deleted") == 1
+
+
+def test_a_multi_key_get_is_one_round_trip_per_server(
+    cluster3: Cluster, registry: CollectorRegistry
+) -> None:
+    keys = [f"key:{i}" for i in range(30)]
+    cluster3.set_many(dict.fromkeys(keys, 1))
+    assert len(cluster3.get_many(keys)) == 30
+    found = samples(registry)
+    servers = {cluster3.ring.get_node(k.encode()) for k in keys}
+    assert len(servers) == 3
+    for server in servers:
+        labels = frozenset({"cache": "main", "server": server, "command": "get"}.items())
+        assert found[("mcpatterns_command_seconds_count", labels)] == 1
+        mine = sum(1 for k in keys if cluster3.ring.get_node(k.encode()) == server)
+        assert commands(found, server=server, command="set", outcome="stored") == mine
+    assert commands(found, command="get", outcome="hit") == 3
+
+
+def test_a_write_whose_reply_never_came_is_unknown(
+    memcached_1: list[MemcachedServer], registry: CollectorRegistry
+) -> None:
+    with Proxy(memcached_1[0].port) as proxy:
+        cluster = instrumented(
+            [proxy.spec], "prometheus", prometheus_registry=registry, timeout=0.3
+        )
+        assert cluster.set("warm", 1) is True
+        proxy.withhold(b"set lost")
+        assert cluster.set("lost", 1) is False  # the default view degrades...
+        found = samples(registry)
+        # ...but the metrics tell it apart from a refused write.
+        assert commands(found, command="set", outcome="unknown") == 1
+        assert commands(found, command="set", outcome="not_stored") == 0
+        up = found[
+            ("mcpatterns_server_up", frozenset({"cache": "default", "server": proxy.spec}.items()))
+        ]
+        assert up == 0  # the timeout counts as a failure of the server
+
+
+def test_server_up_and_node_events_follow_health(
+    memcached_4_fresh: list[MemcachedServer], registry: CollectorRegistry
+) -> None:
+    server = memcached_4_fresh[0]
+    cluster = instrumented(
+        [server.spec],
+        "prometheus",
+        prometheus_registry=registry,
+        retry_attempts=1,
+        retry_timeout=0.0,
+        dead_timeout=0.0,
+    )
+    up = ("mcpatterns_server_up", frozenset({"cache": "default", "server": server.spec}.items()))
+    assert samples(registry)[up] == 1
+    assert cluster.set("k", 1) is True
+    server.kill()
+    assert cluster.get("k") is None
+    found = samples(registry)
+    assert found[up] == 0
+    dead = (
+        "mcpatterns_events_total",
+        frozenset({"cache": "default", "event": "node_dead"}.items()),
+    )
+    assert found[dead] == 1
+    assert commands(found, command="get", outcome="error") == 1
+    server.restart()
+    assert cluster.set("k", 2) is True
+    found = samples(registry)
+    assert found[up] == 1
+    revived = (
+        "mcpatterns_events_total",
+        frozenset({"cache": "default", "event": "node_revived"}.items()),
+    )
+    assert found[revived] == 1
+
+
+def test_a_server_in_its_wait_is_counted_unavailable(
+    memcached_4_fresh: list[MemcachedServer], registry: CollectorRegistry
+) -> None:
+    server = memcached_4_fresh[0]
+    cluster = instrumented(
+        [server.spec], "prometheus", prometheus_registry=registry, retry_timeout=60.0
+    )
+    server.kill()
+    assert cluster.get("a") is None  # fails: the server is now in its retry wait
+    assert cluster.get("b") is None  # not sent at all
+    found = samples(registry)
+    assert commands(found, command="get", outcome="error") == 1
+    assert commands(found, command="get", outcome="unavailable") == 1
+
+
+def test_the_status_page_counts_come_from_the_metrics(cluster3: Cluster) -> None:
+    cluster3.set("a", 1)
+    cluster3.get("a")
+    assert cluster3.observer is not None
+    counts = cluster3.observer.counts()
+    assert counts is not None
+    servers, _ = counts
+    row = servers[cluster3.ring.get_node(b"a")]
+    assert row["commands"] == 2
+    assert row["outcomes"] == {"hit": 1, "stored": 1}
+    assert row["seconds"] > 0
+
+
+def test_without_prometheus_the_process_tally_counts(memcached_1: list[MemcachedServer]) -> None:
+    tally.reset()
+    cluster = instrumented([memcached_1[0].spec], "opentelemetry", instrumentation_name="t")
+    cluster.set("a", 1)
+    cluster.get("a")
+    cluster.get("b")
+    assert tally.servers("t")[memcached_1[0].spec]["outcomes"] == {"hit": 1, "miss": 1, "stored": 1}
+
+
+# -- configuration -----------------------------------------------------------------
+
+
+def test_unknown_instrumentation_names_the_valid_ones() -> None:
+    with pytest.raises(ConfigurationError, match="'prometheus', 'opentelemetry'") as caught:
+        ClusterOptions(instrumentation=("statsd",))
+    assert caught.value.option == "instrumentation"
+
+
+def test_a_missing_package_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "prometheus_client", None)  # import fails as if absent
+    with pytest.raises(ConfigurationError, match=r"django-mcpatterns\[prometheus\]"):
+        ClusterOptions.from_mapping({"instrumentation": ["prometheus"]})
+
+
+def test_options_from_a_mapping_take_a_list() -> None:
+    options = ClusterOptions.from_mapping({"instrumentation": ["opentelemetry", "prometheus"]})
+    assert options.instrumentation == ("opentelemetry", "prometheus")
+    hash(options)  # shared clusters are keyed by their options
+
+
+# -- OpenTelemetry -----------------------------------------------------------------
+
+
+def test_one_client_span_per_request_with_db_conventions(
+    memcached_1: list[MemcachedServer],
+) -> None:
+    flush(memcached_1)
+    server = memcached_1[0]
+    cluster = instrumented([server.spec], "opentelemetry")
+    with spans_exporter() as exporter:
+        cluster.set("user:7", "secret value")
+        cluster.get("user:7")
+    spans = exporter.get_finished_spans()
+    assert [span.name for span in spans] == ["set", "get"]
+    get = spans[1]
+    assert get.kind.name == "CLIENT"
+    attributes = dict(get.attributes or {})
+    assert attributes["db.system"] == "memcached"
+    assert attributes["db.operation.name"] == "get"
+    assert attributes["server.address"] == "127.0.0.1"
+    assert attributes["server.port"] == server.port
+    assert attributes["mcpatterns.outcome"] == "hit"
+    everything = repr([dict(span.attributes or {}) for span in spans])
+    assert "user:7" not in everything  # keys only when the user opts in
+    assert "secret value" not in everything  # values never
+
+
+def test_keys_are_traced_only_when_asked(memcached_1: list[MemcachedServer]) -> None:
+    cluster = instrumented([memcached_1[0].spec], "opentelemetry", trace_keys=True)
+    with spans_exporter() as exporter:
+        cluster.get_many(["a", "b"])
+    (span,) = exporter.get_finished_spans()
+    assert dict(span.attributes or {})["db.query.text"] in ("get a b", "get b a")
+
+
+def test_a_failed_request_span_has_error_status(
+    memcached_4_fresh: list[MemcachedServer],
+) -> None:
+    server = memcached_4_fresh[0]
+    cluster = instrumented([server.spec], "opentelemetry")
+    server.kill()
+    with spans_exporter() as exporter:
+        assert cluster.get("k") is None
+    (span,) = exporter.get_finished_spans()
+    assert span.status.status_code.name == "ERROR"
+    assert dict(span.attributes or {})["error.type"]
+
+
+# -- the asyncio twin ----------------------------------------------------------------
+
+
+def test_the_async_twin_reports_to_the_same_metrics(
+    cluster3: Cluster, registry: CollectorRegistry
+) -> None:
+    twin = cluster3.aio
+    keys = [f"async:{i}" for i in range(12)]
+
+    async def work() -> None:
+        assert await twin.get("async:0") is None
+        assert await twin.set("async:0", "zero") is True
+        assert await twin.add("async:0", "again") is False
+        # Two tasks read in one loop iteration: one request on the wire, two reads counted.
+        assert await asyncio.gather(twin.get("async:0"), twin.get("async:0")) == ["zero"] * 2
+        await twin.set_many(dict.fromkeys(keys, 1))
+        assert len(await twin.get_many(keys)) == 12
+        await twin.close()
+
+    asyncio.run(work())
+    found = samples(registry)
+    server = cluster3.ring.get_node(b"async:0")
+    assert commands(found, server=server, command="get", outcome="miss") == 1
+    assert commands(found, server=server, command="get", outcome="hit") >= 2
+    assert commands(found, server=server, command="add", outcome="not_stored") == 1
+    assert commands(found, command="set", outcome="stored") == 13
+    assert commands(found, command="get", outcome="hit") == 2 + 3  # + get_many: one per server
+
+
+def test_a_sink_added_later_sees_the_twin_too(memcached_1: list[MemcachedServer]) -> None:
+    cluster = Cluster([memcached_1[0].spec])
+    twin = cluster.aio
+    seen: list[RoundTrip] = []
+
+    class Collect(BaseSink):
+        def round_trip(self, trip: RoundTrip) -> None:
+            seen.append(trip)
+
+    cluster.observe(Collect())
+
+    async def work() -> None:
+        await twin.set("later", 1)
+        await twin.get("later")
+        await twin.close()
+
+    asyncio.run(work())
+    assert [(trip.operation, trip.commands[0][1]) for trip in seen] == [
+        ("set", "stored"),
+        ("get", "hit"),
+    ]
+    assert all(trip.nanoseconds > 0 for trip in seen)
+
+
+def test_no_span_inside_a_trace_that_was_sampled_out(memcached_1: list[MemcachedServer]) -> None:
+    from opentelemetry import trace
+    from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
+
+    cluster = instrumented([memcached_1[0].spec], "opentelemetry")
+    unsampled = NonRecordingSpan(SpanContext(7, 9, is_remote=True, trace_flags=TraceFlags(0)))
+    with spans_exporter() as exporter:
+        with trace.use_span(unsampled):
+            cluster.set("quiet", 1)  # ParentBased would drop it: not even made
+        cluster.get("quiet")  # a root span: the sampler decides (always on here)
+    assert [span.name for span in exporter.get_finished_spans()] == ["get"]
+
+
+def test_a_failing_sink_is_logged_and_never_breaks_the_command(
+    memcached_1: list[MemcachedServer], caplog: pytest.LogCaptureFixture
+) -> None:
+    class Broken(BaseSink):
+        def round_trip(self, trip: RoundTrip) -> None:
+            raise RuntimeError("dashboard down")
+
+    cluster = Cluster([memcached_1[0].spec])
+    cluster.observe(Broken())
+    assert cluster.set("still", "works") is True
+    assert cluster.get("still") == "works"
+    assert "instrumentation sink" in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [("instrumentation", "prometheus"), ("instrumentation_name", ""), ("trace_keys", "yes")],
+)
+def test_invalid_instrumentation_options_are_named(option: str, value: object) -> None:
+    with pytest.raises(ConfigurationError, match=option) as caught:
+        ClusterOptions.from_mapping({option: value})
+    assert caught.value.option == option

@@ -1,0 +1,70 @@
+"""prometheus_client's multiprocess mode: two forked workers' metrics add up in one scrape."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.conftest import flush
+from tests.harness import MemcachedServer
+
+# What gunicorn does: the app (and its cluster) built once, workers forked from it,
+# each counting into its own files under PROMETHEUS_MULTIPROC_DIR; the exporter sums them.
+WORKERS = textwrap.dedent(
+    """
+    import os, sys
+    from prometheus_client import CollectorRegistry, generate_latest, multiprocess
+    from django_mcpatterns.core.cluster import Cluster
+    from django_mcpatterns.core.options import ClusterOptions
+
+    cluster = Cluster([sys.argv[1]], ClusterOptions(instrumentation=("prometheus",)))
+    children = []
+    for worker, writes in enumerate((3, 4)):
+        pid = os.fork()
+        if pid == 0:
+            for i in range(writes):
+                cluster.set(f"worker{worker}:{i}", i)
+            cluster.get("worker0:0")
+            os._exit(0)
+        children.append(pid)
+    for pid in children:
+        os.waitpid(pid, 0)
+        multiprocess.mark_process_dead(pid)  # gunicorn's child_exit hook
+    registry = CollectorRegistry()
+    multiprocess.MultiProcessCollector(registry)
+    sys.stdout.write(generate_latest(registry).decode())
+    """
+)
+
+
+def test_two_forked_workers_aggregate(memcached_1: list[MemcachedServer], tmp_path: Path) -> None:
+    flush(memcached_1)
+    spec = memcached_1[0].spec
+    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path)}
+    result = subprocess.run(
+        [sys.executable, "-c", WORKERS, spec],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    found = {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(result.stdout)
+        for sample in family.samples
+    }
+
+    def value(name: str, **labels: str) -> float:
+        return found[(name, tuple(sorted({"cache": "default", "server": spec, **labels}.items())))]
+
+    assert value("mcpatterns_commands_total", command="set", outcome="stored") == 7
+    assert value("mcpatterns_commands_total", command="get", outcome="hit") == 2
+    assert value("mcpatterns_command_seconds_count", command="set") == 7
+    assert value("mcpatterns_server_up") == 1  # the live process's view; the dead workers' dropped
+    assert len(list(tmp_path.glob("counter_*.db"))) >= 2  # one file per worker

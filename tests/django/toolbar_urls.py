@@ -1,0 +1,8 @@
+"""The URLconf of tests/django/test_debug_toolbar.py: a page and the toolbar's views."""
+
+from debug_toolbar.toolbar import debug_toolbar_urls
+from django.urls import path
+
+from tests.django.test_debug_toolbar import page
+
+urlpatterns = [path("page/", page), *debug_toolbar_urls()]
