@@ -29,10 +29,12 @@ from django.core.cache.backends.memcached import BaseMemcachedCache
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.functional import cached_property
 
+from .core._async.chunks import AsyncChunkedStore
+from .core._sync.chunks import ChunkedStore
 from .core.aio import AsyncCluster
 from .core.cluster import Cluster, NodeEvent, shared_cluster
 from .core.exceptions import ConfigurationError, InvalidKeyError, ValueTooLargeError
-from .core.keys import key_bytes
+from .core.keys import key_bytes, shorten
 from .core.memory import AsyncMemoryStore, MemoryStore, memory_options, shared_memory_store
 from .core.observe import check_installed
 from .core.options import INSTRUMENTATION_OPTIONS, ClusterOptions
@@ -66,15 +68,37 @@ class _StoreCache(
         self._location = server
         self._options = params.get("OPTIONS") or {}
         self.LibraryValueNotFoundException = KeyError  # our stores return None instead
+        self._hash_long_keys = self._options.get("long_keys") == "hash"
+
+    @property
+    def _cache(self) -> Store:
+        return self.values
 
     @cached_property
-    def _cache(self) -> Store:
+    def values(self) -> Store:
+        """What Django's cache API reads and writes: :attr:`store`, chunking large values
+        when ``OPTIONS["large_values"]`` is ``"chunk"`` (a ``ChunkedStore`` over it)."""
+        store = self.store
+        if self._options.get("large_values") != "chunk":
+            return store
+        return ChunkedStore(store, self._max_item_size)
+
+    @cached_property
+    def avalues(self) -> AsyncStore:
+        """:attr:`values` for asyncio: :attr:`astore`, chunked the same way."""
+        store = self.astore
+        if self._options.get("large_values") != "chunk":
+            return store
+        return AsyncChunkedStore(store, self._max_item_size)
+
+    @property
+    def _max_item_size(self) -> int:
         raise NotImplementedError
 
     @property
     def store(self) -> Store:
         """The Store behind this cache (a Cluster or a MemoryStore)."""
-        return self._cache
+        raise NotImplementedError
 
     @property
     def astore(self) -> AsyncStore:
@@ -87,6 +111,31 @@ class _StoreCache(
 
     def _pattern_key(self, key: Any, version: int | None = None) -> str:
         return self.make_and_validate_key(key, version=version)
+
+    def make_and_validate_key(self, key: Any, version: Any = None) -> str:
+        """Django's key (``KEY_PREFIX``, version, ``KEY_FUNCTION``), validated.
+
+        With ``OPTIONS["long_keys"] = "hash"``, a key over 250 bytes becomes its
+        digest form first (:func:`~django_mcpatterns.core.keys.shorten`).
+        """
+        made = self.make_key(key, version=version)
+        if self._hash_long_keys:
+            made = shorten(made)
+        self.validate_key(made)
+        return made
+
+    def bump(self, key: Any, version: Any = None) -> bool:
+        """Refresh ``key``'s place in memcached's LRU, without fetching it or changing its TTL.
+
+        Return whether it was there: memcached's "touching keys with add"
+        (meta ``mg <key>`` with no flags; text ``add``).  A False is the
+        playbook's cue that the value is gone and due to be recomputed.
+        """
+        return self.store.bump(self.make_and_validate_key(key, version=version))
+
+    async def abump(self, key: Any, version: Any = None) -> bool:
+        """:meth:`bump` for asyncio, on :attr:`astore` (no thread hop)."""
+        return await self.astore.bump(self.make_and_validate_key(key, version=version))
 
     def _pattern_expire(self, timeout: Any = DEFAULT) -> int:
         return self.get_backend_timeout(DEFAULT_TIMEOUT if timeout is DEFAULT else timeout)
@@ -113,8 +162,8 @@ class _StoreCache(
     #
     # Each pair shares its conventions (key making and validation, version,
     # timeouts, the item size limit, return values) through the pure helpers
-    # below; the async form differs only by awaiting ``astore`` where the sync
-    # one calls ``store``.  Nothing here hops to a thread: Django's defaults
+    # below; the async form differs only by awaiting ``avalues`` where the sync
+    # one calls ``values``.  Nothing here hops to a thread: Django's defaults
     # (``BaseCache.aget`` and friends) run the sync method through
     # ``sync_to_async`` and loop ``aget_many`` over ``aget``.
 
@@ -131,11 +180,11 @@ class _StoreCache(
     ) -> bool:
         key, expire = self._write_args(key, timeout, version)
         with _size_limited(key) as outcome:
-            outcome.stored = await self.astore.add(key, value, expire)
+            outcome.stored = await self.avalues.add(key, value, expire)
         return outcome.stored
 
     async def aget(self, key: Any, default: Any = None, version: Any = None) -> Any:
-        return await self.astore.get(self.make_and_validate_key(key, version=version), default)
+        return await self.avalues.get(self.make_and_validate_key(key, version=version), default)
 
     def set(  # type: ignore[override]  # says whether it stored; Django's returns None
         self, key: Any, value: Any, timeout: Any = DEFAULT_TIMEOUT, version: Any = None
@@ -159,17 +208,17 @@ class _StoreCache(
         """See :meth:`set`."""
         key, expire = self._write_args(key, timeout, version)
         with _size_limited(key) as outcome:
-            outcome.stored = await self.astore.set(key, value, expire)
+            outcome.stored = await self.avalues.set(key, value, expire)
         if not outcome.stored:
-            await self.astore.delete(key)
+            await self.avalues.delete(key)
         return outcome.stored
 
     async def atouch(self, key: Any, timeout: Any = DEFAULT_TIMEOUT, version: Any = None) -> bool:
         key, expire = self._write_args(key, timeout, version)
-        return bool(await self.astore.touch(key, expire))
+        return bool(await self.avalues.touch(key, expire))
 
     async def adelete(self, key: Any, version: Any = None) -> bool:
-        return bool(await self.astore.delete(self.make_and_validate_key(key, version=version)))
+        return bool(await self.avalues.delete(self.make_and_validate_key(key, version=version)))
 
     def get_many(self, keys: Iterable[Any], version: Any = None) -> dict[Any, Any]:
         key_map = self._key_map(keys, version)
@@ -178,7 +227,7 @@ class _StoreCache(
     async def aget_many(self, keys: Iterable[Any], version: Any = None) -> dict[Any, Any]:
         """See ``get_many``: one call to the store (one pipelined request per server)."""
         key_map = self._key_map(keys, version)
-        return _as_given(await self.astore.get_many(list(key_map)), key_map)
+        return _as_given(await self.avalues.get_many(list(key_map)), key_map)
 
     def incr(self, key: Any, delta: int = 1, version: Any = None) -> int:
         key = self.make_and_validate_key(key, version=version)
@@ -187,7 +236,7 @@ class _StoreCache(
 
     async def aincr(self, key: Any, delta: int = 1, version: Any = None) -> int:
         key = self.make_and_validate_key(key, version=version)
-        counter = self.astore.decr if delta < 0 else self.astore.incr
+        counter = self.avalues.decr if delta < 0 else self.avalues.incr
         return _counted(key, await counter(key, abs(delta)))
 
     def set_many(
@@ -203,17 +252,17 @@ class _StoreCache(
     ) -> list[Any]:
         """See :meth:`set_many`."""
         key_map = self._key_map(data, version)
-        failed = await self.astore.set_many(_made_values(data, key_map), self._expire(timeout))
+        failed = await self.avalues.set_many(_made_values(data, key_map), self._expire(timeout))
         return [key_map[k] for k in failed]
 
     def delete_many(self, keys: Iterable[Any], version: Any = None) -> None:
         self._cache.delete_many(list(self._key_map(keys, version)))
 
     async def adelete_many(self, keys: Iterable[Any], version: Any = None) -> None:
-        await self.astore.delete_many(list(self._key_map(keys, version)))
+        await self.avalues.delete_many(list(self._key_map(keys, version)))
 
     async def aclear(self) -> None:
-        await self.astore.flush_all()
+        await self.avalues.flush_all()
 
     # Django's own aincr_version/adecr_version/ahas_key/adecr are built on the
     # methods above, so they are native too; aclose() does nothing, as close().
@@ -377,8 +426,8 @@ class KetamaMemcacheCache(_StoreCache):
         return [server.node for server in self._servers]
 
     @property
-    def _cache(self) -> Cluster:
-        return self._cluster
+    def _max_item_size(self) -> int:
+        return self._cluster.options.max_item_size
 
     @property
     def store(self) -> Cluster:
@@ -411,8 +460,17 @@ class LocMemPatternsCache(_StoreCache):
             raise _improperly_configured(exc) from exc
         self._name = server if isinstance(server, str) else ";".join(server)
 
+    @property
+    def _max_item_size(self) -> int:
+        return int(self._memory_options.get("max_item_size", 1024 * 1024))
+
+    @property
+    def store(self) -> MemoryStore:
+        """The MemoryStore behind this cache (shared by every alias naming its LOCATION)."""
+        return self._memory
+
     @cached_property
-    def _cache(self) -> MemoryStore:
+    def _memory(self) -> MemoryStore:
         # One LOCATION, one store: aliases naming it must agree on how values are
         # encoded (serializer, signing), or the first one's would apply to all.
         try:
@@ -428,4 +486,4 @@ class LocMemPatternsCache(_StoreCache):
     @cached_property
     def astore(self) -> AsyncMemoryStore:
         """The embedded store for asyncio: the same data, on the event loop."""
-        return AsyncMemoryStore(self._cache)
+        return AsyncMemoryStore(self._memory)

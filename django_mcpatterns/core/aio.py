@@ -60,6 +60,8 @@ from .cluster import (
     _REFUSABLE,
     Cluster,
     Serde,
+    _bumped_meta,
+    _bumped_text,
     _cas_stored,
     _cas_token,
     _count,
@@ -463,6 +465,14 @@ class AsyncCluster:
     async def touch(self, key: Key, expire: int = 0) -> bool:
         kb, ring = placed(key)
         return await self._single(ring, Touch(kb, _expire(expire)), _touched, False)
+
+    async def bump(self, key: Key) -> bool:
+        """As :meth:`Cluster.bump`: meta ``mg <key>``, text ``add`` of an item already expired."""
+        kb, ring = placed(key)
+        if self._text:
+            probe = Store("add", kb, b"", 0, _EXPIRED)
+            return await self._single(ring, probe, _bumped_text, False)
+        return await self._single(ring, MetaGet(kb), _bumped_meta, False)
 
     async def ttl(self, key: Key) -> int | None:
         """As :meth:`Cluster.ttl` (meta protocol only)."""

@@ -435,6 +435,21 @@ class Cluster:
         kb, ring = placed(key)
         return self._single(ring, Touch(kb, _expire(expire)), _touched, False)
 
+    def bump(self, key: Key) -> bool:
+        """Refresh the item's place in the LRU without reading it or changing its TTL.
+
+        Return whether it was there.  Meta: ``mg <key>`` with no flags ("HD" or
+        "EN", no value sent back).  Text: memcached's "touching keys with add"
+        trick: an ``add`` that finds the item moves it to the head of the LRU
+        and answers NOT_STORED; on a miss it stores an item already expired
+        (exptime in 1970), so nothing appears.
+        """
+        kb, ring = placed(key)
+        if self._text:
+            probe = Store("add", kb, b"", 0, _EXPIRED)
+            return self._single(ring, probe, _bumped_text, False)
+        return self._single(ring, MetaGet(kb), _bumped_meta, False)
+
     def ttl(self, key: Key) -> int | None:
         """Return the seconds the item has left (-1: never expires), None when it is missing.
 
@@ -1512,6 +1527,23 @@ def _deleted(reply: bytes | ErrorReply) -> bool:
     return reply == DELETED
 
 
+def _bumped_text(reply: bytes | ErrorReply) -> bool:
+    # NOT_STORED: the item exists (and add moved it to the LRU's head); STORED: it did not.
+    if reply == NOT_STORED:
+        return True
+    if reply == STORED:
+        return False
+    raise _reply_error(reply)
+
+
+def _bumped_meta(reply: MetaReply | ErrorReply) -> bool:
+    if isinstance(reply, ErrorReply):
+        raise _reply_error(reply)
+    if reply.status not in (b"HD", b"EN"):
+        raise ProtocolError(f"reply {reply!r} does not answer a flagless mg")
+    return reply.status == b"HD"
+
+
 def _touched(reply: bytes | ErrorReply) -> bool:
     if isinstance(reply, ErrorReply):
         raise _reply_error(reply)
@@ -1635,7 +1667,8 @@ class _StoreMany:
 
     Over the size limit memcached swallows the data, drops the old item and
     answers ``SERVER_ERROR object too large for cache``: the stream stays in
-    step, and that key simply failed.
+    step, and that key simply failed.  So does a key memcached had no memory
+    for (``SERVER_ERROR out of memory storing object``): not stored, certainly.
     """
 
     values: Mapping[bytes, tuple[bytes, int]]  # encoded: (data, flags)
@@ -1650,7 +1683,8 @@ class _StoreMany:
         for kb, reply in zip(kbs, replies, strict=True):
             if reply == STORED:
                 continue
-            if reply == NOT_STORED or (isinstance(reply, ErrorReply) and reply.too_large):
+            refused = isinstance(reply, ErrorReply) and (reply.too_large or reply.out_of_memory)
+            if reply == NOT_STORED or refused:
                 not_stored.append(kb)
                 continue
             raise _reply_error(reply)

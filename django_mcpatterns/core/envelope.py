@@ -61,6 +61,7 @@ from typing import Any, Final, Protocol
 
 from pymemcache.serde import pickle_serde
 
+from .chunks import Encoded
 from .exceptions import EncodingError
 
 __all__ = [
@@ -153,6 +154,8 @@ class EnvelopeSerde:
 
     def serialize(self, key: Any, value: Any) -> tuple[bytes | str, int]:
         if type(value) is not Envelope:
+            if type(value) is Encoded:  # encoded already (a chunked store's items): as it is
+                return value.data, value.flags
             return self.inner.serialize(key, value)
         data, flags = self.inner.serialize(key, value.value)
         if flags & FLAG_ENVELOPE:

@@ -10,10 +10,19 @@ ketama client places it; a :class:`Routed` key names the bytes that place it
 (a namespace's keys all route by their root's version key).  A ``Routed`` is
 not ``bytes``: a conversion that would drop its route (``bytes(...)``, ``+``,
 slicing, :func:`key_bytes`) raises instead of sending the key elsewhere.
+
+Long keys (``OPTIONS["long_keys"] = "hash"``): :func:`shorten` turns a key over
+250 bytes into ``<head>:#<digest>``: its first bytes, readable in ``stats
+cachedump`` and logs, then 40 hex digits of BLAKE2b-160 over the *whole* key.
+The form is stable (every process and release makes the same one, so it is
+routed and shared like any key) and at most 250 bytes; keys that fit are
+left alone.  Only the length is forgiven: whitespace and control bytes stay
+invalid.
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass
 from typing import TypeVar
@@ -43,9 +52,33 @@ PlainKey = str | bytes
 Key = PlainKey | Routed
 # A key of the caller's own type (str, bytes, a Routed): answers name keys as given.
 KeyT = TypeVar("KeyT", bound=Key)
+PlainKeyT = TypeVar("PlainKeyT", str, bytes)
 
 MAX_KEY_LENGTH = 250
 _FORBIDDEN = re.compile(rb"[\x00-\x20\x7f]")
+
+
+LONG_KEYS = ("refuse", "hash")
+_DIGEST_MARK = b":#"
+_DIGEST_HEX = 40  # BLAKE2b-160
+_HEAD = MAX_KEY_LENGTH - len(_DIGEST_MARK) - _DIGEST_HEX
+
+
+def shorten(key: PlainKeyT) -> PlainKeyT:
+    """Return ``key``, or its digest form (``<head>:#<digest>``) when it is over 250 bytes.
+
+    The head is cut on a character boundary, so a ``str`` key stays valid
+    UTF-8; the result has the type of ``key``.
+    """
+    raw = key.encode("utf-8") if isinstance(key, str) else key
+    if len(raw) <= MAX_KEY_LENGTH:
+        return key
+    digest = hashlib.blake2b(raw, digest_size=_DIGEST_HEX // 2).hexdigest().encode()
+    head = raw[:_HEAD]
+    if isinstance(key, str):
+        head = head.decode("utf-8", "ignore").encode("utf-8")  # no half character
+        return (head + _DIGEST_MARK + digest).decode("utf-8")
+    return head + _DIGEST_MARK + digest
 
 
 def placed(key: Key) -> tuple[bytes, bytes]:

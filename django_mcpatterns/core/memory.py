@@ -44,9 +44,10 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from .chunks import LARGE_VALUES
 from .envelope import STALE, EnvelopeSerde, with_envelopes
 from .exceptions import ConfigurationError, NonNumericValueError, ValueTooLargeError
-from .keys import Key, KeyT, PlainKey, Routed, placed
+from .keys import LONG_KEYS, Key, KeyT, PlainKey, Routed, placed
 from .registry import Registry
 from .serializers import SerdeOptions, ValueRefused, ValueSerde, is_refused
 from .store import MAX_RELATIVE_EXPIRE, CasToken
@@ -289,6 +290,12 @@ class MemoryStore:
             deadline = _deadline(expire, now)
             self._link(raw, _Item(item.data, item.flags, deadline, item.cas, item.size), now)
         return True
+
+    def bump(self, key: Key) -> bool:
+        """Move the item to the head of the LRU, as a read does, keeping its TTL and value."""
+        raw = placed(key)[0]
+        with self._lock:
+            return self._live(raw, self._now()) is not None  # _live marks it most recent
 
     def delete(self, key: Key) -> bool:
         raw = placed(key)[0]
@@ -589,6 +596,9 @@ class AsyncMemoryStore:
     async def delete(self, key: Key) -> bool:
         return self.sync.delete(key)
 
+    async def bump(self, key: Key) -> bool:
+        return self.sync.bump(key)
+
     async def delete_many(self, keys: Iterable[Key]) -> None:
         self.sync.delete_many(keys)
 
@@ -658,7 +668,7 @@ def _token_number(cas: CasToken | str) -> int:
 
 # What an embedded cache's OPTIONS may hold: the store's sizes, and how values are encoded.
 MEMORY_OPTIONS = ("max_bytes", "max_item_size")
-EMBEDDED_OPTIONS = (*MEMORY_OPTIONS, *SerdeOptions.NAMES)
+EMBEDDED_OPTIONS = (*MEMORY_OPTIONS, *SerdeOptions.NAMES, "long_keys", "large_values")
 
 
 def memory_options(options: Mapping[str, Any]) -> dict[str, int]:
@@ -677,6 +687,14 @@ def memory_options(options: Mapping[str, Any]) -> dict[str, int]:
             option=unknown[0],
             choices=EMBEDDED_OPTIONS,
         )
+    for name, choices in (("long_keys", LONG_KEYS), ("large_values", LARGE_VALUES)):
+        if options.get(name, choices[0]) not in choices:
+            raise ConfigurationError(
+                f"invalid value {options[name]!r} for option {name!r}; valid choices: "
+                + ", ".join(repr(c) for c in choices),
+                option=name,
+                choices=choices,
+            )
     sizes = {name: value for name, value in options.items() if name in MEMORY_OPTIONS}
     for name, value in sizes.items():
         if not isinstance(value, int) or isinstance(value, bool) or value <= 0:

@@ -17,9 +17,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from .chunks import LARGE_VALUES
 from .exceptions import ConfigurationError
 from .gutter import DEFAULT_GUTTER_TTL
 from .ketama import VARIANTS
+from .keys import LONG_KEYS
 from .observe import check_installed
 from .replicas import check_replicate
 from .serializers import DEFAULT_SERIALIZER, SerdeOptions
@@ -108,6 +110,20 @@ class ClusterOptions:
     serializer, signed, signing_key, signing_keys
         How values are encoded and whether they are signed: see
         :class:`~.serializers.SerdeOptions` (the keys never show in ``repr``).
+    compressor, compress_min_len
+        Compression: see :class:`~.serializers.SerdeOptions` and docs/values.md.
+    large_values
+        ``"refuse"`` (Django's contract: a value over the item size limit is
+        not stored, and a failed ``set`` removes the old one) or ``"chunk"``
+        (stored in chunks: :mod:`.chunks`).  Applied by the backends' cache API.
+    long_keys
+        ``"refuse"`` (keys over 250 bytes are invalid, Django's contract) or
+        ``"hash"`` (they become a digest form under the limit; :mod:`.keys`).
+        Applied by the Django and Flask backends, which make the keys.
+    max_item_size
+        The servers' item size limit (memcached's ``-I``, 1 MiB by default),
+        in bytes: with ``large_values="chunk"``, values over it are stored in
+        chunks that fit.
     instrumentation
         What to report each request, pattern call and event to: a list of
         ``"prometheus"`` (metrics, :mod:`.metrics`) and ``"opentelemetry"``
@@ -149,6 +165,11 @@ class ClusterOptions:
     signed: bool | None = None
     signing_key: str | bytes | None = field(default=None, repr=False)
     signing_keys: Any = field(default=(), repr=False)
+    compressor: str | None = None
+    compress_min_len: int | None = None
+    large_values: str = "refuse"
+    long_keys: str = "refuse"
+    max_item_size: int = 1024 * 1024
     instrumentation: tuple[str, ...] = ()
     instrumentation_name: str = "default"
     prometheus_registry: Any = None
@@ -191,7 +212,17 @@ class ClusterOptions:
                 f"option 'raise_errors' must be True or False, not {self.raise_errors!r}",
                 option="raise_errors",
             )
-        serde = SerdeOptions(self.serializer, self.signed, self.signing_key, self.signing_keys)
+        _check_choice("long_keys", self.long_keys, LONG_KEYS)
+        _check_choice("large_values", self.large_values, LARGE_VALUES)
+        _check_number("max_item_size", self.max_item_size, integer=True, minimum=1024)
+        serde = SerdeOptions(
+            self.serializer,
+            self.signed,
+            self.signing_key,
+            self.signing_keys,
+            compressor=self.compressor,
+            compress_min_len=self.compress_min_len,
+        )
         for name in SerdeOptions.NAMES:  # normalised: signed resolved, keys as bytes
             object.__setattr__(self, name, getattr(serde, name))
         reserved = sorted(_RESERVED_CLIENT_OPTIONS & set(self.client_options))
@@ -255,7 +286,13 @@ class ClusterOptions:
     @property
     def serde_options(self) -> SerdeOptions:
         """The serialisation options, for :meth:`SerdeOptions.build`."""
-        return SerdeOptions(self.serializer, self.signed, signing_keys=self.signing_keys)
+        return SerdeOptions(
+            self.serializer,
+            self.signed,
+            signing_keys=self.signing_keys,
+            compressor=self.compressor,
+            compress_min_len=self.compress_min_len,
+        )
 
     @classmethod
     def from_mapping(cls, options: Mapping[str, Any] | None) -> ClusterOptions:

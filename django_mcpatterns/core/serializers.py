@@ -57,6 +57,20 @@ Signing (``signed``, ``signing_key``/``signing_keys``)
     break any signature.  They are inert, never given to a deserializer: set
     and list items are parsed by the strict codec of :mod:`.codec`.  The first
     key signs, every key verifies (rotation).
+
+Compression (``compressor``, ``compress_min_len``; :mod:`.compression`)
+    A value whose encoding is at least ``compress_min_len`` bytes is compressed
+    when that makes it smaller, and its flags gain the compressor's bit; it is
+    signed after compression, so a reader verifies before it inflates.  Raw
+    ``bytes`` and ``int`` items are never compressed, for the reason they are
+    never signed.  Every store reads zlib (bit 3: pylibmc's and pymemcache's
+    ``CompressedSerde``'s compressed values) whatever it writes.
+
+Values stored in chunks (``large_values="chunk"``; :mod:`.chunks`)
+    The item under the key is then a manifest (flag bit 21) naming the chunk
+    items.  The serde hands it as a :class:`~.chunks.ChunkManifest` to the
+    chunked store's reads (:func:`~.chunks.reading_manifests`) and refuses it
+    (``"format"``) everywhere else, so no other reader sees a manifest.
 """
 
 from __future__ import annotations
@@ -77,10 +91,20 @@ from typing import Any, ClassVar, Final, Literal
 
 from pymemcache.serde import FLAG_BYTES, FLAG_INTEGER, FLAG_LONG, FLAG_PICKLE, FLAG_TEXT
 
+from .chunks import FLAG_CHUNKED, ChunkManifest, reading_manifests
+from .compression import (
+    FLAG_ZLIB,
+    FLAG_ZSTD,
+    Compressor,
+    DecompressionError,
+    Decompressors,
+    load_compressor,
+)
 from .envelope import FLAG_ENVELOPE, Envelope
 from .exceptions import ConfigurationError, EncodingError
 
 __all__ = [
+    "DEFAULT_COMPRESS_MIN_LEN",
     "DEFAULT_SERIALIZER",
     "FLAG_JSON",
     "FLAG_MSGPACK",
@@ -111,6 +135,9 @@ FLAG_SIGNED = 1 << 20
 UNSIGNED_FLAGS = frozenset({FLAG_BYTES, FLAG_INTEGER})
 
 DEFAULT_SERIALIZER = "django_mcpatterns.core.serializers.PickleSerializer"
+# Shorter values gain little from compression (pymemcache measured 400 bytes as its
+# break-even) and cost a compress on every write.
+DEFAULT_COMPRESS_MIN_LEN = 1024
 MAC_SIZE = hashlib.sha256().digest_size
 MIN_SIGNING_KEY_BYTES = 32
 # Domain separation: a MAC made here means nothing to any other HMAC user of the key.
@@ -277,7 +304,18 @@ BUILTIN_SERIALIZERS = tuple(
 
 
 # Bits with a meaning of their own: text, integers, longs, envelopes, signatures.
-_RESERVED_FLAGS = frozenset({FLAG_TEXT, FLAG_INTEGER, FLAG_LONG, FLAG_ENVELOPE, FLAG_SIGNED})
+_RESERVED_FLAGS = frozenset(
+    {
+        FLAG_TEXT,
+        FLAG_INTEGER,
+        FLAG_LONG,
+        FLAG_ENVELOPE,
+        FLAG_SIGNED,
+        FLAG_ZLIB,
+        FLAG_ZSTD,
+        FLAG_CHUNKED,
+    }
+)
 
 
 def _own_bit(flag: object) -> bool:
@@ -423,10 +461,20 @@ class ValueSerde:
     is logged, counted, reported to ``on_refused`` and returned as
     :data:`REFUSED`, which both stores turn into a miss.  ``serialize`` raises
     :class:`~.exceptions.EncodingError` for a value the serializer cannot
-    encode.  Thread-safe.
+    encode.  ``compressor`` compresses values of at least
+    ``compress_min_len`` bytes (see the module docstring).  Thread-safe.
     """
 
-    __slots__ = ("_counts", "_lock", "on_refused", "serializer", "signer")
+    __slots__ = (
+        "_counts",
+        "_decompressors",
+        "_lock",
+        "compress_min_len",
+        "compressor",
+        "on_refused",
+        "serializer",
+        "signer",
+    )
 
     def __init__(
         self,
@@ -434,22 +482,42 @@ class ValueSerde:
         *,
         signing_keys: Sequence[bytes] = (),
         on_refused: Callable[[ValueRefused], object] | None = None,
+        compressor: Compressor | None = None,
+        compress_min_len: int = 0,
     ) -> None:
         self.serializer = serializer if serializer is not None else PickleSerializer()
         self.signer = Signer(signing_keys) if signing_keys else None
         self.on_refused = on_refused
+        self.compressor = compressor
+        self.compress_min_len = compress_min_len
+        self._decompressors = Decompressors(compressor)
         self._counts: Counter[str] = Counter()
         self._lock = threading.Lock()
 
     def serialize(self, key: Any, value: Any) -> tuple[bytes, int]:
         data, flags = self.serializer.serialize(key, value)
-        if self.signer is None or flags in UNSIGNED_FLAGS:
+        if flags in UNSIGNED_FLAGS:
+            return data, flags  # memcached rewrites these itself: neither compressed nor signed
+        compressor = self.compressor
+        if compressor is not None and len(data) >= self.compress_min_len:
+            packed = compressor.compress(data)
+            if len(packed) < len(data):  # as pylibmc: kept only when it saves space
+                data, flags = packed, flags | compressor.flag
+        if self.signer is None:
             return data, flags
         flags |= FLAG_SIGNED
         return self.signer.sign(key, flags, data), flags
 
     def deserialize(self, key: Any, data: bytes, flags: int) -> Any:
         try:
+            if flags == FLAG_CHUNKED:
+                if not reading_manifests():
+                    raise _Refusal(
+                        "format",
+                        "it is a value stored in chunks, which only the cache API of a cache "
+                        "with OPTIONS['large_values'] = 'chunk' reads",
+                    )
+                return ChunkManifest.parse(data)
             if flags & FLAG_SIGNED:
                 if self.signer is None:
                     raise _Refusal("format", "it is signed, and this cache does not sign")
@@ -457,6 +525,12 @@ class ValueSerde:
                 flags &= ~FLAG_SIGNED
             elif self.signer is not None and flags not in UNSIGNED_FLAGS:
                 raise _Refusal("unsigned", f"flags {flags:#x} without a signature")
+            if flags & self._decompressors.mask:
+                try:
+                    data, flags = self._decompressors.decompress(data, flags)
+                except DecompressionError as exc:
+                    missing = "not installed" in str(exc)
+                    raise _Refusal("format" if missing else "corrupt", str(exc)) from exc
             return self.serializer.deserialize(key, data, flags)
         except EncodingError as exc:
             # A custom serializer's own EncodingError is corrupt data too.
@@ -483,7 +557,8 @@ class ValueSerde:
 
     def __repr__(self) -> str:
         signed = f", {self.signer!r}" if self.signer else ""
-        return f"ValueSerde({self.serializer!r}{signed})"
+        compressed = f", {self.compressor!r}>={self.compress_min_len}" if self.compressor else ""
+        return f"ValueSerde({self.serializer!r}{signed}{compressed})"
 
 
 # -- options -----------------------------------------------------------------------
@@ -504,17 +579,34 @@ class SerdeOptions:
         One key, or several for rotation (the first signs, all verify); str
         (UTF-8) or bytes of at least 32 bytes.  Normalised into
         ``signing_keys`` (a tuple of bytes); never shown in ``repr``.
+    compressor, compress_min_len
+        Compress values of at least ``compress_min_len`` bytes with
+        ``compressor`` (``"zlib"``, ``"zstd"`` or a dotted path; see
+        :mod:`.compression`).  Off unless one of them is given: the
+        compressor alone compresses from :data:`DEFAULT_COMPRESS_MIN_LEN`
+        bytes, the length alone with zlib.  Normalised: ``compressor`` is
+        None or a name, ``compress_min_len`` None (off) or an int.
     """
 
     serializer: str = DEFAULT_SERIALIZER
     signed: bool | None = None
     signing_key: str | bytes | None = field(default=None, repr=False)
     signing_keys: Sequence[str | bytes] = field(default=(), repr=False)
+    compressor: str | None = None
+    compress_min_len: int | None = None
 
-    NAMES: ClassVar[tuple[str, ...]] = ("serializer", "signed", "signing_key", "signing_keys")
+    NAMES: ClassVar[tuple[str, ...]] = (
+        "serializer",
+        "signed",
+        "signing_key",
+        "signing_keys",
+        "compressor",
+        "compress_min_len",
+    )
 
     def __post_init__(self) -> None:
         load_serializer(self.serializer)  # importable and constructible, or a clear error
+        self._check_values()
         if self.signed is not None and not isinstance(self.signed, bool):
             raise ConfigurationError(
                 f"option 'signed' must be True or False, not {self.signed!r}", option="signed"
@@ -536,6 +628,24 @@ class SerdeOptions:
         object.__setattr__(self, "signing_key", None)
         object.__setattr__(self, "signing_keys", keys)
 
+    def _check_values(self) -> None:
+        """Validate and normalise the compression options."""
+        length = self.compress_min_len
+        if length is not None and (
+            not isinstance(length, int) or isinstance(length, bool) or length < 0
+        ):
+            raise ConfigurationError(
+                f"option 'compress_min_len' must be a number of bytes >= 0 or None, not {length!r}",
+                option="compress_min_len",
+            )
+        if self.compressor is None and length is None:
+            return  # compression off (the default)
+        name = "zlib" if self.compressor is None else self.compressor
+        load_compressor(name)  # importable, installed and with a bit of its own, or a clear error
+        object.__setattr__(self, "compressor", name)
+        if length is None:
+            object.__setattr__(self, "compress_min_len", DEFAULT_COMPRESS_MIN_LEN)
+
     @classmethod
     def from_mapping(cls, options: Mapping[str, Any]) -> SerdeOptions:
         """The serialisation options among ``options`` (other keys are ignored)."""
@@ -546,6 +656,8 @@ class SerdeOptions:
             load_serializer(self.serializer),
             signing_keys=self.signing_keys,  # type: ignore[arg-type]
             on_refused=on_refused,
+            compressor=None if self.compressor is None else load_compressor(self.compressor),
+            compress_min_len=self.compress_min_len or 0,
         )
 
     @property

@@ -107,6 +107,14 @@ class Store(Protocol):
 
     def touch(self, key: Key, expire: int = 0) -> bool: ...
 
+    def bump(self, key: Key) -> bool:
+        """Refresh the item's place in the LRU, keeping its value and TTL; return whether it exists.
+
+        memcached's "touching keys with add": nothing is fetched or rewritten.
+        Meta ``mg <key>`` (no flags); text ``add`` of an already-expired item.
+        """
+        ...
+
     def ttl(self, key: Key) -> int | None:
         """Return the seconds the item has left, ``-1`` for never, ``None`` when it is missing.
 
@@ -219,6 +227,8 @@ class AsyncStore(Protocol):
     async def delete_many(self, keys: Iterable[Key]) -> None: ...
 
     async def touch(self, key: Key, expire: int = 0) -> bool: ...
+
+    async def bump(self, key: Key) -> bool: ...
 
     async def ttl(self, key: Key) -> int | None: ...
 

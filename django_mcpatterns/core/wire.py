@@ -129,6 +129,15 @@ class ErrorReply:
         return self.kind == "SERVER_ERROR" and "too large" in self.message
 
     @property
+    def out_of_memory(self) -> bool:
+        """``SERVER_ERROR out of memory storing object`` (or ``... during read``): not stored.
+
+        memcached could not allocate the item (its memory is full of items it
+        cannot evict fast enough, typically under a stream of large ones).
+        """
+        return self.kind == "SERVER_ERROR" and "out of memory" in self.message.lower()
+
+    @property
     def non_numeric(self) -> bool:
         """``CLIENT_ERROR cannot increment or decrement non-numeric value``."""
         return self.kind == "CLIENT_ERROR" and "non-numeric" in self.message

@@ -35,6 +35,8 @@ from typing import Any
 from flask import Flask
 from flask_caching.backends.base import BaseCache
 
+from ..core._async.chunks import AsyncChunkedStore
+from ..core._sync.chunks import ChunkedStore
 from ..core.aio import AsyncCluster
 from ..core.cluster import Cluster, shared_cluster
 from ..core.exceptions import (
@@ -44,7 +46,7 @@ from ..core.exceptions import (
     NonNumericValueError,
     ValueTooLargeError,
 )
-from ..core.keys import key_bytes
+from ..core.keys import key_bytes, shorten
 from ..core.locks import Backoff
 from ..core.memory import AsyncMemoryStore, MemoryStore, memory_options
 from ..core.options import ClusterOptions
@@ -114,6 +116,9 @@ class _PatternsCache(SetsMixin, LocksMixin, StampedeMixin, NamespacesMixin, Limi
         self._clock = clock
         self._sleep = sleep
         self._rng = rng
+        # Set by the subclasses from CACHE_OPTIONS (long_keys, large_values).
+        self._hash_long_keys = False
+        self._values: ChunkedStore | None = None
 
     @property
     def store(self) -> Store:
@@ -121,9 +126,27 @@ class _PatternsCache(SetsMixin, LocksMixin, StampedeMixin, NamespacesMixin, Limi
         raise NotImplementedError
 
     @property
+    def values(self) -> Store:
+        """What the cache API reads and writes: the store, chunking large values if asked."""
+        return self.store if self._values is None else self._values
+
+    def _configure_values(self, options: Mapping[str, Any], max_item_size: int) -> None:
+        """Apply ``long_keys`` and ``large_values`` (validated already) from ``CACHE_OPTIONS``."""
+        self._hash_long_keys = options.get("long_keys") == "hash"
+        if options.get("large_values") == "chunk":
+            self._values = ChunkedStore(self.store, max_item_size)
+
+    @property
     def astore(self) -> AsyncStore:
         """The same store for asyncio (an AsyncCluster or an AsyncMemoryStore)."""
         raise NotImplementedError
+
+    @cached_property
+    def avalues(self) -> AsyncStore:
+        """:attr:`values` for asyncio: :attr:`astore`, chunked the same way."""
+        if self._values is None:
+            return self.astore
+        return AsyncChunkedStore(self.astore, self._values.max_item_size)
 
     # -- the patterns' hooks ----------------------------------------------------
 
@@ -135,6 +158,8 @@ class _PatternsCache(SetsMixin, LocksMixin, StampedeMixin, NamespacesMixin, Limi
         if not isinstance(key, str):
             raise InvalidKeyError(f"Flask-Caching keys are str, not {type(key).__name__}")
         made = self.key_prefix + (key if version is None else f"{version}:{key}")
+        if self._hash_long_keys:
+            made = shorten(made)  # OPTIONS["long_keys"] = "hash": a digest form under 250 bytes
         key_bytes(made)
         return made
 
@@ -151,14 +176,14 @@ class _PatternsCache(SetsMixin, LocksMixin, StampedeMixin, NamespacesMixin, Limi
 
     def get(self, key: str) -> Any:
         made = self._made(key)
-        return None if made is None else self.store.get(made)
+        return None if made is None else self.values.get(made)
 
     def has(self, key: str) -> bool:
         made = self._made(key)
         # A default sentinel tells a stored None from a miss, without the
         # ``append(key, "")`` trick of cachelib, which would change the item's
         # CAS token under concurrent sets and locks.
-        return made is not None and self.store.get(made, _MISSING) is not _MISSING
+        return made is not None and self.values.get(made, _MISSING) is not _MISSING
 
     def get_many(self, *keys: str) -> list[Any]:
         found = self.get_dict(*keys)
@@ -166,7 +191,7 @@ class _PatternsCache(SetsMixin, LocksMixin, StampedeMixin, NamespacesMixin, Limi
 
     def get_dict(self, *keys: str) -> dict[str, Any]:
         made = self._made_map(keys)
-        hits = self.store.get_many(list(made)) if made else {}
+        hits = self.values.get_many(list(made)) if made else {}
         found = {key: hits.get(made_key) for made_key, key in made.items()}
         return {key: found.get(key) for key in keys}
 
@@ -180,7 +205,7 @@ class _PatternsCache(SetsMixin, LocksMixin, StampedeMixin, NamespacesMixin, Limi
         """Store every value; return the keys that were stored (Flask-Caching's convention)."""
         made = self._made_map(mapping, write=True)
         expire = self._expire(timeout)
-        failed = set(self.store.set_many({m: mapping[k] for m, k in made.items()}, expire))
+        failed = set(self.values.set_many({m: mapping[k] for m, k in made.items()}, expire))
         return [key for made_key, key in made.items() if made_key not in failed]
 
     def delete(self, key: str) -> bool:
@@ -203,6 +228,20 @@ class _PatternsCache(SetsMixin, LocksMixin, StampedeMixin, NamespacesMixin, Limi
         if failed and not self.ignore_delete_many_errors:
             raise RuntimeError(f"Failed to delete keys: {failed}")
         return [key for made_key, key in made.items() if made_key not in remaining]
+
+    def bump(self, key: str) -> bool:
+        """Refresh ``key``'s place in memcached's LRU without fetching it or changing its TTL.
+
+        Return whether it was there (memcached's "touching keys with add");
+        an invalid key is False, as a miss.
+        """
+        made = self._made(key)
+        return made is not None and self.store.bump(made)
+
+    async def abump(self, key: str) -> bool:
+        """:meth:`bump` for asyncio, on :attr:`astore`."""
+        made = self._made(key)
+        return made is not None and await self.astore.bump(made)
 
     def clear(self) -> bool:
         """Flush the whole store: every key, whatever its prefix (memcached's ``flush_all``)."""
@@ -245,7 +284,7 @@ class _PatternsCache(SetsMixin, LocksMixin, StampedeMixin, NamespacesMixin, Limi
             return False
         expire = self._expire(timeout)
         try:
-            return bool(getattr(self.store, command)(made, value, expire))
+            return bool(getattr(self.values, command)(made, value, expire))
         except ValueTooLargeError:
             # memcached removes the old item of a set over the limit, so no stale
             # value outlives the failed write (store.py).
@@ -359,6 +398,7 @@ class KetamaMemcachedCache(_PatternsCache):
             )
         except ConfigurationError as exc:
             raise _setting_error("CACHE_MEMCACHED_SERVERS", exc) from exc
+        self._configure_values(options, cluster_options.max_item_size)
 
     @classmethod
     def factory(
@@ -423,6 +463,7 @@ class LocMemPatternsCache(_PatternsCache):
             self._memory = MemoryStore(**sizes, serde=serde, clock=clock)
         except ConfigurationError as exc:
             raise _setting_error("CACHE_OPTIONS", exc) from exc
+        self._configure_values(options, sizes.get("max_item_size", 1024 * 1024))
 
     @classmethod
     def factory(

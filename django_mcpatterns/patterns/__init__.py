@@ -8,6 +8,11 @@ they did through an optional fourth:
 
 ``store``
     the :class:`~django_mcpatterns.core.store.Store` behind the cache;
+``values``
+    the store the cache API reads and writes values through: ``store``, or a
+    chunked store over it (``OPTIONS["large_values"] = "chunk"``); ``avalues``
+    is the same over ``astore``;
+    ``get_or_set`` uses it, as Django's ``get``/``set`` do;
 ``astore``
     the same store for asyncio (:class:`~django_mcpatterns.core.store.AsyncStore`),
     what the async forms (``asadd``, ``aget_or_compute``...) use;
@@ -53,7 +58,13 @@ class PatternsHost(Protocol):
     def store(self) -> Store: ...
 
     @property
+    def values(self) -> Store: ...
+
+    @property
     def astore(self) -> AsyncStore: ...
+
+    @property
+    def avalues(self) -> AsyncStore: ...
 
     def _pattern_key(self, key: Any, version: int | None = None) -> str: ...
 

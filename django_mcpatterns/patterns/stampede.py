@@ -133,7 +133,7 @@ class StampedeMixin:
         """
         host = cast(PatternsHost, self)
         return get_or_set(
-            host.store, host._pattern_key(key, version), default, host._pattern_expire(timeout)
+            host.values, host._pattern_key(key, version), default, host._pattern_expire(timeout)
         )
 
     def get_envelope(self, key: Any, *, version: int | None = None) -> Envelope | None:
@@ -209,7 +209,7 @@ class StampedeMixin:
         may be a coroutine function (awaited) or a plain one (``sync_to_async``)."""
         host = cast(PatternsHost, self)
         return await async_get_or_set(
-            host.astore, host._pattern_key(key, version), default, host._pattern_expire(timeout)
+            host.avalues, host._pattern_key(key, version), default, host._pattern_expire(timeout)
         )
 
     async def aget_envelope(self, key: Any, *, version: int | None = None) -> Envelope | None:

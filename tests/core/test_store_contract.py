@@ -148,6 +148,7 @@ KEYED_CALLS: dict[str, Callable[[Store, Any], object]] = {
     "delete": lambda s, k: s.delete(k),
     "delete_many": lambda s, k: s.delete_many(["fine", k]),
     "touch": lambda s, k: s.touch(k, 10),
+    "bump": lambda s, k: s.bump(k),
     "ttl": lambda s, k: s.ttl(k),
     "gets_ttl": lambda s, k: s.gets_ttl(k),
     "add_cas": lambda s, k: s.add_cas(k, 1),
@@ -501,6 +502,18 @@ class TestStoreContract:
         store.set("k", 1)
         assert store.touch("k", 10) is True
         assert store.get("k") == 1
+
+    def test_bump_keeps_value_cas_and_ttl_and_creates_nothing(self, store: Store) -> None:
+        # memcached's "touching keys with add": meta mg <key>, text add of an expired item.
+        assert store.bump("missing") is False
+        assert store.get("missing", "miss") == "miss"
+        assert store.add("missing", "added") is True  # the bump left nothing behind
+        store.set("k", {"v": 1}, expire=600)
+        _, token = store.gets("k")
+        assert store.bump("k") is True
+        assert store.gets("k") == ({"v": 1}, token)
+        ttl = store.gets_ttl("k")[2]
+        assert ttl is None or 595 <= ttl <= 600  # None: text mode reads no TTL
 
     def test_ttl_is_the_seconds_left(self, store: Store, protocol: str) -> None:
         # memcached's mg <key> t: -1 for never, None for a missing item.

@@ -1,0 +1,194 @@
+"""Issue 17 on Django's cache API: compression, large values, long keys, bump, zero-byte values.
+
+Every test runs on a real memcached cluster and on the embedded store, built
+through ``settings.CACHES`` as a project builds them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import pickle
+from typing import Any
+
+import pytest
+from django.core.cache import caches
+from django.core.cache.backends.base import InvalidCacheKey
+from django.test import override_settings
+
+from django_mcpatterns.checks import check_caches
+from django_mcpatterns.core.keys import MAX_KEY_LENGTH
+from tests.django.conftest import CLUSTER_BACKEND, EMBEDDED_BACKEND, Deployment
+from tests.harness import MemcachedServer, raw_client
+
+pytestmark = pytest.mark.usefixtures("reset_shared_stores")
+
+BIG = os.urandom(2 * 1024 * 1024 + 5)  # over memcached's 1 MiB item limit
+ROWS = {"rows": [{"id": i, "name": f"user {i}", "mail": f"u{i}@x.org"} for i in range(3000)]}
+LONG = "report:" + "/section" * 60  # 487 characters
+
+
+@pytest.fixture(params=["cluster", "embedded"])
+def deployment(request: pytest.FixtureRequest) -> Deployment:
+    if request.param == "embedded":
+        return Deployment.embedded("values")
+    servers = request.getfixturevalue("memcached_3")
+    deployment = Deployment.cluster(servers)
+    deployment.flush()
+    return deployment
+
+
+def cache_with(deployment: Deployment, **options: Any) -> Any:
+    entry = deployment.params()
+    entry["OPTIONS"] = {**entry.get("OPTIONS", {}), **options}
+    if deployment.backend == EMBEDDED_BACKEND:
+        entry["LOCATION"] = f"values-{sorted(options.items())!r}"  # options differ: own store
+    with override_settings(CACHES={"default": entry}):
+        cache = caches["default"]
+    cache.clear()
+    return cache
+
+
+def stored_size(deployment: Deployment, made_key: str) -> int:
+    """Bytes the item of ``made_key`` holds in memcached (mg s), on whichever server has it."""
+    for server in deployment.require_servers():
+        line = raw_client(server).raw_command(b"mg " + made_key.encode() + b" s", b"\r\n")
+        if line.startswith(b"HD"):
+            return int(line.split()[1][1:])
+    raise AssertionError(f"{made_key!r} is on no server")
+
+
+# -- compression ----------------------------------------------------------------------
+
+
+def test_compressed_values_take_under_30_percent(deployment: Deployment) -> None:
+    cache = cache_with(deployment, compressor="zlib", compress_min_len=1024)
+    cache.set("rows", ROWS)
+    assert cache.get("rows") == ROWS
+    if deployment.has_servers:
+        plain = len(pickle.dumps(ROWS, pickle.HIGHEST_PROTOCOL))
+        assert stored_size(deployment, cache.make_key("rows")) < 0.3 * plain
+
+
+def test_a_pylibmc_cache_and_ours_share_compressed_values(
+    memcached_3: list[MemcachedServer],
+) -> None:
+    """A migration from PyLibMCCache: both caches read what the other compressed."""
+    pytest.importorskip("pylibmc")
+    deployment = Deployment.cluster(memcached_3)
+    deployment.flush()
+    pylibmc_entry = {
+        "BACKEND": "django.core.cache.backends.memcached.PyLibMCCache",
+        "LOCATION": [s.spec for s in memcached_3],
+        "OPTIONS": {"behaviors": {"ketama_weighted": True}},
+    }
+    ours_entry = {**deployment.params(), "OPTIONS": {"compress_min_len": 1024}}
+    with override_settings(CACHES={"default": ours_entry, "old": pylibmc_entry}):
+        ours, old = caches["default"], caches["old"]
+        old._cache.set(old.make_key("from-old"), ROWS, min_compress_len=100)  # compressed
+        ours.set("from-ours", ROWS)
+        assert ours.get("from-old") == ROWS
+        assert old.get("from-ours") == ROWS
+
+
+# -- large values ---------------------------------------------------------------------
+
+
+def test_by_default_a_value_over_the_limit_is_not_cached_and_the_old_one_goes(
+    deployment: Deployment,
+) -> None:
+    cache = cache_with(deployment)
+    cache.set("big", "old value")
+    assert cache.set("big", BIG) is False  # Django's contract, as its memcached backends
+    assert cache.get("big") is None
+
+
+def test_chunk_mode_caches_values_over_the_limit(deployment: Deployment) -> None:
+    cache = cache_with(deployment, large_values="chunk")
+    assert cache.set("big", BIG)
+    assert cache.get("big") == BIG
+    assert cache.has_key("big")
+    assert cache.get_many(["big", "absent"]) == {"big": BIG}
+    assert cache.add("big", b"other") is False
+    assert cache.set_many({"big2": BIG[::-1], "small": 1}) == []
+    assert cache.get_or_set("big2", "unused") == BIG[::-1]
+    assert asyncio.run(cache.aget("big")) == BIG
+    cache.delete("big")
+    assert cache.get("big") is None
+
+
+# -- long keys ------------------------------------------------------------------------
+
+
+def test_long_keys_are_refused_by_default(deployment: Deployment) -> None:
+    cache = cache_with(deployment)
+    with pytest.raises(InvalidCacheKey):
+        cache.set(LONG, 1)
+
+
+def test_long_keys_hash_into_a_readable_stable_form(deployment: Deployment) -> None:
+    cache = cache_with(deployment, long_keys="hash")
+    made = cache.make_and_validate_key(LONG)
+    assert len(made.encode()) <= MAX_KEY_LENGTH
+    assert made.startswith(cache.make_key(LONG)[:100])  # readable head
+    assert made == cache_with(deployment, long_keys="hash").make_and_validate_key(LONG)
+    assert cache.make_and_validate_key("short") == cache.make_key("short")
+    assert cache.set(LONG, "value")
+    assert cache.get(LONG) == "value"
+    assert cache.get(LONG + "x") is None  # another long key, another digest
+    assert cache.sadd(LONG, "member") == 1  # the patterns make keys the same way
+    with pytest.raises(InvalidCacheKey):
+        cache.set("with space", 1)  # only the length is forgiven
+
+
+# -- bump -----------------------------------------------------------------------------
+
+
+def test_bump_says_whether_the_key_is_there(deployment: Deployment) -> None:
+    cache = cache_with(deployment)
+    cache.set("here", "v", 300)
+    assert cache.bump("here") is True
+    assert cache.bump("absent") is False
+    assert cache.get("absent") is None  # bump never creates
+    assert asyncio.run(cache.abump("here")) is True
+    assert asyncio.run(cache.abump("absent")) is False
+    if deployment.has_servers:
+        ttl = deployment.ttl(cache.make_key("here"))
+        assert ttl is not None
+        assert 290 <= ttl <= 300  # its TTL untouched
+    with pytest.raises(InvalidCacheKey):
+        cache.bump("with space")
+
+
+# -- zero-byte values -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", [b"", ""], ids=["bytes", "str"])
+def test_zero_byte_values_are_hits(deployment: Deployment, value: Any) -> None:
+    cache = cache_with(deployment)
+    cache.set("empty", value)
+    assert cache.get("empty", "miss") == value
+    assert cache.has_key("empty")
+    assert cache.get_or_set("empty", "recomputed") == value
+    assert cache.get_many(["empty"]) == {"empty": value}
+
+
+# -- checks ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"compressor": "brotli"},
+        {"compress_min_len": -5},
+        {"large_values": "split"},
+        {"long_keys": "truncate"},
+    ],
+)
+@pytest.mark.parametrize("backend", [CLUSTER_BACKEND, EMBEDDED_BACKEND])
+def test_bad_value_options_are_e005(options: dict[str, Any], backend: str) -> None:
+    entry = {"BACKEND": backend, "LOCATION": "127.0.0.1:11211", "OPTIONS": options}
+    with override_settings(CACHES={"default": entry}):
+        (error,) = check_caches(None)
+    assert error.id == "mcpatterns.E005"
+    assert repr(next(iter(options))) in error.msg
