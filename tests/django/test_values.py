@@ -117,6 +117,26 @@ def test_chunk_mode_caches_values_over_the_limit(deployment: Deployment) -> None
     assert cache.get("big") is None
 
 
+def test_chunk_mode_holds_on_the_native_async_api(deployment: Deployment) -> None:
+    """The a-methods run on the async store, chunked the same way: each form reads the other's."""
+    cache = cache_with(deployment, large_values="chunk")
+
+    async def scenario() -> None:
+        assert await cache.aset("big", BIG)
+        assert await cache.aadd("big", b"other") is False
+        assert await cache.aset_many({"big2": BIG[::-1], "small": 1}) == []
+        assert await cache.aget_many(["big", "big2", "absent"]) == {"big": BIG, "big2": BIG[::-1]}
+        assert await cache.aget_or_set("big2", "unused") == BIG[::-1]
+        assert await cache.ahas_key("big")
+
+    asyncio.run(scenario())
+    assert cache.get("big") == BIG
+    cache.set("big3", BIG)
+    assert asyncio.run(cache.aget("big3")) == BIG
+    asyncio.run(cache.adelete("big3"))
+    assert cache.get("big3") is None
+
+
 # -- long keys ------------------------------------------------------------------------
 
 
