@@ -24,6 +24,7 @@ the exporter sums them; the gauge keeps the lowest value of the live workers.
 from __future__ import annotations
 
 import threading
+from collections import Counter as Occurrences
 from typing import Any
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
@@ -98,7 +99,7 @@ def _families_of(registry: CollectorRegistry) -> _Families:
 class PrometheusSink(BaseSink):
     """Counts round trips, times them and follows server health in Prometheus metrics.
 
-    The labelled children a round trip moves are remembered per cache,
+    The labelled children a single-command round trip moves are remembered per cache,
     server and commands with their outcomes: a get costs one dict lookup, an
     ``inc`` and an ``observe``.  It also answers the status page's per-server
     counts (:meth:`servers`), read back from the metrics.
@@ -111,13 +112,19 @@ class PrometheusSink(BaseSink):
 
     def round_trip(self, trip: RoundTrip) -> None:
         cache, server, operation, commands, nanoseconds, _, _ = trip
-        key = (cache, server, commands)
-        children = self._children.get(key)
-        if children is None:
-            children = self._children[key] = self._labelled(cache, server, operation, commands)
-        counters, timer = children
-        for counter in counters:
-            counter.inc()
+        if len(commands) == 1:  # the hot path: remembered (a closed set of series)
+            key = (cache, server, commands)
+            children = self._children.get(key)
+            if children is None:
+                children = self._children[key] = self._labelled(cache, server, operation, commands)
+            counters, timer = children
+            for counter in counters:
+                counter.inc()
+        else:  # a batch: not remembered, its outcomes make too many combinations to keep
+            families = self._families
+            for (command, result), n in Occurrences(commands).items():
+                families.commands.labels(cache, server, command, result).inc(n)
+            timer = families.seconds.labels(cache, server, operation)
         if nanoseconds:  # nothing was sent to a server in its wait: no time to tell
             timer.observe(nanoseconds / 1e9)
 

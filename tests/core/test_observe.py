@@ -394,3 +394,22 @@ def test_invalid_instrumentation_options_are_named(option: str, value: object) -
     with pytest.raises(ConfigurationError, match=option) as caught:
         ClusterOptions.from_mapping({option: value})
     assert caught.value.option == option
+
+
+def test_batches_of_every_size_and_outcome_keep_the_sink_bounded(
+    memcached_1: list[MemcachedServer], registry: CollectorRegistry
+) -> None:
+    """A long-running process sends delete_many of many sizes, each key hit or missed:
+    the sink's memory follows the series (server, command, outcome), not the batches."""
+    from django_mcpatterns.core.metrics import PrometheusSink
+
+    flush(memcached_1)
+    cluster = instrumented([memcached_1[0].spec], "prometheus", prometheus_registry=registry)
+    keys = [f"batch:{j}" for j in range(10)]
+    for i in range(64):  # every pattern of present keys: 64 different replies
+        cluster.set_many({k: 1 for j, k in enumerate(keys[:6]) if i >> j & 1})
+        cluster.delete_many(keys[: 6 + i % 4])
+    found = samples(registry)
+    assert commands(found, command="delete") == sum(6 + i % 4 for i in range(64))
+    (sink,) = [s for s in cluster.observer.sinks if isinstance(s, PrometheusSink)]  # type: ignore[union-attr]
+    assert len(sink._children) <= 8  # was one entry per distinct batch: 70 here
