@@ -364,7 +364,9 @@ class AsyncCluster:
             batch = await channel.fetch_one(kb, cas)
             if type(batch) is not Batch:
                 raise _reply_error(batch)
-        except asyncio.CancelledError:
+        except asyncio.CancelledError as exc:
+            if observer is not None:  # the slowest reads: still counted and timed
+                observer.failed(node.name, Get((kb,), cas), exc, sent, started)
             self._cancelled(node, admission)
             raise
         except BaseException as exc:
@@ -842,7 +844,9 @@ class AsyncCluster:
                 observer.request(node.name, request, replies[0] if single else replies, started)
                 observer = None
             result: Any = replies if decode is None else decode(replies[0])
-        except asyncio.CancelledError:
+        except asyncio.CancelledError as exc:
+            if observer is not None:  # a write sent is unknown; counted and timed either way
+                observer.failed(node.name, batch, exc, sent, started)
             self._cancelled(node, admission)
             raise
         except BaseException as exc:
@@ -1009,7 +1013,12 @@ class AsyncCluster:
                     if observer is not None:
                         observer.request(node.name, described(kbs), reported, began)
                 del started[0]
-        except asyncio.CancelledError:
+        except asyncio.CancelledError as exc:
+            if observer is not None:  # sent: every started server's; not sent: the pending
+                for node, _, kbs, _ in started:
+                    observer.failed(node.name, described(kbs), exc, True, began)
+                for node, kbs in pending:
+                    observer.failed(node.name, described(kbs), exc, False, began)
             for node in {node for node, *_ in started} | {node for node, _ in pending}:
                 self._cancelled(node, granted[node])
             raise
