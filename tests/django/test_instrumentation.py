@@ -196,3 +196,31 @@ def test_the_embedded_backend_takes_the_options_and_measures_nothing() -> None:
     entry["OPTIONS"] = {"instrumentation": ["statsd"]}
     with override_settings(CACHES={"default": entry}), pytest.raises(ImproperlyConfigured):
         caches["default"].get("x")
+
+
+def test_caches_sharing_one_options_dict_are_labelled_with_their_own_alias(
+    memcached_3: list[MemcachedServer], registry: CollectorRegistry
+) -> None:
+    """Settings often share one OPTIONS dict between caches: each is still its own alias."""
+    for server in memcached_3:
+        server.flush()
+    options = {"instrumentation": ["prometheus"], "prometheus_registry": registry}
+    caches_setting = {
+        "default": {
+            "BACKEND": CLUSTER_BACKEND,
+            "LOCATION": memcached_3[0].spec,
+            "OPTIONS": options,
+        },
+        "sessions": {
+            "BACKEND": CLUSTER_BACKEND,
+            "LOCATION": memcached_3[1].spec,
+            "OPTIONS": options,
+        },
+    }
+    with override_settings(CACHES=caches_setting):
+        caches["default"].set("a", 1)
+        caches["sessions"].set("b", 1)
+        caches["sessions"].set("c", 1)
+    found = samples(registry)
+    assert commands(found, cache="default", server=memcached_3[0].spec) == 1
+    assert commands(found, cache="sessions", server=memcached_3[1].spec) == 2
