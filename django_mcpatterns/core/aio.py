@@ -46,6 +46,7 @@ import time
 import weakref
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from functools import partial
 from time import perf_counter_ns
 from typing import Any, TypeVar, cast
 
@@ -978,6 +979,9 @@ class AsyncCluster:
         loop = asyncio.get_running_loop()
         observer = self.sync.observer
         began = perf_counter_ns() if observer is not None else 0
+        # When each server's last reply came (observed only): the replies are awaited in
+        # turn, so the time a server's turn comes includes the servers before it.
+        answered: dict[_Node, int] = {}
         started: list[tuple[_Node, Channel, list[bytes], Sequence[asyncio.Future[Any]]]] = []
         pending = list(groups.items())
         try:
@@ -990,7 +994,11 @@ class AsyncCluster:
                     if channel is None:
                         channel = await links.channel(loop)
                         sent = True
-                    started.append((node, channel, kbs, start(node, channel, kbs)))
+                    waiters = start(node, channel, kbs)
+                    if observer is not None:
+                        for waiter in waiters:
+                            waiter.add_done_callback(partial(_stamp, answered, node))
+                    started.append((node, channel, kbs, waiters))
                 except asyncio.CancelledError:
                     raise
                 except BaseException as exc:
@@ -1010,8 +1018,9 @@ class AsyncCluster:
                     failed(node, kbs, self._judge(node, channel, exc, granted[node], True))
                 else:
                     self._done(node)
-                    if observer is not None:
-                        observer.request(node.name, described(kbs), reported, began)
+                    if observer is not None:  # timed to its own last reply
+                        late = perf_counter_ns() - answered.get(node, perf_counter_ns())
+                        observer.request(node.name, described(kbs), reported, began + late)
                 del started[0]
         except asyncio.CancelledError as exc:
             if observer is not None:  # sent: every started server's; not sent: the pending
@@ -1058,6 +1067,11 @@ class AsyncCluster:
         if errors:
             raise errors[0]
         return results
+
+
+def _stamp(answered: dict[_Node, int], node: _Node, _: asyncio.Future[Any]) -> None:
+    """Note when ``node``'s reply came (its last one, for several futures)."""
+    answered[node] = perf_counter_ns()
 
 
 async def _answer(links: _Links, request: Request[Any]) -> Any:

@@ -460,3 +460,37 @@ def test_async_requests_cancelled_by_a_deadline_are_still_counted_and_timed(
             command=write,
         )
         assert timed == 2  # the warm write and the cut one
+
+
+def test_async_multi_key_round_trips_are_timed_per_server(
+    memcached_4_fresh: list[MemcachedServer], registry: CollectorRegistry
+) -> None:
+    """get_many over a stalled server and a quick one: the quick one's round trip is not
+    charged the stalled one's wait (the per-server p99 is how an operator finds the slow one)."""
+    import threading
+
+    slow, quick = memcached_4_fresh[:2]
+    cluster = instrumented(
+        [slow.spec, quick.spec], "prometheus", prometheus_registry=registry, timeout=5
+    )
+    keys = [f"spread:{i}" for i in range(20)]
+    keys.sort(key=lambda k: cluster.ring.get_node(k.encode()) != slow.spec)  # slow's first
+    assert {cluster.ring.get_node(k.encode()) for k in keys} == {slow.spec, quick.spec}
+    cluster.set_many(dict.fromkeys(keys, 1))
+    twin = cluster.aio
+
+    async def work() -> None:
+        await twin.get_many(keys)  # connections open before the stall
+        slow.pause()
+        threading.Timer(0.5, slow.resume).start()
+        assert len(await twin.get_many(keys)) == 20
+        await twin.close()
+
+    asyncio.run(work())
+
+    def timed(server: str, under: str) -> float:
+        labels = {"cache": "default", "server": server, "command": "get", "le": under}
+        return sample(samples(registry), "mcpatterns_command_seconds_bucket", **labels)
+
+    assert timed(slow.spec, "0.25") == 1  # the first read only: the stalled one took 0.5 s
+    assert timed(quick.spec, "0.25") == 2  # both quick: it answered at once
