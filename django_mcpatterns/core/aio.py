@@ -851,8 +851,9 @@ class AsyncCluster:
             self._cancelled(node, admission)
             raise
         except BaseException as exc:
-            if observer is not None:
-                observer.failed(node.name, batch, exc, sent, started)
+            if observer is not None:  # NotSentError: queued, never written, not applied
+                reached = sent and not isinstance(exc, NotSentError)
+                observer.failed(node.name, batch, exc, reached, started)
             refusal = await self._refusal(node, batch, exc) if sent else None
             if refusal is not None:
                 if admission.probe:
@@ -1003,7 +1004,8 @@ class AsyncCluster:
                     raise
                 except BaseException as exc:
                     if observer is not None:
-                        observer.failed(node.name, described(kbs), exc, sent, began)
+                        reached = sent and not isinstance(exc, NotSentError)
+                        observer.failed(node.name, described(kbs), exc, reached, began)
                     failed(node, kbs, self._judge(node, channel, exc, granted[node], sent))
                 del pending[0]
             while started:
@@ -1014,7 +1016,8 @@ class AsyncCluster:
                     raise
                 except BaseException as exc:
                     if observer is not None:
-                        observer.failed(node.name, described(kbs), exc, True, began)
+                        reached = not isinstance(exc, NotSentError)
+                        observer.failed(node.name, described(kbs), exc, reached, began)
                     failed(node, kbs, self._judge(node, channel, exc, granted[node], True))
                 else:
                     self._done(node)

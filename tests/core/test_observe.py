@@ -494,3 +494,30 @@ def test_async_multi_key_round_trips_are_timed_per_server(
 
     assert timed(slow.spec, "0.25") == 1  # the first read only: the stalled one took 0.5 s
     assert timed(quick.spec, "0.25") == 2  # both quick: it answered at once
+
+
+def test_an_async_write_the_failing_channel_never_sent_is_not_unknown(
+    memcached_1: list[MemcachedServer], registry: CollectorRegistry
+) -> None:
+    """A write still queued when its connection fails was certainly not applied
+    (NotSentError): an error, as the cluster itself judges it, not an unknown outcome."""
+    from django_mcpatterns.core.transport import ConnectionClosedError
+
+    cluster = instrumented([memcached_1[0].spec], "prometheus", prometheus_registry=registry)
+    twin = cluster.aio
+
+    async def work() -> None:
+        assert await twin.set("warm", 1) is True
+        (node,) = twin._nodes.values()
+        channel = twin._links[node].current(asyncio.get_running_loop())
+        assert channel is not None
+        queued = asyncio.ensure_future(twin.set("queued", 1))
+        await asyncio.sleep(0)  # the write is queued, not yet written: the flush comes next
+        channel.fail(ConnectionClosedError("the connection dropped"))
+        assert await queued is False  # degraded, as any failure
+        await twin.close()
+
+    asyncio.run(work())
+    found = samples(registry)
+    assert commands(found, command="set", outcome="unknown") == 0
+    assert commands(found, command="set", outcome="error") == 1
