@@ -521,3 +521,24 @@ def test_an_async_write_the_failing_channel_never_sent_is_not_unknown(
     found = samples(registry)
     assert commands(found, command="set", outcome="unknown") == 0
     assert commands(found, command="set", outcome="error") == 1
+
+
+def test_replicated_writes_are_counted_on_every_replica_sync_and_async(
+    cluster3: Cluster, memcached_3: list[MemcachedServer], registry: CollectorRegistry
+) -> None:
+    """OPTIONS["replicate"]: a hot key's write goes to all its replicas in one parallel round
+    trip; each server's command is counted, by the sync cluster as by its asyncio twin."""
+    specs = [s.spec for s in memcached_3]
+    cluster = instrumented(specs, "prometheus", prometheus_registry=registry, replicate={"hot:": 3})
+    assert cluster.set("hot:a", 1) is True
+    assert cluster.delete("hot:a") is True
+
+    async def work() -> None:
+        assert await cluster.aio.set("hot:b", 1) is True
+        await cluster.aio.close()
+
+    asyncio.run(work())
+    found = samples(registry)
+    for spec in specs:
+        assert commands(found, server=spec, command="set", outcome="stored") == 2, spec
+        assert commands(found, server=spec, command="delete", outcome="deleted") == 1, spec
