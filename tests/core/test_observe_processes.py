@@ -29,7 +29,7 @@ WORKERS = textwrap.dedent(
         if pid == 0:
             for i in range(writes):
                 cluster.set(f"worker{worker}:{i}", i)
-            cluster.get("worker0:0")
+            cluster.get(f"worker{worker}:0")  # its own: the workers run side by side
             os._exit(0)
         children.append(pid)
     for pid in children:
