@@ -1,0 +1,97 @@
+"""Review of issue 17 (values): what a demanding user hits, on real memcached.
+
+- a value over the item limit through ``get_or_compute`` must not leave its
+  placeholder behind (every later caller would wait ``policy.wait``, then raise);
+- memcached's ``SERVER_ERROR out of memory storing object`` on a write of a
+  whole value is "not stored", never an exception into the view.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from django_mcpatterns.core.cluster import Cluster
+from django_mcpatterns.core.options import ClusterOptions
+from django_mcpatterns.core.stampede import AsyncStampede, Stampede, StampedePolicy
+from tests.conftest import flush
+from tests.harness import MemcachedServer, free_port
+
+BIG = os.urandom(2 * 1024 * 1024)  # over memcached's 1 MiB item limit
+POLICY = StampedePolicy(wait=3.0)  # a stalled waiter shows within the test's patience
+
+
+@pytest.fixture(params=["meta", "text"])
+def cluster(
+    request: pytest.FixtureRequest, memcached_1: list[MemcachedServer]
+) -> Iterator[Cluster]:
+    flush(memcached_1)
+    cluster = Cluster([memcached_1[0].spec], ClusterOptions(protocol=request.param))
+    yield cluster
+    cluster.close()
+
+
+# -- get_or_compute of a value over the item limit ------------------------------------
+
+
+def test_an_uncacheable_value_leaves_no_placeholder_for_the_next_caller(cluster: Cluster) -> None:
+    stampede = Stampede(cluster, POLICY)
+    assert stampede.fetch("huge", lambda: BIG, 60).value == BIG  # computed, not cached
+    started = time.monotonic()
+    fetched = stampede.fetch("huge", lambda: b"next", 60)
+    assert (fetched.value, fetched.outcome) == (b"next", "computed")  # not a 3 s wait, then raise
+    assert time.monotonic() - started < 1.5
+    assert cluster.get("huge") == b"next" or cluster.get("huge") is None
+
+
+def test_an_uncacheable_value_leaves_no_placeholder_async_too(cluster: Cluster) -> None:
+    async def scenario() -> tuple[object, str, float]:
+        stampede = AsyncStampede(cluster.aio, POLICY)
+        assert (await stampede.fetch("huge", lambda: BIG, 60)).value == BIG
+        started = time.monotonic()
+        fetched = await stampede.fetch("huge", lambda: b"next", 60)
+        return fetched.value, fetched.outcome, time.monotonic() - started
+
+    value, outcome, took = asyncio.run(scenario())
+    assert (value, outcome) == (b"next", "computed")
+    assert took < 1.5
+
+
+# -- memcached out of memory ----------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def full_server() -> Iterator[MemcachedServer]:
+    """A 2 MB memcached that answers "out of memory" instead of evicting (-M)."""
+    server = MemcachedServer(free_port(), extra_args=("-M",), memory_mb=2).start()
+    yield server
+    server.stop()
+
+
+@pytest.mark.parametrize("protocol", ["meta", "text"])
+@pytest.mark.parametrize("command", ["set", "add", "cas"])
+def test_out_of_memory_is_not_stored_never_an_exception(
+    full_server: MemcachedServer, protocol: str, command: str
+) -> None:
+    full_server.flush()
+    cluster = Cluster([full_server.spec], ClusterOptions(protocol=protocol))  # type: ignore[arg-type]
+    answers = []
+    try:
+        for i in range(40):
+            key = f"{command}:{i}"
+            value = os.urandom(400_000)
+            if command == "cas":
+                cluster.set(key, b"")  # a small item to swap, while memory lasts
+                _, token = cluster.gets(key)
+                answers.append(cluster.cas(key, value, token) if token is not None else False)
+            else:
+                answers.append(getattr(cluster, command)(key, value))
+        assert False in answers  # memory ran out: answered "not stored"
+        assert answers[0] is True
+        assert asyncio.run(cluster.aio.set("async", os.urandom(400_000))) is False
+    finally:
+        cluster.close()
