@@ -15,11 +15,15 @@ from collections.abc import Iterator
 
 import pytest
 
+from django_mcpatterns.core._async.chunks import AsyncChunkedStore
+from django_mcpatterns.core._sync.chunks import ChunkedStore
+from django_mcpatterns.core.chunks import CHUNKED_MAX_TTL, ChunkManifest, manifests_read
 from django_mcpatterns.core.cluster import Cluster
+from django_mcpatterns.core.keys import placed
 from django_mcpatterns.core.options import ClusterOptions
 from django_mcpatterns.core.stampede import AsyncStampede, Stampede, StampedePolicy
 from tests.conftest import flush
-from tests.harness import MemcachedServer, free_port
+from tests.harness import MemcachedServer, free_port, server_ttl
 
 BIG = os.urandom(2 * 1024 * 1024)  # over memcached's 1 MiB item limit
 POLICY = StampedePolicy(wait=3.0)  # a stalled waiter shows within the test's patience
@@ -95,3 +99,57 @@ def test_out_of_memory_is_not_stored_never_an_exception(
         assert asyncio.run(cluster.aio.set("async", os.urandom(400_000))) is False
     finally:
         cluster.close()
+
+
+# -- touch of a chunked value ---------------------------------------------------------
+
+
+def chunked(cluster: Cluster) -> ChunkedStore:
+    return ChunkedStore(cluster, cluster.options.max_item_size)
+
+
+def chunk_keys(cluster: Cluster, key: str) -> list[str]:
+    with manifests_read():
+        manifest = cluster.get(key)
+    assert type(manifest) is ChunkManifest
+    wire, ring = placed(key)
+    return [chunk.key.decode() for chunk in manifest.keys(wire, ring)]
+
+
+def test_touch_renews_a_chunked_value_whole(
+    cluster: Cluster, memcached_1: list[MemcachedServer]
+) -> None:
+    store = chunked(cluster)
+    assert store.set("big", BIG, 2)
+    assert store.touch("big", 100)  # Django's touch: True, so the value must outlive 2 s
+    server = memcached_1[0]
+    ttls = [server_ttl(server, chunk) for chunk in chunk_keys(cluster, "big")]
+    assert all(ttl is not None and ttl > 50 for ttl in ttls), ttls
+    assert store.touch("big", 0)  # "never": chunked items still expire (30 days)
+    ttls = [server_ttl(server, key) for key in ["big", *chunk_keys(cluster, "big")]]
+    assert all(ttl is not None and 0 < ttl <= CHUNKED_MAX_TTL for ttl in ttls), ttls
+    assert store.get("big") == BIG
+
+
+def test_touch_of_a_chunked_value_missing_a_chunk_is_false(cluster: Cluster) -> None:
+    store = chunked(cluster)
+    assert store.set("big", BIG, 100)
+    cluster.delete(chunk_keys(cluster, "big")[1])
+    assert store.touch("big", 100) is False  # it reads as a miss: not there
+    assert store.set("small", b"x", 100)
+    assert store.touch("small", 200)
+    assert store.touch("absent", 200) is False
+
+
+def test_async_touch_renews_a_chunked_value_whole(
+    cluster: Cluster, memcached_1: list[MemcachedServer]
+) -> None:
+    store = AsyncChunkedStore(cluster.aio, cluster.options.max_item_size)
+
+    async def scenario() -> bool:
+        assert await store.set("big", BIG, 2)
+        return await store.touch("big", 100)
+
+    assert asyncio.run(scenario())
+    ttls = [server_ttl(memcached_1[0], chunk) for chunk in chunk_keys(cluster, "big")]
+    assert all(ttl is not None and ttl > 50 for ttl in ttls), ttls

@@ -40,10 +40,10 @@ class AsyncChunkedStore:
     """:class:`~django_mcpatterns.core.store.AsyncStore` over ``store``, chunking large values.
 
     ``max_item_size`` is the servers' item size limit (memcached's ``-I``).
-    Methods that carry no value (``delete``, ``touch``, ``incr``...) are the
-    store's own: ``delete`` removes the manifest, and the chunks expire (see
-    :mod:`django_mcpatterns.core.chunks`); ``touch`` renews the manifest only,
-    so a chunked value may read as a miss once its chunks' first TTL is over.
+    Methods that carry no value (``delete``, ``incr``...) are the store's
+    own: ``delete`` removes the manifest, and the chunks expire (see
+    :mod:`django_mcpatterns.core.chunks`); ``touch`` renews the chunks too;
+    ``bump`` refreshes the manifest only.
     """
 
     def __init__(self, store: AsyncStore, max_item_size: int) -> None:
@@ -229,6 +229,21 @@ class AsyncChunkedStore:
         await self.store.delete_many(keys)
 
     async def touch(self, key: Key, expire: int = 0) -> bool:
+        """Renew ``key``'s TTL; a chunked value's chunks with it (a "never" is 30 days).
+
+        Touching the manifest alone would say True and then lose the value when
+        its chunks' first TTL ran out.  Costs a read of the item first, then one
+        touch per chunk: False when a chunk is gone (the value reads as a miss).
+        """
+        with manifests_read():
+            found = await self.store.get(key, _MISS)
+        if type(found) is not ChunkManifest:
+            return await self.store.touch(key, expire)  # the item as it is, whatever it holds
+        wire, ring = placed(key)
+        expire = chunk_expire(expire)
+        for chunk in found.keys(wire, ring):
+            if not await self.store.touch(chunk, expire):
+                return False
         return await self.store.touch(key, expire)
 
     async def bump(self, key: Key) -> bool:
