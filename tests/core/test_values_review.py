@@ -20,6 +20,7 @@ from django_mcpatterns.core._sync.chunks import ChunkedStore
 from django_mcpatterns.core.chunks import CHUNKED_MAX_TTL, ChunkManifest, manifests_read
 from django_mcpatterns.core.cluster import Cluster
 from django_mcpatterns.core.keys import placed
+from django_mcpatterns.core.leases import async_get_or_set, get_or_set
 from django_mcpatterns.core.options import ClusterOptions
 from django_mcpatterns.core.stampede import AsyncStampede, Stampede, StampedePolicy
 from tests.conftest import flush
@@ -153,3 +154,34 @@ def test_async_touch_renews_a_chunked_value_whole(
     assert asyncio.run(scenario())
     ttls = [server_ttl(memcached_1[0], chunk) for chunk in chunk_keys(cluster, "big")]
     assert all(ttl is not None and ttl > 50 for ttl in ttls), ttls
+
+
+# -- a chunked value that lost a chunk --------------------------------------------------
+
+
+def test_a_value_that_lost_a_chunk_is_cached_again(cluster: Cluster) -> None:
+    """Eviction takes a chunk (big items sit in their own slab class) and leaves the
+    small manifest: the value reads as a miss, and the next fill must land, not be
+    refused by the manifest's add forever (get_or_set recomputed on every call)."""
+    store = chunked(cluster)
+    assert store.set("report", BIG, 600)
+    cluster.delete(chunk_keys(cluster, "report")[1])
+    assert store.get("report") is None
+    assert get_or_set(store, "report", lambda: b"recomputed", 600) == b"recomputed"
+    assert get_or_set(store, "report", lambda: b"again", 600) == b"recomputed"
+    assert store.add("other", BIG, 600)
+    cluster.delete(chunk_keys(cluster, "other")[0])
+    assert store.get_many(["other"]) == {}
+    assert store.add("other", b"small", 600)  # the broken manifest no longer blocks add
+
+
+def test_a_value_that_lost_a_chunk_is_cached_again_async(cluster: Cluster) -> None:
+    store = AsyncChunkedStore(cluster.aio, cluster.options.max_item_size)
+
+    async def scenario() -> list[object]:
+        assert await store.set("report", BIG, 600)
+        cluster.delete(chunk_keys(cluster, "report")[2])
+        first = await async_get_or_set(store, "report", lambda: b"recomputed", 600)
+        return [first, await async_get_or_set(store, "report", lambda: b"again", 600)]
+
+    assert asyncio.run(scenario()) == [b"recomputed", b"recomputed"]

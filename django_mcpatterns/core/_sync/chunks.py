@@ -133,11 +133,30 @@ class ChunkedStore:
         parts: dict[Any, Any] = self.store.get_many(wanted)
         decode = self.serde.deserialize_envelope if envelopes else self.serde.deserialize
         values: dict[Key, Any] = {}
+        broken: dict[Key, ChunkManifest] = {}
         for key, manifest in manifests.items():
             data = manifest.assemble([parts.get(chunk) for chunk in chunk_keys[key]])
+            if data is None:
+                broken[key] = manifest
             value = _MISS if data is None else decode(placed(key)[0], data, manifest.flags)
             values[key] = _MISS if value is STALE or is_refused(value) else value
+        if broken:
+            self._drop_broken(broken)
         return values
+
+    def _drop_broken(self, broken: Mapping[Key, ChunkManifest]) -> None:
+        """Delete each manifest whose chunks are gone, if it is still the same item (by cas).
+
+        A chunk evicted alone (large items have slab classes of their own) leaves a
+        manifest that reads as a miss yet makes every ``add`` fail: fills under a
+        lease (``get_or_set``) would never land again until its TTL, up to 30 days.
+        A manifest replaced meanwhile has another generation and is left alone.
+        """
+        for key, manifest in broken.items():
+            with manifests_read():
+                found, cas = self.store.gets(key)
+            if found == manifest and cas is not None:
+                self.store.delete_cas(key, cas)
 
     # -- writes -------------------------------------------------------------
 
