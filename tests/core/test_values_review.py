@@ -12,8 +12,10 @@ import asyncio
 import os
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
+from pymemcache.serde import FLAG_PICKLE
 
 from django_mcpatterns.core._async.chunks import AsyncChunkedStore
 from django_mcpatterns.core._sync.chunks import ChunkedStore
@@ -185,3 +187,36 @@ def test_a_value_that_lost_a_chunk_is_cached_again_async(cluster: Cluster) -> No
         return [first, await async_get_or_set(store, "report", lambda: b"again", 600)]
 
     assert asyncio.run(scenario()) == [b"recomputed", b"recomputed"]
+
+
+# -- a manifest nobody could have written -------------------------------------------------
+
+
+class CountingStore:
+    """The cluster, counting the keys each ``get_many`` asks for."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
+        self.serde = cluster.serde
+        self.asked: list[int] = []
+
+    def get_many(self, keys: Any) -> dict[Any, Any]:
+        keys = list(keys)
+        self.asked.append(len(keys))
+        return self.cluster.get_many(keys)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.cluster, name)
+
+
+def test_a_forged_manifest_cannot_make_a_reader_ask_for_millions_of_chunks(
+    cluster: Cluster,
+) -> None:
+    """The manifest is not signed (41 bytes anyone with write access can put there):
+    its chunk count must not decide how much memory and traffic a reader spends."""
+    forged = ChunkManifest(FLAG_PICKLE, 2**40, 200_000, os.urandom(8), bytes(16)).encoded()
+    assert cluster.set("forged", forged, 600)
+    counting = CountingStore(cluster)
+    store = ChunkedStore(counting, cluster.options.max_item_size)  # type: ignore[arg-type]
+    assert store.get("forged", "miss") == "miss"
+    assert max(counting.asked, default=0) < 1000, counting.asked
