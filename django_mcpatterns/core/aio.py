@@ -88,6 +88,7 @@ from .cluster import (
     _ttl,
     _UnknownCommand,
     _verb,
+    _written,
 )
 from .envelope import STALE
 from .exceptions import (
@@ -583,7 +584,7 @@ class AsyncCluster:
         if replies is None:
             return None
         written, read = replies
-        stored = _cas_stored(written) if write.command == "cas" else _stored(written)
+        stored = _cas_stored(written) if write.command == "cas" else _written(written)
         item = _first_value(read)
         if not stored or item is None or (item.data, item.flags) != (data, flags):
             return None
@@ -593,7 +594,8 @@ class AsyncCluster:
         kb, ring = placed(key)
         data, flags = _encoded(self.serde, kb, value)
         request = Store(command, kb, data, flags, _expire(expire))
-        return await self._single(ring, request, _stored, False)
+        decode = _stored if command in ("append", "prepend") else _written
+        return await self._single(ring, request, decode, False)
 
     # -- server-side stampede tokens (meta mode only; see Cluster.claim) --
 

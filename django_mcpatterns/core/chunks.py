@@ -44,7 +44,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
-from .exceptions import EncodingError
+from .exceptions import EncodingError, ValueTooLargeError
 from .keys import Routed
 
 __all__ = [
@@ -71,6 +71,9 @@ _MANIFEST = struct.Struct(">BIQI8s16s")
 # (core/memory.py, item_size); chunk payloads keep a margin below the limit.
 _ITEM_HEADER = 59 + 4
 _MARGIN = 64
+# A reader asks for at most this many chunks (64 GiB in 1 MiB items): the manifest is
+# not signed, and its count must not decide how much a reader allocates and sends.
+MAX_CHUNKS = 1 << 16
 _MANIFESTS: ContextVar[bool] = ContextVar("django_mcpatterns_manifests", default=False)
 
 
@@ -117,6 +120,8 @@ class ChunkManifest:
         _, flags, length, count, generation, digest = _MANIFEST.unpack(data)
         if flags & FLAG_CHUNKED:
             raise EncodingError("a chunk manifest cannot name a chunked value")
+        if not 0 < count <= min(length, MAX_CHUNKS):
+            raise EncodingError(f"a chunk manifest of {count} chunks for {length} bytes")
         return cls(flags, length, count, generation, digest)
 
     def encoded(self) -> Encoded:
@@ -156,6 +161,8 @@ def split(
     size = max_item_size - _ITEM_HEADER - len(probe.key) - 10 - _MARGIN
     if size < 1:
         raise EncodingError(f"an item size limit of {max_item_size} bytes leaves no room")
+    if -(-len(data) // size) > MAX_CHUNKS:
+        raise ValueTooLargeError(f"{len(data)} bytes are over {MAX_CHUNKS} chunks")
     pieces = [data[i : i + size] for i in range(0, len(data), size)]
     manifest = ChunkManifest(flags, len(data), len(pieces), generation, _digest(data))
     keys = manifest.keys(wire, ring)

@@ -579,7 +579,7 @@ class Cluster:
         if replies is None:
             return None
         written, read = replies
-        stored = _cas_stored(written) if write.command == "cas" else _stored(written)
+        stored = _cas_stored(written) if write.command == "cas" else _written(written)
         item = _first_value(read)
         if not stored or item is None or (item.data, item.flags) != (data, flags):
             return None  # not stored, or replaced between the two commands
@@ -588,7 +588,8 @@ class Cluster:
     def _store(self, command: StoreCommand, key: Key, value: Any, expire: int) -> bool:
         kb, ring = placed(key)
         data, flags = _encoded(self.serde, kb, value)
-        return self._single(ring, Store(command, kb, data, flags, _expire(expire)), _stored, False)
+        decode = _stored if command in ("append", "prepend") else _written
+        return self._single(ring, Store(command, kb, data, flags, _expire(expire)), decode, False)
 
     def _value(self, reply: list[Value] | ErrorReply) -> Any:
         if type(reply) is not list:
@@ -1521,7 +1522,22 @@ def _stored(reply: bytes | ErrorReply) -> bool:
     raise _reply_error(reply)
 
 
+def _written(reply: bytes | ErrorReply) -> bool:
+    """A whole value's ``set``/``add``: as :func:`_stored`, and "out of memory" is not stored.
+
+    memcached could not allocate the item (``SERVER_ERROR out of memory storing
+    object``, under ``-M`` or a stream of large items): certainly not stored,
+    a failed write like one over the size limit, never an error for the view.
+    (append/prepend keep raising: there False would mean "missing or full".)
+    """
+    if isinstance(reply, ErrorReply) and reply.out_of_memory:
+        return False
+    return _stored(reply)
+
+
 def _cas_stored(reply: bytes | ErrorReply) -> bool | None:
+    if isinstance(reply, ErrorReply) and reply.out_of_memory:
+        return False  # not stored (see _written)
     if reply == STORED:
         return True
     if reply == EXISTS:
@@ -1591,6 +1607,8 @@ def _identity(reply: Any) -> Any:
 def _meta_cas(reply: MetaReply | ErrorReply) -> CasToken | None:
     """An ``ms ... c`` reply: the new cas token when stored (``HD``), else None."""
     if isinstance(reply, ErrorReply):
+        if reply.out_of_memory:
+            return None  # not stored (see _written)
         raise _reply_error(reply)
     if reply.status != b"HD":
         return None  # NS (add: exists), EX (cas changed), NF (missing)

@@ -41,10 +41,10 @@ class ChunkedStore:
     """:class:`~django_mcpatterns.core.store.AsyncStore` over ``store``, chunking large values.
 
     ``max_item_size`` is the servers' item size limit (memcached's ``-I``).
-    Methods that carry no value (``delete``, ``touch``, ``incr``...) are the
-    store's own: ``delete`` removes the manifest, and the chunks expire (see
-    :mod:`django_mcpatterns.core.chunks`); ``touch`` renews the manifest only,
-    so a chunked value may read as a miss once its chunks' first TTL is over.
+    Methods that carry no value (``delete``, ``incr``...) are the store's
+    own: ``delete`` removes the manifest, and the chunks expire (see
+    :mod:`django_mcpatterns.core.chunks`); ``touch`` renews the chunks too;
+    ``bump`` refreshes the manifest only.
     """
 
     def __init__(self, store: Store, max_item_size: int) -> None:
@@ -133,11 +133,30 @@ class ChunkedStore:
         parts: dict[Any, Any] = self.store.get_many(wanted)
         decode = self.serde.deserialize_envelope if envelopes else self.serde.deserialize
         values: dict[Key, Any] = {}
+        broken: dict[Key, ChunkManifest] = {}
         for key, manifest in manifests.items():
             data = manifest.assemble([parts.get(chunk) for chunk in chunk_keys[key]])
+            if data is None:
+                broken[key] = manifest
             value = _MISS if data is None else decode(placed(key)[0], data, manifest.flags)
             values[key] = _MISS if value is STALE or is_refused(value) else value
+        if broken:
+            self._drop_broken(broken)
         return values
+
+    def _drop_broken(self, broken: Mapping[Key, ChunkManifest]) -> None:
+        """Delete each manifest whose chunks are gone, if it is still the same item (by cas).
+
+        A chunk evicted alone (large items have slab classes of their own) leaves a
+        manifest that reads as a miss yet makes every ``add`` fail: fills under a
+        lease (``get_or_set``) would never land again until its TTL, up to 30 days.
+        A manifest replaced meanwhile has another generation and is left alone.
+        """
+        for key, manifest in broken.items():
+            with manifests_read():
+                found, cas = self.store.gets(key)
+            if found == manifest and cas is not None:
+                self.store.delete_cas(key, cas)
 
     # -- writes -------------------------------------------------------------
 
@@ -230,6 +249,21 @@ class ChunkedStore:
         self.store.delete_many(keys)
 
     def touch(self, key: Key, expire: int = 0) -> bool:
+        """Renew ``key``'s TTL; a chunked value's chunks with it (a "never" is 30 days).
+
+        Touching the manifest alone would say True and then lose the value when
+        its chunks' first TTL ran out.  Costs a read of the item first, then one
+        touch per chunk: False when a chunk is gone (the value reads as a miss).
+        """
+        with manifests_read():
+            found = self.store.get(key, _MISS)
+        if type(found) is not ChunkManifest:
+            return self.store.touch(key, expire)  # the item as it is, whatever it holds
+        wire, ring = placed(key)
+        expire = chunk_expire(expire)
+        for chunk in found.keys(wire, ring):
+            if not self.store.touch(chunk, expire):
+                return False
         return self.store.touch(key, expire)
 
     def bump(self, key: Key) -> bool:

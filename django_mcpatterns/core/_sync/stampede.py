@@ -464,6 +464,11 @@ class Stampede:
         envelope = None
         if job.timeout != 0 and (job.should_cache is None or job.should_cache(value)):
             envelope = self._store(job, value, end, compute_time, lease)
+            if envelope is None:
+                # Not stored (over the item limit, no memory, or the lease lost):
+                # a placeholder still there would hold every later caller for
+                # policy.wait.  The delete is by its cas, so a writer's value stays.
+                self._drop_placeholder(job, lease)
         else:
             self._drop_placeholder(job, lease)
         emit(self._on_event, Recomputed(job.key, compute_time, reason, background))
