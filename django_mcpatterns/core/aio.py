@@ -763,7 +763,12 @@ class AsyncCluster:
         try:
             op = next(plan)
             while True:
-                op = plan.send(await self._perform(op))
+                try:
+                    result = await self._perform(op)
+                except BaseException:
+                    plan.close()  # cancelled, or raised mid-write: the plan journals stale copies
+                    raise
+                op = plan.send(result)
         except StopIteration as done:
             return done.value
 

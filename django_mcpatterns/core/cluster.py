@@ -968,7 +968,12 @@ class Cluster:
         try:
             op = next(plan)
             while True:
-                op = plan.send(self._perform(op))
+                try:
+                    result = self._perform(op)
+                except BaseException:
+                    plan.close()  # cancelled, or raised mid-write: the plan journals stale copies
+                    raise
+                op = plan.send(result)
         except StopIteration as done:
             return done.value
 

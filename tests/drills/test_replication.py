@@ -20,6 +20,7 @@ from django_mcpatterns.core.cluster import Cluster
 from django_mcpatterns.core.exceptions import NodeUnavailableError
 from django_mcpatterns.core.locks import Lock
 from django_mcpatterns.core.options import ClusterOptions
+from django_mcpatterns.core.replicas import CopyToken
 from django_mcpatterns.core.stampede import Stampede
 from tests.harness import MemcachedServer, memcached_cluster
 
@@ -367,3 +368,37 @@ def test_get_or_compute_reads_spread_over_the_replicas(six, protocol):
     hits = {node: s["get_hits"] - before[node] for node, s in cluster.stats().items()}
     assert served == ["page"] * 300
     assert all(hits[node] >= 45 for node in cluster.replicas("hot:spread")), hits
+
+
+# -- review (rev-replicate): cancellation of an async replicated write ------------------
+
+
+@pytest.mark.parametrize("protocol", ["meta", "text"])
+def test_a_cancelled_async_cas_never_leaves_copies_serving_the_old_value(six, protocol):
+    """The home ran the cas (its reply never came: the caller was cancelled), so the
+    copies must not keep serving the value it replaced (as when the home times out)."""
+    cluster = build(six[:3], replicate={"hot:": 3}, protocol=protocol, timeout=2.0)
+    twin = cluster.aio
+    key = "hot:cancelled"
+    home = server_of(six, cluster.replicas(key)[0])
+
+    async def drill() -> list[object]:
+        assert await twin.set(key, "old")
+        for _ in range(200):
+            value, token = await twin.gets(key)
+            if type(token) is not CopyToken:
+                break
+        assert value == "old"
+        assert type(token) is not CopyToken
+        home.pause()
+        try:
+            with pytest.raises(asyncio.TimeoutError):
+                await asyncio.wait_for(twin.cas(key, "new", token), 0.2)
+        finally:
+            home.resume()
+        await asyncio.sleep(0.3)  # the home runs the cas it had received
+        return [await twin.get(key) for _ in range(60)]
+
+    async_reads = asyncio.run(drill())
+    sync_reads = [cluster.get(key) for _ in range(60)]
+    assert "old" not in async_reads + sync_reads, Counter(async_reads + sync_reads)
