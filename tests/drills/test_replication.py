@@ -100,6 +100,27 @@ def test_a_stalled_replica_never_serves_the_value_it_missed(six):
     assert served["get_hits"] + served["get_misses"] > 0  # it was read from again
 
 
+def test_a_write_never_sent_to_a_replica_marked_dead_is_never_read_back_from_it(six):
+    """The write a stalled copy times out on still lands when it resumes (it was sent): the
+    journal matters for the writes sent while the copy was dead, which never reach it."""
+    cluster = build(six[:4], replicate={"hot:": 3})
+    key = "hot:never-sent"
+    assert cluster.set(key, "old")
+    stalled = server_of(six, cluster.replicas(key)[2])
+    stalled.pause()
+    try:
+        assert cluster.set(key, "sent")  # times out on the stalled copy: dead now
+        assert cluster.health()[stalled.spec].state == "dead"
+        assert cluster.set(key, "newest")  # never sent to it
+    finally:
+        stalled.resume()
+    time.sleep(0.6)  # past the dead time: the copy serves again (and holds "sent")
+    seen = Counter(cluster.get(key) for _ in range(300))
+    assert seen == {"newest": 300}, seen
+    served = cluster.stats()[stalled.spec]
+    assert served["get_hits"] + served["get_misses"] > 0  # it was read from again
+
+
 def test_a_delete_the_stalled_replica_missed_is_replayed(six):
     cluster = build(six[:4], replicate={"hot:": 3})
     key = "hot:deleted"
