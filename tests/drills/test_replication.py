@@ -423,3 +423,37 @@ def test_a_cancelled_async_cas_never_leaves_copies_serving_the_old_value(six, pr
     async_reads = asyncio.run(drill())
     sync_reads = [cluster.get(key) for _ in range(60)]
     assert "old" not in async_reads + sync_reads, Counter(async_reads + sync_reads)
+
+
+def test_async_get_many_spreads_replicated_keys_over_their_replicas(six):
+    """AsyncCluster's multi-key path reads each replicated key from the replica chosen per read."""
+    cluster = build(six[:4], replicate={"hot:": 3})
+    twin = cluster.aio
+    key = "hot:many-spread"
+
+    async def reads() -> list[dict]:
+        assert await twin.set(key, "v")
+        return [await twin.get_many([key, "cold:other"]) for _ in range(150)]
+
+    before = {node: s["get_hits"] for node, s in cluster.stats().items()}
+    found = asyncio.run(reads())
+    served = {node: s["get_hits"] - before[node] for node, s in cluster.stats().items()}
+    assert all(f.get(key) == "v" for f in found)
+    assert all(served[node] >= 22 for node in cluster.replicas(key)), served  # >= 15% each
+
+
+def test_async_set_many_to_the_gutter_clamps_every_ttl(six):
+    cluster = build(six[:4], six[4:], gutter_ttl=3)
+    twin = cluster.aio
+    keys = [f"t{i}" for i in range(300) if cluster.ring.get_node(f"t{i}") == six[1].spec][:10]
+    six[1].kill()
+
+    async def outage() -> dict:
+        await twin.get(keys[0])  # the server fails: dead for this process
+        assert await twin.set_many(dict.fromkeys(keys, "gutter"), 3600) == []
+        return await twin.get_many(keys)
+
+    assert asyncio.run(outage()) == dict.fromkeys(keys, "gutter")
+    ttls = [t for key in keys for server in six[4:] if (t := _ttl(server, key)) is not None]
+    assert len(ttls) == len(keys)
+    assert all(0 < t <= 3 for t in ttls), ttls
