@@ -27,7 +27,7 @@ from .health import Admission
 from .ketama import Continuum
 from .keys import Key, Routed
 from .replicas import CopyToken, Fate, Journal, ReplicaPolicy, fate, is_write, mirror, request_key
-from .wire import DELETED, STORED, TOUCHED, Delete, Get, MetaReply, Request, Value
+from .wire import DELETED, STORED, TOUCHED, Delete, Get, MetaReply, Request, Store, Value
 
 if TYPE_CHECKING:
     from .cluster import _Node
@@ -397,7 +397,10 @@ class Routes:
                     raise
             return (yield Refuse(home, failed))
         if seen and _changed(seen[0]):
-            stored = mirror(request) if where is Fate.HOME_THEN_MIRROR else None  # type: ignore[arg-type]
+            if isinstance(request, tuple):  # text add_cas/recas: a store, then its gets
+                stored = _mirrored_batch(request, seen[0])
+            else:
+                stored = mirror(request) if where is Fate.HOME_THEN_MIRROR else None
             copy: Request[Any] = stored or Delete(kb)  # the value, else no value
             try:
                 yield from self.write_replicas(kb, copies, copy, None, None, False)
@@ -439,6 +442,23 @@ def _marked(reply: Any) -> Any:
     if type(reply) is not list:
         return reply
     return [v._replace(cas=CopyToken(v.cas, v.data, v.flags)) if v.cas else v for v in reply]
+
+
+def _mirrored_batch(batch: tuple[Request[Any], ...], replies: Any) -> Store | None:
+    """The ``set`` copying a batch's one store (``_text_cas``: the store, then a ``gets``).
+
+    None (the copies are deleted instead) unless the batch's only write is a
+    whole-value store that the home applied.
+    """
+    if type(replies) is not list or len(replies) != len(batch):
+        return None
+    writes = [(r, reply) for r, reply in zip(batch, replies, strict=True) if is_write(r)]
+    if len(writes) != 1:
+        return None
+    request, reply = writes[0]
+    if fate(request) not in (Fate.HOME_THEN_MIRROR, Fate.EVERYWHERE) or not _changed(reply):
+        return None
+    return mirror(request)
 
 
 def _first_item(reply: Any) -> Value | None:

@@ -364,3 +364,17 @@ def test_flush_all_flushes_the_gutter_too(five):
         assert spare.get("left-in-gutter") is None
     finally:
         spare.close()
+
+
+@pytest.mark.parametrize("protocol", ["meta", "text"])
+def test_owner_writes_are_mirrored_so_every_read_hits(five, protocol):
+    """add_cas/recas (a lock's or a lease's item) reach the copies in both protocols: text
+    sends them as a store and a gets in one write, which used to delete the copies instead."""
+    cluster = replicated(five[:4], protocol=protocol)
+    token = cluster.add_cas("hot:owned", "first", 60)
+    assert token is not None
+    assert [cluster.get("hot:owned") for _ in range(150)] == ["first"] * 150
+    assert cluster.recas("hot:owned", "second", token, 60) is not None
+    assert [cluster.get("hot:owned") for _ in range(150)] == ["second"] * 150
+    held = holders(five[:4], "hot:owned")
+    assert all(held[node] is not None for node in cluster.replicas("hot:owned")), held
