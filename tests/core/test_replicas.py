@@ -140,6 +140,14 @@ def test_gutter_ttls_are_clamped():
     assert clamp(MetaSet(b"k", data=b"v"), 7) == MetaSet(b"k", data=b"v", ttl=7)
 
 
+def test_a_meta_get_and_touch_in_the_gutter_is_clamped_too():
+    clamped = clamp(MetaGet(b"k", value=True, touch=3600), 10)
+    assert clamped.touch == 10
+    both = clamp(MetaGet(b"k", vivify=3600, touch=0), 7)
+    assert (both.vivify, both.touch) == (7, 7)
+    assert clamp(MetaGet(b"k", value=True), 10) == MetaGet(b"k", value=True)
+
+
 def test_in_place_edits_never_go_to_the_gutter():
     assert allowed(Store("set", b"k", b"v"))
     assert allowed(Store("add", b"k", b"v"))
