@@ -246,6 +246,14 @@ class Routes:
             return None
         return item.cas
 
+    def reread(
+        self, kb: bytes, avoid: str, request: Batch, decode: Decode, failed: Any, strict: bool
+    ) -> Plan:
+        """A replicated key whose replica chosen for a multi-get failed: read from the others."""
+        names = self.ring.get_nodes(kb, self.copies(kb, kb))
+        nodes = [self.nodes[name] for name in names if name != avoid]
+        return (yield from self.read_replica(kb, nodes, request, decode, failed, strict))
+
     def read_replica(
         self,
         kb: bytes,

@@ -457,3 +457,22 @@ def test_async_set_many_to_the_gutter_clamps_every_ttl(six):
     ttls = [t for key in keys for server in six[4:] if (t := _ttl(server, key)) is not None]
     assert len(ttls) == len(keys)
     assert all(0 < t <= 3 for t in ttls), ttls
+
+
+@pytest.mark.parametrize("form", ["sync", "async"])
+def test_killing_one_replica_costs_get_many_no_miss(six, form):
+    """The replica a multi-get chose for a key may be the one that just died: the key is
+    then read from another replica in the same call, as a single get does."""
+    cluster = build(six[:4], replicate={"hot:": 3}, retry_attempts=3)
+    keys = [f"hot:{i}" for i in range(40)]
+    assert cluster.set_many({key: key for key in keys}) == []
+    six[0].kill()
+
+    def get_many() -> dict:
+        if form == "sync":
+            return cluster.get_many(keys)
+        return asyncio.run(cluster.aio.get_many(keys))
+
+    found = [get_many() for _ in range(4)]
+    misses = sum(len(keys) - len(f) for f in found)
+    assert misses == 0, [len(f) for f in found]
