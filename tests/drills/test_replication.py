@@ -476,3 +476,30 @@ def test_killing_one_replica_costs_get_many_no_miss(six, form):
     found = [get_many() for _ in range(4)]
     misses = sum(len(keys) - len(f) for f in found)
     assert misses == 0, [len(f) for f in found]
+
+
+def test_async_a_write_never_sent_to_a_replica_marked_dead_is_never_read_back(six):
+    """As the sync drill: the AsyncCluster's writes while a copy is dead reach the journal."""
+    cluster = build(six[:4], replicate={"hot:": 3})
+    twin = cluster.aio
+    key = "hot:async-never-sent"
+    stalled = server_of(six, cluster.replicas(key)[1])
+
+    async def during() -> None:
+        assert await twin.set(key, "old")
+        stalled.pause()
+        try:
+            assert await twin.set(key, "sent")  # times out on the stalled copy: dead now
+            assert cluster.health()[stalled.spec].state == "dead"
+            assert await twin.set(key, "newest")  # never sent to it
+        finally:
+            stalled.resume()
+
+    async def reads() -> Counter:
+        return Counter([await twin.get(key) for _ in range(300)])
+
+    asyncio.run(during())
+    time.sleep(0.6)
+    assert asyncio.run(reads()) == {"newest": 300}
+    served = cluster.stats()[stalled.spec]
+    assert served["get_hits"] + served["get_misses"] > 0
