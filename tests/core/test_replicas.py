@@ -364,10 +364,11 @@ def test_flush_all_flushes_the_gutter_too(five):
     twin = cluster.aio
     spare = Client(("127.0.0.1", five[4].port))
     try:
-        spare.set("left-in-gutter", b"x")
+        # noreply=False: pymemcache's default set does not wait, and could land after the flush
+        assert spare.set("left-in-gutter", b"x", noreply=False)
         assert cluster.flush_all()
         assert spare.get("left-in-gutter") is None
-        spare.set("left-in-gutter", b"x")
+        assert spare.set("left-in-gutter", b"x", noreply=False)
         assert asyncio.run(twin.flush_all())
         assert spare.get("left-in-gutter") is None
     finally:
