@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 import pytest
 
+from django_mcpatterns.core.aio import AsyncCluster
 from django_mcpatterns.core.cluster import Cluster
 from django_mcpatterns.core.exceptions import (
     LockError,
@@ -32,6 +33,7 @@ from django_mcpatterns.core.locks import (
 from django_mcpatterns.core.memory import AsyncMemoryStore, MemoryStore
 from django_mcpatterns.core.options import ClusterOptions
 from tests.conftest import flush
+from tests.drills.proxy import Proxy
 from tests.fakes import FakeClock, near
 from tests.harness import MemcachedServer
 
@@ -440,3 +442,39 @@ def test_tasks_contending_on_memcached_take_turns_without_stalling(twin: Any) ->
     ticker = run(scenario())
     assert state == {"inside": 0, "most": 1, "turns": 10}
     assert ticker.worst < 0.010
+
+
+@pytest.mark.parametrize("protocol", ["meta", "text"])
+def test_a_task_cancelled_while_its_add_is_answered_leaves_the_lock_free(
+    protocol: str, memcached_1: list[MemcachedServer]
+) -> None:
+    """Cancelled between the ``add`` reaching memcached and its reply, an acquire takes nothing.
+
+    A request's task cancelled by a timeout or a client disconnect is routine in
+    asyncio: the add lands, nobody holds the token, and every other request waits
+    for the lock timeout (60 s by default) or gives up.
+    """
+    flush(memcached_1)
+    with Proxy(memcached_1[0].port) as proxy:
+        aio = AsyncCluster([proxy.spec], ClusterOptions(protocol=protocol))  # type: ignore[arg-type]
+
+        async def main() -> None:
+            lock = AsyncLock(aio, "job", timeout=60)
+            assert not await lock.locked()  # connected
+            proxy.delay = 0.1  # every reply takes a while: the cancel lands before it
+            task = asyncio.create_task(lock.acquire())
+            while not any(
+                (b"job" in sent and b"add" in sent) or b"ms job" in sent for sent in proxy.sent()
+            ):
+                await asyncio.sleep(0.005)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            await asyncio.sleep(0.6)  # the add's reply, then whatever hands it back
+            proxy.delay = 0.0
+            other = AsyncLock(aio, "job", timeout=60)
+            assert await other.acquire(blocking=False), "the lock is held by nobody"
+            await other.release()
+            await aio.close()
+
+        asyncio.run(main())

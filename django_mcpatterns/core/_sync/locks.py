@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from typing import Any, cast
 
+from django_mcpatterns.core.background import Undo, finish_then_undo
 from django_mcpatterns.core.exceptions import (
     LockError,
     LockNotOwnedError,
@@ -38,7 +39,7 @@ from django_mcpatterns.core.lockrules import (
     new_token,
 )
 from django_mcpatterns.core.owners import Hold, OwnerHolds, Owners, SharedOwner
-from django_mcpatterns.core.store import Store
+from django_mcpatterns.core.store import CasToken, Store
 from django_mcpatterns.core.syncio import Sleeper, sleep
 
 __all__ = ["Lock", "rewrite_owned"]
@@ -264,13 +265,26 @@ class Lock:
         now = self._clock()
         exptime = exptime_for(self.timeout)
         with Reaching(self.key, "acquire"):
-            cas = self._store.add_cas(self.key, token, exptime)
+            # A task cancelled while its add is answered must not leave the lock taken
+            # by nobody until it lapses: the add is awaited to its end, and undone.
+            add = self._store.add_cas(self.key, token, exptime)  # sync: runs here
+            cas = finish_then_undo(add, self._unclaim())
         if cas is None:
             return False
         hold.token = token
         hold.cas = cas
         hold.deadline = now + self.timeout
         return True
+
+    def _unclaim(self) -> Undo[CasToken | None]:
+        """What deletes the lock a cancelled acquire's ``add`` took (by its cas)."""
+
+        def undo(cas: CasToken | None) -> None:
+            if cas is not None:
+                with Reaching(self.key, "release"):
+                    self._store.delete_cas(self.key, cas)
+
+        return undo
 
     def _replace(self, hold: Hold, token: bytes, exptime: int, action: str) -> None:
         """Rewrite our lock item (new exptime; negative deletes) only while it is ours."""
