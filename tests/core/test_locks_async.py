@@ -478,3 +478,45 @@ def test_a_task_cancelled_while_its_add_is_answered_leaves_the_lock_free(
             await aio.close()
 
         asyncio.run(main())
+
+
+def test_a_release_cancelled_between_its_two_text_requests_still_frees_the_lock(
+    memcached_1: list[MemcachedServer],
+) -> None:
+    """Text memcached deletes by cas in two requests (``gets``, then ``cas``).
+
+    A task cancelled while the ``gets`` is answered (a timeout, a client
+    disconnect as the response ends) never sent the ``cas``: the lock stayed
+    held by nobody for its whole timeout, and the owner had forgotten it.
+    """
+    flush(memcached_1)
+    with Proxy(memcached_1[0].port) as proxy:
+        aio = AsyncCluster([proxy.spec], ClusterOptions(protocol="text"))
+
+        async def main() -> None:
+            lock = AsyncLock(aio, "job", timeout=60)
+            held = asyncio.Event()
+
+            async def owner() -> None:  # the owner is the task: one task takes and releases
+                assert await lock.acquire()
+                held.set()
+                await asyncio.sleep(0.05)
+                await lock.release()
+
+            task = asyncio.create_task(owner())
+            await held.wait()
+            proxy.delay = 0.1  # every reply takes a while: the cancel lands during the gets
+            gets = len(b"".join(proxy.sent()).split(b"gets job"))
+            while len(b"".join(proxy.sent()).split(b"gets job")) == gets:
+                await asyncio.sleep(0.005)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            await asyncio.sleep(0.6)  # the gets' reply, then whatever finishes the release
+            proxy.delay = 0.0
+            other = AsyncLock(aio, "job", timeout=60)
+            assert await other.acquire(blocking=False), "the lock is held by nobody"
+            await other.release()
+            await aio.close()
+
+        asyncio.run(main())

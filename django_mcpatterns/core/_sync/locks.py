@@ -190,11 +190,18 @@ class Lock:
         cas = hold.cas if hold.token == token else None
         if hold.token == token:
             hold.token = hold.cas = None
+        # Run to its end even if this task is cancelled meanwhile: text memcached deletes
+        # by cas in two requests, and a release left halfway holds the lock until it lapses.
+        finish_then_undo(self._let_go(hold, token, cas), _released)
+
+    def _let_go(self, hold: Hold, token: bytes, cas: CasToken | None) -> bool:
+        """Delete the lock item (by cas, else by the token); True: it went by cas."""
         if cas is not None:
             with Reaching(self.key, "release"):
                 if self._store.delete_cas(self.key, cas):
-                    return
+                    return True
         self._replace(hold, token, -1, "release")  # by the token; negative deletes
+        return False
 
     def extend(
         self, additional_time: float, replace_ttl: bool = False, token: bytes | None = None
@@ -311,3 +318,7 @@ class Lock:
             f"cannot {action} lock {self.key!r}: this owner no longer holds it "
             f"(its TTL lapsed; {now}); the critical section outlived the lock timeout"
         )
+
+
+def _released(_: bool) -> None:
+    """Nothing to hand back once a cancelled owner's release is done."""
