@@ -15,7 +15,10 @@ Auto-batching
     already in a batch not yet answered is not asked for again: its callers
     share that batch's reply (each deserialises its own copy).  The reply of a
     batch is parsed before any later reply, so a read never misses a write
-    that completed before it was issued.
+    that completed before it was issued.  A write answered on another
+    connection of this process may postdate a batch on the wire: once any
+    request was answered since a batch was written
+    (:data:`.transport.completed`), new reads do not share it.
 Cancellation
     The channel, not the caller, reads every reply: a cancelled caller's
     future is simply dropped when its reply arrives, so the connection is
