@@ -339,17 +339,29 @@ def _with_signing_keys(options: Mapping[str, Any]) -> dict[str, Any]:
     )
 
 
-def _named_for_instrumentation(options: Mapping[str, Any]) -> Mapping[str, Any]:
+def _named_for_instrumentation(
+    options: Mapping[str, Any], location: str | list[str]
+) -> Mapping[str, Any]:
     """``OPTIONS``, with the cache's alias as ``instrumentation_name`` when instrumented.
 
     Django hands a backend a copy of its ``CACHES`` entry without the alias;
     the entry's ``OPTIONS`` mapping is the very object of the settings, so
-    it names the alias (equal entries share one cluster anyway).
+    it names the alias, with ``LOCATION``: settings often share one
+    ``OPTIONS`` dict between caches (equal entries share one cluster anyway).
     """
     if not options.get("instrumentation") or "instrumentation_name" in options:
         return options
     entries = getattr(settings, "CACHES", {})
-    alias = next((a for a, e in entries.items() if e.get("OPTIONS") is options), None)
+    alias = next(
+        (
+            a
+            for a, e in entries.items()
+            if e.get("OPTIONS") is options and e.get("LOCATION") == location
+        ),
+        None,
+    )
+    if alias is None:
+        alias = next((a for a, e in entries.items() if e.get("OPTIONS") is options), None)
     if alias is None:
         alias = next((a for a, e in entries.items() if e.get("OPTIONS") == options), "default")
     return {**options, "instrumentation_name": alias}
@@ -396,7 +408,7 @@ class KetamaMemcacheCache(_StoreCache):
         try:
             self._servers = parse_servers(server)
             options = ClusterOptions.from_mapping(
-                self._scoped(_with_signing_keys(_named_for_instrumentation(self._options)))
+                self._scoped(_with_signing_keys(_named_for_instrumentation(self._options, server)))
             )
             # Built here so that ring errors (twemproxy names on another variant,
             # two servers hashing alike) surface now; nothing connects before use.

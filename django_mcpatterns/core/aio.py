@@ -46,6 +46,7 @@ import time
 import weakref
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from functools import partial
 from time import perf_counter_ns
 from typing import Any, TypeVar, cast
 
@@ -364,7 +365,9 @@ class AsyncCluster:
             batch = await channel.fetch_one(kb, cas)
             if type(batch) is not Batch:
                 raise _reply_error(batch)
-        except asyncio.CancelledError:
+        except asyncio.CancelledError as exc:
+            if observer is not None:  # the slowest reads: still counted and timed
+                observer.failed(node.name, Get((kb,), cas), exc, sent, started)
             self._cancelled(node, admission)
             raise
         except BaseException as exc:
@@ -842,12 +845,15 @@ class AsyncCluster:
                 observer.request(node.name, request, replies[0] if single else replies, started)
                 observer = None
             result: Any = replies if decode is None else decode(replies[0])
-        except asyncio.CancelledError:
+        except asyncio.CancelledError as exc:
+            if observer is not None:  # a write sent is unknown; counted and timed either way
+                observer.failed(node.name, batch, exc, sent, started)
             self._cancelled(node, admission)
             raise
         except BaseException as exc:
-            if observer is not None:
-                observer.failed(node.name, batch, exc, sent, started)
+            if observer is not None:  # NotSentError: queued, never written, not applied
+                reached = sent and not isinstance(exc, NotSentError)
+                observer.failed(node.name, batch, exc, reached, started)
             refusal = await self._refusal(node, batch, exc) if sent else None
             if refusal is not None:
                 if admission.probe:
@@ -974,6 +980,9 @@ class AsyncCluster:
         loop = asyncio.get_running_loop()
         observer = self.sync.observer
         began = perf_counter_ns() if observer is not None else 0
+        # When each server's last reply came (observed only): the replies are awaited in
+        # turn, so the time a server's turn comes includes the servers before it.
+        answered: dict[_Node, int] = {}
         started: list[tuple[_Node, Channel, list[bytes], Sequence[asyncio.Future[Any]]]] = []
         pending = list(groups.items())
         try:
@@ -986,12 +995,17 @@ class AsyncCluster:
                     if channel is None:
                         channel = await links.channel(loop)
                         sent = True
-                    started.append((node, channel, kbs, start(node, channel, kbs)))
+                    waiters = start(node, channel, kbs)
+                    if observer is not None:
+                        for waiter in waiters:
+                            waiter.add_done_callback(partial(_stamp, answered, node))
+                    started.append((node, channel, kbs, waiters))
                 except asyncio.CancelledError:
                     raise
                 except BaseException as exc:
                     if observer is not None:
-                        observer.failed(node.name, described(kbs), exc, sent, began)
+                        reached = sent and not isinstance(exc, NotSentError)
+                        observer.failed(node.name, described(kbs), exc, reached, began)
                     failed(node, kbs, self._judge(node, channel, exc, granted[node], sent))
                 del pending[0]
             while started:
@@ -1002,14 +1016,21 @@ class AsyncCluster:
                     raise
                 except BaseException as exc:
                     if observer is not None:
-                        observer.failed(node.name, described(kbs), exc, True, began)
+                        reached = not isinstance(exc, NotSentError)
+                        observer.failed(node.name, described(kbs), exc, reached, began)
                     failed(node, kbs, self._judge(node, channel, exc, granted[node], True))
                 else:
                     self._done(node)
-                    if observer is not None:
-                        observer.request(node.name, described(kbs), reported, began)
+                    if observer is not None:  # timed to its own last reply
+                        late = perf_counter_ns() - answered.get(node, perf_counter_ns())
+                        observer.request(node.name, described(kbs), reported, began + late)
                 del started[0]
-        except asyncio.CancelledError:
+        except asyncio.CancelledError as exc:
+            if observer is not None:  # sent: every started server's; not sent: the pending
+                for node, _, kbs, _ in started:
+                    observer.failed(node.name, described(kbs), exc, True, began)
+                for node, kbs in pending:
+                    observer.failed(node.name, described(kbs), exc, False, began)
             for node in {node for node, *_ in started} | {node for node, _ in pending}:
                 self._cancelled(node, granted[node])
             raise
@@ -1049,6 +1070,11 @@ class AsyncCluster:
         if errors:
             raise errors[0]
         return results
+
+
+def _stamp(answered: dict[_Node, int], node: _Node, _: asyncio.Future[Any]) -> None:
+    """Note when ``node``'s reply came (its last one, for several futures)."""
+    answered[node] = perf_counter_ns()
 
 
 async def _answer(links: _Links, request: Request[Any]) -> Any:

@@ -1020,6 +1020,8 @@ class Cluster:
             if error is not None and not isinstance(exc, _NODE_ERRORS):
                 errors.append(error)
 
+        observer = self.observer
+        began = perf_counter_ns() if observer is not None else 0
         for i, (node, request, admission) in enumerate(targets):
             client = None
             sent = False
@@ -1029,17 +1031,25 @@ class Cluster:
                 sent = True
                 client.send(request.encode())
             except BaseException as exc:
+                if observer is not None:
+                    observer.failed(node.name, request, exc, sent, began)
                 settle(node, client, exc, admission, sent)
             else:
                 pending.append((i, node, client, request, admission))
         answering = _answering([client for _, _, client, _, _ in pending], self.options.timeout)
         for i, node, client, request, admission in pending:
+            replied = False
             try:
                 if client not in answering:  # silent for a whole timeout, as the others ran
                     raise TimeoutError("timed out")
                 (reply,) = client.receive((request,))
+                replied = True
+                if observer is not None:  # the reply as memcached gave it, before decoding
+                    observer.request(node.name, request, reply, began)
                 result = reply if decode is None else decode(reply)
             except BaseException as exc:
+                if observer is not None and not replied:
+                    observer.failed(node.name, request, exc, True, began)
                 settle(node, client, exc, admission, True)
             else:
                 self._done(node, client)

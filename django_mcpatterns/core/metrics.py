@@ -23,7 +23,10 @@ the exporter sums them; the gauge keeps the lowest value of the live workers.
 
 from __future__ import annotations
 
+import os
 import threading
+import weakref
+from collections import Counter as Occurrences
 from typing import Any
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
@@ -95,10 +98,22 @@ def _families_of(registry: CollectorRegistry) -> _Families:
         return held[1]
 
 
+# Every sink of the process, to re-set its gauges in a forked child (see _restore).
+_sinks: weakref.WeakValueDictionary[int, PrometheusSink] = weakref.WeakValueDictionary()
+
+
+def _after_fork() -> None:
+    for sink in list(_sinks.values()):
+        sink._forked = True
+
+
+os.register_at_fork(after_in_child=_after_fork)
+
+
 class PrometheusSink(BaseSink):
     """Counts round trips, times them and follows server health in Prometheus metrics.
 
-    The labelled children a round trip moves are remembered per cache,
+    The labelled children a single-command round trip moves are remembered per cache,
     server and commands with their outcomes: a get costs one dict lookup, an
     ``inc`` and an ``observe``.  It also answers the status page's per-server
     counts (:meth:`servers`), read back from the metrics.
@@ -108,16 +123,38 @@ class PrometheusSink(BaseSink):
         self.registry = registry if registry is not None else REGISTRY
         self._families = _families_of(self.registry)
         self._children: dict[tuple[Any, ...], tuple[tuple[Any, ...], Any]] = {}
+        self._up: dict[tuple[str, str], int] = {}  # the server_up values this process set
+        self._forked = False
+        _sinks[id(self)] = self
+
+    def _restore(self) -> None:
+        """In a forked child: set the server_up gauges again.
+
+        In multiprocess mode prometheus_client gives a forked child files of
+        its own and resets every value to 0 on first use: the ``livemin``
+        gauge would say every server is down while the worker lives.
+        """
+        self._forked = False
+        for (cache, server), up in list(self._up.items()):
+            self._families.server_up.labels(cache, server).set(up)
 
     def round_trip(self, trip: RoundTrip) -> None:
+        if self._forked:
+            self._restore()
         cache, server, operation, commands, nanoseconds, _, _ = trip
-        key = (cache, server, commands)
-        children = self._children.get(key)
-        if children is None:
-            children = self._children[key] = self._labelled(cache, server, operation, commands)
-        counters, timer = children
-        for counter in counters:
-            counter.inc()
+        if len(commands) == 1:  # the hot path: remembered (a closed set of series)
+            key = (cache, server, commands)
+            children = self._children.get(key)
+            if children is None:
+                children = self._children[key] = self._labelled(cache, server, operation, commands)
+            counters, timer = children
+            for counter in counters:
+                counter.inc()
+        else:  # a batch: not remembered, its outcomes make too many combinations to keep
+            families = self._families
+            for (command, result), n in Occurrences(commands).items():
+                families.commands.labels(cache, server, command, result).inc(n)
+            timer = families.seconds.labels(cache, server, operation)
         if nanoseconds:  # nothing was sent to a server in its wait: no time to tell
             timer.observe(nanoseconds / 1e9)
 
@@ -129,13 +166,20 @@ class PrometheusSink(BaseSink):
         return counters, families.seconds.labels(cache, server, operation)
 
     def event(self, cache: str, name: str) -> None:
+        if self._forked:
+            self._restore()
         self._families.events.labels(cache, name).inc()
 
     def server_state(self, cache: str, server: str, up: bool) -> None:
+        self._up[(cache, server)] = 1 if up else 0
+        if self._forked:
+            self._restore()
         self._families.server_up.labels(cache, server).set(1 if up else 0)
 
     def servers(self, cache: str) -> dict[str, dict[str, Any]]:
         """This process's counts of one cache, as :meth:`.observe.Tally.servers` gives them."""
+        if self._forked:
+            self._restore()
         rows: dict[str, dict[str, Any]] = {}
         for family in self._families.commands.collect():
             for sample in family.samples:
@@ -158,6 +202,8 @@ class PrometheusSink(BaseSink):
 
     def events(self, cache: str) -> dict[str, int]:
         """This process's events of one cache, by name."""
+        if self._forked:
+            self._restore()
         found = {
             sample.labels["event"]: int(sample.value)
             for family in self._families.events.collect()

@@ -13,7 +13,8 @@ Outcomes (label values, a closed set: never a key)
     ``ok`` (flush_all, stats, mn), ``error`` (memcached's error reply, or a
     failure before anything was sent), ``unknown`` (a write was sent and no
     reply came: it may have been applied) and ``unavailable`` (nothing sent:
-    the server is in its retry or dead wait).
+    the server is in its retry or dead wait), ``cancelled`` (an asyncio caller
+    gave up before the reply: a read, or a write not sent yet).
 
 Pattern calls (``cache.sadd``...) reach the sinks through :meth:`Observer.begin`
 and :meth:`Observer.end`, which the pattern mixins' wrapper calls
@@ -30,6 +31,7 @@ import importlib
 import logging
 import threading
 import time
+from asyncio import CancelledError
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
@@ -93,6 +95,7 @@ OUTCOMES = (
     "error",
     "unknown",
     "unavailable",
+    "cancelled",
 )
 
 
@@ -211,8 +214,11 @@ def outcome(request: Request[Any], reply: object) -> str:
     return "ok"  # stats, version
 
 
-def _failure_outcome(request: Request[Any], sent: bool) -> str:
-    return "unknown" if sent and isinstance(request, _WRITES) else "error"
+def _failure_outcome(request: Request[Any], sent: bool, error: BaseException | None) -> str:
+    if sent and isinstance(request, _WRITES):
+        return "unknown"
+    # The caller gave up (asyncio's timeout, a client gone): not the server's error.
+    return "cancelled" if isinstance(error, CancelledError) else "error"
 
 
 def _keys(request: Request[Any]) -> tuple[bytes, ...]:
@@ -361,10 +367,11 @@ class Observer:
         sent: bool,
         started: int,
     ) -> None:
-        """No reply came: ``unknown`` for a write that was ``sent``, else ``error``."""
+        """No reply came: ``unknown`` for a write that was ``sent``, else ``error``
+        (``cancelled`` when ``error`` is asyncio's cancellation of the caller)."""
         elapsed = time.perf_counter_ns() - started
         batch = tuple(request) if isinstance(request, tuple | list) else (request,)
-        commands = tuple((command_name(r), _failure_outcome(r, sent)) for r in batch)
+        commands = tuple((command_name(r), _failure_outcome(r, sent, error)) for r in batch)
         trip = RoundTrip(self.cache, server, _operation(commands), commands, elapsed, batch, error)
         self._send(trip)
 

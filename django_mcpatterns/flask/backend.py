@@ -49,7 +49,8 @@ from ..core.exceptions import (
 from ..core.keys import key_bytes, shorten
 from ..core.locks import Backoff
 from ..core.memory import AsyncMemoryStore, MemoryStore, memory_options
-from ..core.options import ClusterOptions
+from ..core.observe import check_installed
+from ..core.options import INSTRUMENTATION_OPTIONS, ClusterOptions
 from ..core.serializers import SerdeOptions, with_derived_keys
 from ..core.servers import parse_servers
 from ..core.store import MAX_RELATIVE_EXPIRE, AsyncStore, Store
@@ -458,6 +459,10 @@ class LocMemPatternsCache(_PatternsCache):
             rng=rng,
         )
         try:
+            if any(name in options for name in INSTRUMENTATION_OPTIONS):
+                # Checked, then set aside (as the Django backend does): no wire to measure.
+                check_installed(options.get("instrumentation", ()))
+                options = {k: v for k, v in options.items() if k not in INSTRUMENTATION_OPTIONS}
             sizes = memory_options(options)
             serde = SerdeOptions.from_mapping(options).build(send_value_refused)
             self._memory = MemoryStore(**sizes, serde=serde, clock=clock)

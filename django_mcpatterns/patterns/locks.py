@@ -28,6 +28,7 @@ from django_mcpatterns.core.locks import DEFAULT_TIMEOUT, AsyncLock, Backoff, Ev
 from django_mcpatterns.core.store import AsyncStore, Store
 
 from . import PatternsHost
+from .observed import observe_lock_methods
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -37,6 +38,7 @@ def event_hook(host: object) -> EventHook | None:
     return getattr(host, "_pattern_event", None)
 
 
+@observe_lock_methods
 class CacheLock(Lock):
     """A :class:`Lock` with its asyncio forms, as ``cache.lock(...)`` returns it.
 

@@ -28,7 +28,13 @@ from typing import Any, TypeVar
 
 from django_mcpatterns.core.observe import Observer
 
-__all__ = ["observe_namespace_methods", "observe_patterns", "observer_of", "pattern_methods"]
+__all__ = [
+    "observe_lock_methods",
+    "observe_namespace_methods",
+    "observe_patterns",
+    "observer_of",
+    "pattern_methods",
+]
 
 C = TypeVar("C", bound=type)
 
@@ -82,10 +88,49 @@ def observe_namespace_methods(cls: C) -> C:
     return cls
 
 
+# A cache lock's calls, by the method that makes each (``__aenter__`` takes the lock).
+LOCK_CALLS = {
+    "acquire": "lock.acquire",
+    "release": "lock.release",
+    "extend": "lock.extend",
+    "aacquire": "lock.aacquire",
+    "arelease": "lock.arelease",
+    "aextend": "lock.aextend",
+    "__aenter__": "lock.aacquire",
+    "__aexit__": "lock.arelease",
+}
+
+
+def observe_lock_methods(cls: C) -> C:
+    """Wrap a cache lock's calls (:data:`LOCK_CALLS`) as pattern calls keyed by its key.
+
+    ``__enter__``/``__exit__`` call ``acquire``/``release``; the async forms
+    are wrapped themselves, as they go to the lock's asyncio form directly.
+    """
+    for method, name in LOCK_CALLS.items():
+        wrapped = observed(name, getattr(cls, method), _lock_observer, _lock_args)
+        setattr(cls, method, wrapped)
+    return cls
+
+
+def _lock_observer(lock: Any) -> Observer | None:
+    observer: Observer | None = getattr(lock._host_store, "observer", None)
+    return observer
+
+
+def _lock_args(lock: Any, args: tuple[Any, ...]) -> tuple[Any, ...]:
+    return (lock.key,)  # what a call shows (toolbar) or traces (trace_keys): the lock's key
+
+
+def _as_given(host: Any, args: tuple[Any, ...]) -> tuple[Any, ...]:
+    return args
+
+
 def observed(
     name: str,
     method: Callable[..., Any],
     observer_of: Callable[[Any], Observer | None] = observer_of,
+    args_of: Callable[[Any, tuple[Any, ...]], tuple[Any, ...]] = _as_given,
 ) -> Callable[..., Any]:
     """``method``, reported to the host's observer as the pattern call ``name``."""
     if inspect.iscoroutinefunction(method):
@@ -95,7 +140,7 @@ def observed(
             observer = observer_of(self)
             if observer is None or _inside.get():
                 return await method(self, *args, **kwargs)
-            call = observer.begin(name, args)
+            call = observer.begin(name, args_of(self, args))
             token = _inside.set(True)
             try:
                 result = await method(self, *args, **kwargs)
@@ -114,7 +159,7 @@ def observed(
         observer = observer_of(self)
         if observer is None or _inside.get():
             return method(self, *args, **kwargs)
-        call = observer.begin(name, args)
+        call = observer.begin(name, args_of(self, args))
         token = _inside.set(True)
         try:
             result = method(self, *args, **kwargs)

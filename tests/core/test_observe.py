@@ -332,7 +332,8 @@ def test_the_async_twin_reports_to_the_same_metrics(
     assert commands(found, server=server, command="get", outcome="hit") >= 2
     assert commands(found, server=server, command="add", outcome="not_stored") == 1
     assert commands(found, command="set", outcome="stored") == 13
-    assert commands(found, command="get", outcome="hit") == 2 + 3  # + get_many: one per server
+    holding = len({cluster3.ring.get_node(k.encode()) for k in keys})  # the ports decide
+    assert commands(found, command="get", outcome="hit") == 2 + holding  # get_many: one a server
 
 
 def test_a_sink_added_later_sees_the_twin_too(memcached_1: list[MemcachedServer]) -> None:
@@ -394,3 +395,150 @@ def test_invalid_instrumentation_options_are_named(option: str, value: object) -
     with pytest.raises(ConfigurationError, match=option) as caught:
         ClusterOptions.from_mapping({option: value})
     assert caught.value.option == option
+
+
+def test_batches_of_every_size_and_outcome_keep_the_sink_bounded(
+    memcached_1: list[MemcachedServer], registry: CollectorRegistry
+) -> None:
+    """A long-running process sends delete_many of many sizes, each key hit or missed:
+    the sink's memory follows the series (server, command, outcome), not the batches."""
+    from django_mcpatterns.core.metrics import PrometheusSink
+
+    flush(memcached_1)
+    cluster = instrumented([memcached_1[0].spec], "prometheus", prometheus_registry=registry)
+    keys = [f"batch:{j}" for j in range(10)]
+    for i in range(64):  # every pattern of present keys: 64 different replies
+        cluster.set_many({k: 1 for j, k in enumerate(keys[:6]) if i >> j & 1})
+        cluster.delete_many(keys[: 6 + i % 4])
+    found = samples(registry)
+    assert commands(found, command="delete") == sum(6 + i % 4 for i in range(64))
+    (sink,) = [s for s in cluster.observer.sinks if isinstance(s, PrometheusSink)]  # type: ignore[union-attr]
+    assert len(sink._children) <= 8  # was one entry per distinct batch: 70 here
+
+
+@pytest.mark.parametrize(
+    ("protocol", "write", "read"), [("text", "set", "get"), ("meta", "set", "get")]
+)
+def test_async_requests_cancelled_by_a_deadline_are_still_counted_and_timed(
+    memcached_1: list[MemcachedServer],
+    registry: CollectorRegistry,
+    protocol: str,
+    write: str,
+    read: str,
+) -> None:
+    """asyncio.timeout() around a call is how async code bounds a stall: the round trips it
+    cuts short are the slowest ones, and must show in the counts and the latency histogram
+    (the write as unknown: it was sent), as the sync transport's own timeout does."""
+    with Proxy(memcached_1[0].port) as proxy:
+        cluster = instrumented(
+            [proxy.spec], "prometheus", prometheus_registry=registry, protocol=protocol, timeout=30
+        )
+        twin = cluster.aio
+
+        async def work() -> None:
+            assert await twin.set("warm", 1) is True
+            proxy.withhold(f"{write} lost".encode())
+            with pytest.raises(TimeoutError):
+                async with asyncio.timeout(0.3):
+                    await twin.set("lost", 1)
+            await twin.close()
+            proxy.withhold(b"get cut")  # the text get of a batch, any protocol
+            with pytest.raises(TimeoutError):
+                async with asyncio.timeout(0.3):
+                    await twin.get_many(["cut", "cut2"])
+            await twin.close()
+
+        asyncio.run(work())
+        found = samples(registry)
+        assert commands(found, command=write, outcome="unknown") == 1
+        assert commands(found, command=read, outcome="cancelled") == 1
+        timed = sample(
+            found,
+            "mcpatterns_command_seconds_count",
+            cache="default",
+            server=proxy.spec,
+            command=write,
+        )
+        assert timed == 2  # the warm write and the cut one
+
+
+def test_async_multi_key_round_trips_are_timed_per_server(
+    memcached_4_fresh: list[MemcachedServer], registry: CollectorRegistry
+) -> None:
+    """get_many over a stalled server and a quick one: the quick one's round trip is not
+    charged the stalled one's wait (the per-server p99 is how an operator finds the slow one)."""
+    import threading
+
+    slow, quick = memcached_4_fresh[:2]
+    cluster = instrumented(
+        [slow.spec, quick.spec], "prometheus", prometheus_registry=registry, timeout=5
+    )
+    keys = [f"spread:{i}" for i in range(20)]
+    keys.sort(key=lambda k: cluster.ring.get_node(k.encode()) != slow.spec)  # slow's first
+    assert {cluster.ring.get_node(k.encode()) for k in keys} == {slow.spec, quick.spec}
+    cluster.set_many(dict.fromkeys(keys, 1))
+    twin = cluster.aio
+
+    async def work() -> None:
+        await twin.get_many(keys)  # connections open before the stall
+        slow.pause()
+        threading.Timer(0.5, slow.resume).start()
+        assert len(await twin.get_many(keys)) == 20
+        await twin.close()
+
+    asyncio.run(work())
+
+    def timed(server: str, under: str) -> float:
+        labels = {"cache": "default", "server": server, "command": "get", "le": under}
+        return sample(samples(registry), "mcpatterns_command_seconds_bucket", **labels)
+
+    assert timed(slow.spec, "0.25") == 1  # the first read only: the stalled one took 0.5 s
+    assert timed(quick.spec, "0.25") == 2  # both quick: it answered at once
+
+
+def test_an_async_write_the_failing_channel_never_sent_is_not_unknown(
+    memcached_1: list[MemcachedServer], registry: CollectorRegistry
+) -> None:
+    """A write still queued when its connection fails was certainly not applied
+    (NotSentError): an error, as the cluster itself judges it, not an unknown outcome."""
+    from django_mcpatterns.core.transport import ConnectionClosedError
+
+    cluster = instrumented([memcached_1[0].spec], "prometheus", prometheus_registry=registry)
+    twin = cluster.aio
+
+    async def work() -> None:
+        assert await twin.set("warm", 1) is True
+        (node,) = twin._nodes.values()
+        channel = twin._links[node].current(asyncio.get_running_loop())
+        assert channel is not None
+        queued = asyncio.ensure_future(twin.set("queued", 1))
+        await asyncio.sleep(0)  # the write is queued, not yet written: the flush comes next
+        channel.fail(ConnectionClosedError("the connection dropped"))
+        assert await queued is False  # degraded, as any failure
+        await twin.close()
+
+    asyncio.run(work())
+    found = samples(registry)
+    assert commands(found, command="set", outcome="unknown") == 0
+    assert commands(found, command="set", outcome="error") == 1
+
+
+def test_replicated_writes_are_counted_on_every_replica_sync_and_async(
+    cluster3: Cluster, memcached_3: list[MemcachedServer], registry: CollectorRegistry
+) -> None:
+    """OPTIONS["replicate"]: a hot key's write goes to all its replicas in one parallel round
+    trip; each server's command is counted, by the sync cluster as by its asyncio twin."""
+    specs = [s.spec for s in memcached_3]
+    cluster = instrumented(specs, "prometheus", prometheus_registry=registry, replicate={"hot:": 3})
+    assert cluster.set("hot:a", 1) is True
+    assert cluster.delete("hot:a") is True
+
+    async def work() -> None:
+        assert await cluster.aio.set("hot:b", 1) is True
+        await cluster.aio.close()
+
+    asyncio.run(work())
+    found = samples(registry)
+    for spec in specs:
+        assert commands(found, server=spec, command="set", outcome="stored") == 2, spec
+        assert commands(found, server=spec, command="delete", outcome="deleted") == 1, spec

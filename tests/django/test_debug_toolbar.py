@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import Iterator
 
@@ -21,6 +22,15 @@ def page(request: HttpRequest) -> HttpResponse:
     members = cache.smembers("tags")
     answer = cache.get_or_compute("answer", lambda: 42, timeout=60)
     cache.get("plain-key")
+    return HttpResponse(f"<html><body><p>{sorted(members)} {answer}</p></body></html>")
+
+
+async def apage(request: HttpRequest) -> HttpResponse:
+    cache = caches["default"]
+    await cache.asadd("tags", "red", "green")
+    members = await cache.asmembers("tags")
+    answer = await cache.aget_or_compute("answer", lambda: 42, timeout=60)
+    await cache.aget("plain-key")
     return HttpResponse(f"<html><body><p>{sorted(members)} {answer}</p></body></html>")
 
 
@@ -90,3 +100,27 @@ def test_requests_without_the_toolbar_record_nothing() -> None:
 
     assert _recording.get() is None
     assert caches["default"].sismember("tags", "red") is True
+
+
+@pytest.mark.usefixtures("toolbar_site")
+def test_the_panel_lists_the_calls_of_an_async_view() -> None:
+    from django.test import AsyncClient
+
+    async def fetch() -> HttpResponse:
+        response: HttpResponse = await AsyncClient().get("/apage/", REMOTE_ADDR="127.0.0.1")
+        return response
+
+    response = asyncio.run(fetch())
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert "['green', 'red'] 42" in html
+    calls = re.findall(r'<tr class="mcpatterns-call">(.*?)</tr>', html, re.S)
+    names = [re.search(r"cache\.(\w+)", call).group(1) for call in calls]  # type: ignore[union-attr]
+    assert names == ["asadd", "asmembers", "aget_or_compute"]
+    trips = re.findall(r'<tr class="mcpatterns-trip">(.*?)</tr>', html, re.S)
+    assert len(trips) >= 4
+    plain = html.split('class="mcpatterns-plain"')[1]
+    assert "get :1:plain-key" in text(plain)
+    nav = re.search(r"(\d+) calls, (\d+) round trips in [\d.]+ ms", html)
+    assert nav is not None
+    assert int(nav.group(1)) == 3

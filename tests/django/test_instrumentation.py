@@ -196,3 +196,59 @@ def test_the_embedded_backend_takes_the_options_and_measures_nothing() -> None:
     entry["OPTIONS"] = {"instrumentation": ["statsd"]}
     with override_settings(CACHES={"default": entry}), pytest.raises(ImproperlyConfigured):
         caches["default"].get("x")
+
+
+def test_caches_sharing_one_options_dict_are_labelled_with_their_own_alias(
+    memcached_3: list[MemcachedServer], registry: CollectorRegistry
+) -> None:
+    """Settings often share one OPTIONS dict between caches: each is still its own alias."""
+    for server in memcached_3:
+        server.flush()
+    options = {"instrumentation": ["prometheus"], "prometheus_registry": registry}
+    caches_setting = {
+        "default": {
+            "BACKEND": CLUSTER_BACKEND,
+            "LOCATION": memcached_3[0].spec,
+            "OPTIONS": options,
+        },
+        "sessions": {
+            "BACKEND": CLUSTER_BACKEND,
+            "LOCATION": memcached_3[1].spec,
+            "OPTIONS": options,
+        },
+    }
+    with override_settings(CACHES=caches_setting):
+        caches["default"].set("a", 1)
+        caches["sessions"].set("b", 1)
+        caches["sessions"].set("c", 1)
+    found = samples(registry)
+    assert commands(found, cache="default", server=memcached_3[0].spec) == 1
+    assert commands(found, cache="sessions", server=memcached_3[1].spec) == 2
+
+
+def test_a_locks_acquire_and_release_are_pattern_calls_around_their_commands(
+    instrumented: Any,
+) -> None:
+    """cache.lock(...) is a pattern: taking and releasing it are spans around their commands,
+    sync and async (with the lock's key, like every pattern call's, for the toolbar)."""
+    with spans_exporter() as exporter:
+        with instrumented.lock("job"):
+            pass
+
+        async def run() -> None:
+            async with instrumented.lock("ajob"):
+                pass
+            await instrumented.astore.close()
+
+        asyncio.run(run())
+    spans = exporter.get_finished_spans()
+    by_id = {span.context.span_id: span for span in spans}
+    for name in ("acquire", "release", "aacquire", "arelease"):
+        (call,) = [span for span in spans if span.name == f"cache.lock.{name}"]
+        children = [
+            s for s in spans if s.parent is not None and s.parent.span_id == call.context.span_id
+        ]
+        assert children, name  # its round trips are its children
+        assert all(child.kind.name == "CLIENT" for child in children)
+    commands_of_calls = [s for s in spans if s.kind.name == "CLIENT"]
+    assert all(s.parent is not None and s.parent.span_id in by_id for s in commands_of_calls)

@@ -38,3 +38,19 @@ def test_flask_cache_options_turn_on_metrics_and_spans(memcached_1: list[Memcach
     found = samples(registry)
     assert commands(found, cache="flask", command="add", outcome="stored") >= 1
     assert sample(found, "mcpatterns_events_total", cache="flask", event="recomputed") == 1
+
+
+def test_the_embedded_flask_backend_accepts_the_instrumentation_options() -> None:
+    """As the Django one does: a development config sharing CACHE_OPTIONS with production
+    (which turns instrumentation on) keeps working on the embedded store, measuring nothing;
+    a misspelt name is still refused."""
+    from django_mcpatterns.core.exceptions import ConfigurationError
+    from django_mcpatterns.flask import LocMemPatternsCache
+
+    cache = LocMemPatternsCache(
+        instrumentation=["prometheus", "opentelemetry"], instrumentation_name="flask"
+    )
+    assert cache.sadd("colours", "red") == 1
+    assert cache.smembers("colours") == {"red"}
+    with pytest.raises(ConfigurationError, match="prometheus"):
+        LocMemPatternsCache(instrumentation=["prometheus", "statsd"])
