@@ -15,7 +15,10 @@ Auto-batching
     already in a batch not yet answered is not asked for again: its callers
     share that batch's reply (each deserialises its own copy).  The reply of a
     batch is parsed before any later reply, so a read never misses a write
-    that completed before it was issued.
+    that completed before it was issued.  A write answered on another
+    connection of this process may postdate a batch on the wire: once any
+    request was answered since a batch was written
+    (:data:`.transport.completed`), new reads do not share it.
 Cancellation
     The channel, not the caller, reads every reply: a cancelled caller's
     future is simply dropped when its reply arrives, so the connection is
@@ -45,7 +48,7 @@ from collections import deque
 from collections.abc import Sequence
 from typing import Any
 
-from .transport import ConnectionClosedError, SocketOptions
+from .transport import ConnectionClosedError, SocketOptions, completed, stamp_completed
 from .wire import NEED_DATA, ErrorReply, Get, Reader, Request, Value
 
 __all__ = ["Batch", "Channel", "NotSentError", "open_channel"]
@@ -86,15 +89,27 @@ class Batch(_Item):
     iteration; then in flight until its reply is parsed.
     """
 
-    __slots__ = ("cas", "keys", "values")
+    __slots__ = ("cas", "keys", "sent_under", "values")
 
     def __init__(self) -> None:
         super().__init__(())
         self.keys: dict[bytes, None] = {}  # an ordered set
         self.cas = False
         self.values: dict[bytes, Value] = {}
+        self.sent_under = -1  # the completion stamp when written; -1: open
+
+    def joinable(self, cas: bool) -> bool:
+        """Whether a read of one of its keys, issued now, may share its reply.
+
+        Open: yes.  Written: only if no request was answered in this process
+        since (on another connection, a write answered then may postdate it).
+        """
+        if cas and not self.cas:
+            return False
+        return self.sent_under < 0 or self.sent_under == completed[0]
 
     def seal(self) -> None:
+        self.sent_under = completed[0]
         self.requests = (Get(list(self.keys), self.cas),)
         self.data = self.requests[0].encode()  # keys of placed(): valid bytes
 
@@ -166,6 +181,8 @@ class Channel(asyncio.Protocol):
                 self._head_since = self.loop.time()
                 if type(item) is Batch:
                     self._forget(item)
+                else:
+                    stamp_completed()  # a write, maybe: fetches on the wire are not shared
                 item.resolve()
             reader.drained()  # bytes nobody asked for: out of step
         except Exception as exc:  # ProtocolError, or a bug: never read on out of step
@@ -191,7 +208,7 @@ class Channel(asyncio.Protocol):
     def fetch_one(self, kb: bytes, cas: bool) -> asyncio.Future[Batch | ErrorReply]:
         """:meth:`fetch` of one key (the hot path of ``get``)."""
         batch = self._in_flight.get(kb)
-        if batch is None or (cas and not batch.cas):
+        if batch is None or not batch.joinable(cas):
             batch = self._open_batch
             if batch is None:
                 batch = self._open_batch = Batch()
@@ -214,7 +231,7 @@ class Channel(asyncio.Protocol):
         batches: dict[int, Batch] = {}
         for kb in kbs:
             batch = in_flight.get(kb)
-            if batch is None or (cas and not batch.cas):
+            if batch is None or not batch.joinable(cas):
                 batch = self._open_batch
                 if batch is None:
                     batch = self._open_batch = Batch()

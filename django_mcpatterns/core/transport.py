@@ -14,6 +14,7 @@ A :class:`Pool` holds one server's connections; which process owns a pool
 from __future__ import annotations
 
 import contextlib
+import itertools
 import socket
 import ssl
 import struct
@@ -32,6 +33,17 @@ __all__ = ["Connection", "ConnectionClosedError", "Keepalive", "Pool", "SocketOp
 T = TypeVar("T")
 
 _RECV_SIZE = 65536
+
+# Requests this process's sync connections and async channels have seen answered
+# (a stamp, not a count).  A read may share a fetch already on the wire only while
+# the stamp is the one it was sent under: a write answered since may postdate it.
+completed = [0]
+_stamps = itertools.count(1)
+
+
+def stamp_completed() -> None:
+    """Note that a request was answered (a write, maybe): fetches sent before are not shared."""
+    completed[0] = next(_stamps)  # next() is atomic: threads never share a stamp
 
 
 class ConnectionClosedError(ConnectionError):
@@ -145,6 +157,7 @@ class Connection:
         except BlockingIOError as exc:
             raise _timed_out(exc) from exc
         reader.drained()
+        stamp_completed()
         return replies
 
     def exchange(self, requests: Sequence[Request[Any]]) -> list[Any]:
@@ -169,6 +182,7 @@ class Connection:
         except BlockingIOError as exc:
             raise _timed_out(exc) from exc
         reader.drained()
+        stamp_completed()
         answer: T | ErrorReply = reply  # NEED_DATA is looped away
         return answer
 

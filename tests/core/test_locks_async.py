@@ -10,12 +10,14 @@ on real memcached through the AsyncCluster twin of a Cluster (``Cluster.aio``).
 from __future__ import annotations
 
 import asyncio
+import random
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, TypeVar
 
 import pytest
 
+from django_mcpatterns.core.aio import AsyncCluster
 from django_mcpatterns.core.cluster import Cluster
 from django_mcpatterns.core.exceptions import (
     LockError,
@@ -32,6 +34,7 @@ from django_mcpatterns.core.locks import (
 from django_mcpatterns.core.memory import AsyncMemoryStore, MemoryStore
 from django_mcpatterns.core.options import ClusterOptions
 from tests.conftest import flush
+from tests.drills.proxy import Proxy
 from tests.fakes import FakeClock, near
 from tests.harness import MemcachedServer
 
@@ -440,3 +443,125 @@ def test_tasks_contending_on_memcached_take_turns_without_stalling(twin: Any) ->
     ticker = run(scenario())
     assert state == {"inside": 0, "most": 1, "turns": 10}
     assert ticker.worst < 0.010
+
+
+@pytest.mark.parametrize("protocol", ["meta", "text"])
+def test_a_task_cancelled_while_its_add_is_answered_leaves_the_lock_free(
+    protocol: str, memcached_1: list[MemcachedServer]
+) -> None:
+    """Cancelled between the ``add`` reaching memcached and its reply, an acquire takes nothing.
+
+    A request's task cancelled by a timeout or a client disconnect is routine in
+    asyncio: the add lands, nobody holds the token, and every other request waits
+    for the lock timeout (60 s by default) or gives up.
+    """
+    flush(memcached_1)
+    with Proxy(memcached_1[0].port) as proxy:
+        aio = AsyncCluster([proxy.spec], ClusterOptions(protocol=protocol))  # type: ignore[arg-type]
+
+        async def main() -> None:
+            lock = AsyncLock(aio, "job", timeout=60)
+            assert not await lock.locked()  # connected
+            proxy.delay = 0.1  # every reply takes a while: the cancel lands before it
+            task = asyncio.create_task(lock.acquire())
+            while not any(
+                (b"job" in sent and b"add" in sent) or b"ms job" in sent for sent in proxy.sent()
+            ):
+                await asyncio.sleep(0.005)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            await asyncio.sleep(0.6)  # the add's reply, then whatever hands it back
+            proxy.delay = 0.0
+            other = AsyncLock(aio, "job", timeout=60)
+            assert await other.acquire(blocking=False), "the lock is held by nobody"
+            await other.release()
+            await aio.close()
+
+        asyncio.run(main())
+
+
+def test_a_release_cancelled_between_its_two_text_requests_still_frees_the_lock(
+    memcached_1: list[MemcachedServer],
+) -> None:
+    """Text memcached deletes by cas in two requests (``gets``, then ``cas``).
+
+    A task cancelled while the ``gets`` is answered (a timeout, a client
+    disconnect as the response ends) never sent the ``cas``: the lock stayed
+    held by nobody for its whole timeout, and the owner had forgotten it.
+    """
+    flush(memcached_1)
+    with Proxy(memcached_1[0].port) as proxy:
+        aio = AsyncCluster([proxy.spec], ClusterOptions(protocol="text"))
+
+        async def main() -> None:
+            lock = AsyncLock(aio, "job", timeout=60)
+            held = asyncio.Event()
+
+            async def owner() -> None:  # the owner is the task: one task takes and releases
+                assert await lock.acquire()
+                held.set()
+                await asyncio.sleep(0.05)
+                await lock.release()
+
+            task = asyncio.create_task(owner())
+            await held.wait()
+            proxy.delay = 0.1  # every reply takes a while: the cancel lands during the gets
+            gets = len(b"".join(proxy.sent()).split(b"gets job"))
+            while len(b"".join(proxy.sent()).split(b"gets job")) == gets:
+                await asyncio.sleep(0.005)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            await asyncio.sleep(0.6)  # the gets' reply, then whatever finishes the release
+            proxy.delay = 0.0
+            other = AsyncLock(aio, "job", timeout=60)
+            assert await other.acquire(blocking=False), "the lock is held by nobody"
+            await other.release()
+            await aio.close()
+
+        asyncio.run(main())
+
+
+@pytest.mark.parametrize("protocol", ["meta", "text"])
+def test_cancellations_at_random_points_never_leave_the_lock_held_by_nobody(
+    protocol: str, memcached_1: list[MemcachedServer]
+) -> None:
+    """12 tasks contend for one lock, most cancelled at a random moment (waiting, adding,
+    inside, releasing); after each round the lock is free and was never held twice.
+
+    Before the fixes above, 3 (meta) and 8 (text) rounds of 15 left it held by nobody.
+    """
+    flush(memcached_1)
+    rng = random.Random(7)
+    with Proxy(memcached_1[0].port) as proxy:
+        aio = AsyncCluster([proxy.spec], ClusterOptions(protocol=protocol))  # type: ignore[arg-type]
+
+        async def main() -> None:
+            state = {"inside": 0, "most": 0}
+
+            async def worker() -> None:
+                async with AsyncLock(aio, "fuzz", timeout=30, blocking_timeout=5):
+                    state["inside"] += 1
+                    state["most"] = max(state["most"], state["inside"])
+                    try:
+                        await asyncio.sleep(rng.random() * 0.003)
+                    finally:
+                        state["inside"] -= 1
+
+            proxy.delay = 0.002
+            loop = asyncio.get_running_loop()
+            for _ in range(15):
+                tasks = [asyncio.create_task(worker()) for _ in range(12)]
+                for task in tasks:
+                    if rng.random() < 0.6:
+                        loop.call_later(rng.random() * 0.02, task.cancel)
+                await asyncio.gather(*tasks, return_exceptions=True)
+                await asyncio.sleep(0.1)  # what a cancelled task handed back is done
+                probe = AsyncLock(aio, "fuzz", timeout=30)
+                assert await probe.acquire(blocking=False), "held by nobody"
+                await probe.release()
+            assert state["most"] == 1
+            await aio.close()
+
+        asyncio.run(main())

@@ -10,17 +10,21 @@ recomputes it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 from typing import Any
 
 import pytest
 
 from django_mcpatterns.core.aio import AsyncCluster
+from django_mcpatterns.core.keys import placed
 from django_mcpatterns.core.namespaces import AsyncNamespaces
 from django_mcpatterns.core.options import ClusterOptions
 from django_mcpatterns.core.stampede import AsyncStampede, StampedePolicy
+from django_mcpatterns.core.stampede_model import lock_key
 from tests.conftest import flush
 from tests.core.asyncio_tools import STALL_LIMIT, Computes, LagMeter, least_stall, run
+from tests.drills.proxy import Proxy
 from tests.harness import MemcachedServer, server_requests
 
 PROTOCOLS = ["meta", "text"]
@@ -215,3 +219,35 @@ def test_cancellations_at_random_points_never_wedge_a_key(
         return cancelled
 
     assert run(scenario) > 40
+
+
+def test_a_recompute_lock_release_cancelled_midway_still_frees_the_lock(
+    memcached_1: list[MemcachedServer],
+) -> None:
+    """Text mode releases the recompute lock by ``gets`` then ``cas``: a winner cancelled
+    between them (a timeout, a client disconnect) left the lock held for ``lock_timeout``,
+    and every refresh of the key was skipped meanwhile (stale values served)."""
+    flush(memcached_1)
+    lock = lock_key("page")
+
+    async def scenario() -> Any:
+        with Proxy(memcached_1[0].port) as proxy:
+            store = AsyncCluster([proxy.spec], ClusterOptions(protocol="text"))
+            stampede = AsyncStampede(store, StampedePolicy(lock_timeout=60))
+            try:
+                await store.get("warm")  # connected
+                proxy.delay = 0.05  # every reply takes a while: the cancel lands in the gets
+                winner = asyncio.ensure_future(stampede.get_or_compute("page", Computes("v"), 60))
+                release = b"gets " + placed(lock)[0]
+                while release not in b"".join(proxy.sent()):
+                    await asyncio.sleep(0.002)
+                winner.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await winner
+                await asyncio.sleep(0.5)  # whatever still runs, finishes
+                proxy.delay = 0.0
+                return await store.get(lock)
+            finally:
+                await store.close()
+
+    assert run(scenario) is None  # the lock is free: the next refresh may run

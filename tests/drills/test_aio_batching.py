@@ -13,6 +13,7 @@ from collections.abc import Iterator
 import pytest
 
 from django_mcpatterns.core.aio import AsyncCluster
+from django_mcpatterns.core.cluster import Cluster
 from django_mcpatterns.core.options import ClusterOptions
 from tests.aio import Blocking
 from tests.conftest import flush
@@ -118,6 +119,41 @@ def test_a_get_issued_after_a_completed_write_reads_it(cluster: Blocking) -> Non
         return [await reader, after]
 
     assert cluster.run(write_then_read) == [0, 1]
+
+
+def test_a_get_issued_after_a_write_through_another_connection_reads_it(
+    proxies: list[Proxy],
+) -> None:
+    """A fetch already on the wire is not shared with a read issued after a write that
+    completed on another connection of this process (the sync API, as a ``post_save``
+    receiver run through ``sync_to_async`` uses, or another loop): it was sent before
+    the write, so it may answer the value from before it.  Both forms of read, both APIs.
+    """
+    cluster = Cluster([p.spec for p in proxies], ClusterOptions(timeout=2.0))
+    aio = cluster.aio
+
+    async def scenario() -> list[object]:
+        await aio.set_many({"hot": "old", "hot2": "old"})
+        for proxy in proxies:
+            proxy.delay = 0.1  # a read of the hot keys is always on its way
+        readers = [
+            asyncio.ensure_future(aio.get("hot")),
+            asyncio.ensure_future(aio.get_many(["hot2"])),
+        ]
+        await asyncio.sleep(0.02)  # written, not answered
+        cluster.delete("hot")  # this request's invalidation, through the sync API
+        other = Cluster([p.spec for p in proxies])  # another client of this process
+        other.set("hot2", "new")
+        other.close()
+        after = await asyncio.gather(aio.get("hot"), aio.get_many(["hot2"]))
+        await asyncio.gather(*readers)
+        await aio.close()
+        return after
+
+    try:
+        assert asyncio.run(scenario()) == [None, {"hot2": "new"}]
+    finally:
+        cluster.close()
 
 
 def test_get_many_and_concurrent_gets_share_one_request_per_server(

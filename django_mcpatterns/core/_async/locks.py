@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 from typing import Any, cast
 
+from django_mcpatterns.core.background import AsyncUndo, async_finish_then_undo
 from django_mcpatterns.core.exceptions import (
     LockError,
     LockNotOwnedError,
@@ -37,7 +38,7 @@ from django_mcpatterns.core.lockrules import (
     new_token,
 )
 from django_mcpatterns.core.owners import AsyncOwners, Hold, OwnerHolds, SharedOwner
-from django_mcpatterns.core.store import AsyncStore
+from django_mcpatterns.core.store import AsyncStore, CasToken
 from django_mcpatterns.core.syncio import AsyncSleeper, async_sleep
 
 __all__ = ["AsyncLock", "rewrite_owned"]
@@ -188,11 +189,18 @@ class AsyncLock:
         cas = hold.cas if hold.token == token else None
         if hold.token == token:
             hold.token = hold.cas = None
+        # Run to its end even if this task is cancelled meanwhile: text memcached deletes
+        # by cas in two requests, and a release left halfway holds the lock until it lapses.
+        await async_finish_then_undo(self._let_go(hold, token, cas), _released)
+
+    async def _let_go(self, hold: Hold, token: bytes, cas: CasToken | None) -> bool:
+        """Delete the lock item (by cas, else by the token); True: it went by cas."""
         if cas is not None:
             with Reaching(self.key, "release"):
                 if await self._store.delete_cas(self.key, cas):
-                    return
+                    return True
         await self._replace(hold, token, -1, "release")  # by the token; negative deletes
+        return False
 
     async def extend(
         self, additional_time: float, replace_ttl: bool = False, token: bytes | None = None
@@ -263,13 +271,26 @@ class AsyncLock:
         now = self._clock()
         exptime = exptime_for(self.timeout)
         with Reaching(self.key, "acquire"):
-            cas = await self._store.add_cas(self.key, token, exptime)
+            # A task cancelled while its add is answered must not leave the lock taken
+            # by nobody until it lapses: the add is awaited to its end, and undone.
+            add = self._store.add_cas(self.key, token, exptime)  # sync: runs here
+            cas = await async_finish_then_undo(add, self._unclaim())
         if cas is None:
             return False
         hold.token = token
         hold.cas = cas
         hold.deadline = now + self.timeout
         return True
+
+    def _unclaim(self) -> AsyncUndo[CasToken | None]:
+        """What deletes the lock a cancelled acquire's ``add`` took (by its cas)."""
+
+        async def undo(cas: CasToken | None) -> None:
+            if cas is not None:
+                with Reaching(self.key, "release"):
+                    await self._store.delete_cas(self.key, cas)
+
+        return undo
 
     async def _replace(self, hold: Hold, token: bytes, exptime: int, action: str) -> None:
         """Rewrite our lock item (new exptime; negative deletes) only while it is ours."""
@@ -296,3 +317,7 @@ class AsyncLock:
             f"cannot {action} lock {self.key!r}: this owner no longer holds it "
             f"(its TTL lapsed; {now}); the critical section outlived the lock timeout"
         )
+
+
+async def _released(_: bool) -> None:
+    """Nothing to hand back once a cancelled owner's release is done."""

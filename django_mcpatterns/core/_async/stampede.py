@@ -674,7 +674,9 @@ class AsyncStampede:
     async def _let_go(self, held: _Held, exptime: int, marker: bytes | None = None) -> None:
         """Release the lock, or turn it into ``marker``, if it is still ours."""
         try:
-            ownership = await held.rewrite(exptime, marker)
+            # To its end even if this task is cancelled meanwhile: the rewrite is a gets
+            # then a cas, and a lock left halfway blocks every refresh for lock_timeout.
+            ownership = await async_finish_then_undo(held.rewrite(exptime, marker), _rewritten)
         except NodeUnavailableError as exc:
             logger.warning("could not release %r (%s); it lapses by itself", held.key, exc)
             return
@@ -702,3 +704,7 @@ class AsyncStampede:
             # Unreadable: race for the lock; its winner reads it again and overwrites it.
             return NO_VALUE, None
         return as_envelope(found.get(key, NO_VALUE)), found.get(lock)
+
+
+async def _rewritten(_: Ownership) -> None:
+    """Nothing to hand back once a cancelled caller's release of the lock is done."""

@@ -675,7 +675,9 @@ class Stampede:
     def _let_go(self, held: _Held, exptime: int, marker: bytes | None = None) -> None:
         """Release the lock, or turn it into ``marker``, if it is still ours."""
         try:
-            ownership = held.rewrite(exptime, marker)
+            # To its end even if this task is cancelled meanwhile: the rewrite is a gets
+            # then a cas, and a lock left halfway blocks every refresh for lock_timeout.
+            ownership = finish_then_undo(held.rewrite(exptime, marker), _rewritten)
         except NodeUnavailableError as exc:
             logger.warning("could not release %r (%s); it lapses by itself", held.key, exc)
             return
@@ -703,3 +705,7 @@ class Stampede:
             # Unreadable: race for the lock; its winner reads it again and overwrites it.
             return NO_VALUE, None
         return as_envelope(found.get(key, NO_VALUE)), found.get(lock)
+
+
+def _rewritten(_: Ownership) -> None:
+    """Nothing to hand back once a cancelled caller's release of the lock is done."""
