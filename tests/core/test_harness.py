@@ -1,6 +1,12 @@
+import os
+import signal
 import socket
+from pathlib import Path
 
-from tests.harness import memcached_cluster
+import pytest
+
+from tests.harness import memcached_cluster, start_memcached
+from tests.processes import deaths
 
 
 def test_servers_answer_and_stop_by_pid():
@@ -13,3 +19,58 @@ def test_servers_answer_and_stop_by_pid():
                 assert sock.recv(64).startswith(b"VERSION 1.")
     for server in servers:
         assert not server.executor.running()
+
+
+def test_servers_carry_no_mirakuru_marker():
+    """mirakuru's atexit SIGKILLs every process whose ``mirakuru_uuid`` merely contains
+    the exiting process's pid: any test run ending on the machine could kill ours."""
+    with memcached_cluster(1) as (server,):
+        environ = Path(f"/proc/{server.pid}/environ").read_bytes().split(b"\0")
+        assert not [item for item in environ if item.startswith(b"mirakuru_uuid=")]
+
+
+def test_no_exiting_python_would_pick_our_servers_to_kill():
+    """The flake: at exit, a Python that imported mirakuru SIGKILLs each process whose
+    ``mirakuru_uuid`` contains its pid; the old markers began with this run's pid, so
+    any process with a pid found in them (e.g. a shorter one) killed session servers.
+    Asked here which pids this run's exit would pick (asked only: nothing is killed)."""
+    base_env = pytest.importorskip("mirakuru.base_env")
+    with memcached_cluster(1) as (server,):
+        picked = base_env.processes_with_env("mirakuru_uuid", str(os.getpid()))
+        picked |= base_env.processes_with_env("mirakuru_uuid", str(server.pid))
+        assert server.pid not in picked
+        assert server.executor.running()
+
+
+def test_a_server_killed_from_outside_is_reported_with_its_signal():
+    with memcached_cluster(1) as (server,):
+        os.kill(server.pid, signal.SIGKILL)  # not through the harness: someone else's kill
+        server.executor.process.wait(10)
+        (line,) = [d for d in deaths() if f"pid {server.pid} " in d]
+        assert "killed by SIGKILL" in line
+        assert str(server.port) in line
+    assert not [d for d in deaths() if f"pid {server.pid} " in d]  # stopped: no longer counted
+
+
+def test_a_server_that_exits_on_its_own_is_reported_with_its_status():
+    with memcached_cluster(1) as (server,):
+        with socket.create_connection(("127.0.0.1", server.port), timeout=2) as sock:
+            sock.sendall(b"shutdown\r\n")  # refused without -A: memcached stays up
+            assert b"ERROR" in sock.recv(64)
+        server.executor.process.send_signal(signal.SIGINT)  # memcached exits 0 on SIGINT
+        server.executor.process.wait(10)
+        (line,) = [d for d in deaths() if f"pid {server.pid} " in d]
+        assert "exit status 0" in line
+
+
+def test_a_server_that_cannot_start_says_why():
+    with pytest.raises(RuntimeError, match=r"exit status 1; output: .*unrecognized option"):
+        start_memcached(1, extra_args=["--no-such-option"])
+
+
+def test_deliberate_kills_and_restarts_are_not_deaths():
+    with memcached_cluster(2) as (killed, restarted):
+        killed.kill()
+        restarted.restart()
+        assert not [d for d in deaths() if f"pid {killed.pid} " in d]
+        assert restarted.executor.running()
