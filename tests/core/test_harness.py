@@ -1,4 +1,5 @@
 import os
+import re
 import signal
 import socket
 from pathlib import Path
@@ -22,24 +23,24 @@ def test_servers_answer_and_stop_by_pid():
 
 
 def test_servers_carry_no_mirakuru_marker():
-    """mirakuru's atexit SIGKILLs every process whose ``mirakuru_uuid`` merely contains
-    the exiting process's pid: any test run ending on the machine could kill ours."""
+    """The flake: at exit, any Python that imported mirakuru SIGKILLs every process whose
+    ``mirakuru_uuid`` (``<run's pid>:<uuid4>``) merely CONTAINS its pid, e.g. a run whose
+    pid is 4242 killed the servers of a run with pid 24242.  Ours carry no marker."""
     with memcached_cluster(1) as (server,):
         environ = Path(f"/proc/{server.pid}/environ").read_bytes().split(b"\0")
         assert not [item for item in environ if item.startswith(b"mirakuru_uuid=")]
 
 
-def test_no_exiting_python_would_pick_our_servers_to_kill():
-    """The flake: at exit, a Python that imported mirakuru SIGKILLs each process whose
-    ``mirakuru_uuid`` contains its pid; the old markers began with this run's pid, so
-    any process with a pid found in them (e.g. a shorter one) killed session servers.
-    Asked here which pids this run's exit would pick (asked only: nothing is killed)."""
-    base_env = pytest.importorskip("mirakuru.base_env")
-    with memcached_cluster(1) as (server,):
-        picked = base_env.processes_with_env("mirakuru_uuid", str(os.getpid()))
-        picked |= base_env.processes_with_env("mirakuru_uuid", str(server.pid))
-        assert server.pid not in picked
-        assert server.executor.running()
+def test_no_test_imports_mirakuru():
+    """Importing mirakuru registers that atexit cleanup in the test run itself (and in
+    every process forked from it): start servers with tests.processes instead."""
+    root = Path(__file__).resolve().parents[1]
+    importing = [
+        str(path.relative_to(root))
+        for path in root.rglob("*.py")
+        if re.search(r"^\s*(from|import) mirakuru\b", path.read_text(), re.MULTILINE)
+    ]
+    assert importing == []
 
 
 def test_a_server_killed_from_outside_is_reported_with_its_signal():
