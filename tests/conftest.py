@@ -60,3 +60,12 @@ def pytest_runtest_makereport(
         if dead:
             report.sections.append(("servers that died during the run", "\n".join(dead)))
     return report
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """The run's summary names every server that died on its own, even if no test failed."""
+    dead = deaths()
+    if dead:
+        terminalreporter.section("servers that died during the run", red=True)
+        for line in dead:
+            terminalreporter.line(line)

@@ -29,6 +29,7 @@ from typing import IO
 Address = tuple[str, int] | str  # (host, port) over TCP, or a unix socket path
 
 _STARTED: weakref.WeakSet[ServerProcess] = weakref.WeakSet()
+_BURIED: list[str] = []  # deaths found when a fixture stopped an already dead server
 
 
 class ServerProcess:
@@ -91,6 +92,8 @@ class ServerProcess:
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 10) -> None:
         """Signal our pid (and no other), wait; SIGKILL when it does not go in ``timeout``."""
+        if self.died():
+            _BURIED.append(self.death())  # still reported once the fixture is gone
         self.stopped = True
         if self.process is None or self.process.poll() is not None:
             return
@@ -124,6 +127,9 @@ class ServerProcess:
         how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit status {code}"
         return f"pid {self.pid} {how}; output: {self.output()!r}"
 
+    def death(self) -> str:
+        return f"{self.name} {self.address!r}: {self.describe_exit()}"
+
     def died(self) -> bool:
         """Exited while the harness still counted on it."""
         return not self.stopped and self.process is not None and self.process.poll() is not None
@@ -131,8 +137,12 @@ class ServerProcess:
 
 def deaths() -> list[str]:
     """One line per started server that died on its own (or was killed by someone else)."""
-    return [
-        f"{server.name} {server.address!r}: {server.describe_exit()}"
-        for server in list(_STARTED)
-        if server.died()
-    ]
+    return [*_BURIED, *(server.death() for server in list(_STARTED) if server.died())]
+
+
+def forget(pid: int | None) -> None:
+    """Drop a drill's deliberate outside kill from :func:`deaths`."""
+    _BURIED[:] = [line for line in _BURIED if f"pid {pid} " not in line]
+    for server in list(_STARTED):
+        if server.pid == pid:
+            server.stopped = True
