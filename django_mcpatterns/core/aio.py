@@ -394,6 +394,7 @@ class AsyncCluster:
             spread = None if cas else self._routes.spread(given)
         found: dict[bytes, Value] = {}
         errors: list[BaseException] = []
+        lost: set[str] = set()  # servers that failed this call (their spread keys are reread)
 
         def finish(node: _Node, kbs: list[bytes], batches: list[Any]) -> list[Value]:
             for batch in batches:
@@ -412,6 +413,8 @@ class AsyncCluster:
         def failed(node: _Node, kbs: list[bytes], error: BaseException | None) -> None:
             if error is not None:
                 errors.append(error)
+            else:
+                lost.add(node.name)
 
         await self._per_server(
             given,
@@ -423,6 +426,17 @@ class AsyncCluster:
         )
         if errors:
             raise errors[0]
+        if spread and lost:  # a replica chosen for some keys just failed: the others answer
+            assert self._routes is not None
+            strict = self.options.raise_errors
+            for kb, name in spread.items():
+                if name in lost:
+                    plan = self._routes.reread(
+                        kb, name, Get((kb,), cas), _first_value, None, strict
+                    )
+                    item = await self._drive(plan)
+                    if item is not None:
+                        found[kb] = item
         return found
 
     # -- single-key commands --
@@ -768,7 +782,12 @@ class AsyncCluster:
         try:
             op = next(plan)
             while True:
-                op = plan.send(await self._perform(op))
+                try:
+                    result = await self._perform(op)
+                except BaseException:
+                    plan.close()  # cancelled, or raised mid-write: the plan journals stale copies
+                    raise
+                op = plan.send(result)
         except StopIteration as done:
             return done.value
 

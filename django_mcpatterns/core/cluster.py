@@ -969,7 +969,12 @@ class Cluster:
         try:
             op = next(plan)
             while True:
-                op = plan.send(self._perform(op))
+                try:
+                    result = self._perform(op)
+                except BaseException:
+                    plan.close()  # cancelled, or raised mid-write: the plan journals stale copies
+                    raise
+                op = plan.send(result)
         except StopIteration as done:
             return done.value
 
@@ -1276,6 +1281,7 @@ class Cluster:
 
         results: list[R] = []
         errors: list[BaseException] = []
+        lost: set[str] = set()  # servers that failed this call (their spread keys are reread)
 
         def settle(
             node: _Node, client: Connection | None, exc: BaseException, kbs: list[bytes], sent: bool
@@ -1283,6 +1289,7 @@ class Cluster:
             error = self._judge(node, client, exc, granted[node], sent)
             if error is None:
                 results.append(exchange.failed(kbs))
+                lost.add(node.name)
             else:
                 errors.append(error)
 
@@ -1328,11 +1335,29 @@ class Cluster:
             error = self._unavailable(node, None)
             if error is None:
                 results.append(exchange.failed(kbs))
+                lost.add(node.name)
             else:
                 errors.append(error)
         if errors:
             raise errors[0]
+        if owners and lost:  # a replica chosen for some keys just failed: the others answer
+            for kb, name in owners.items():
+                if name in lost:
+                    results.append(self._reread(exchange, kb, name))
         return results
+
+    def _reread(self, exchange: _Exchange[R], kb: bytes, avoid: str) -> R:
+        """``kb`` read from its replicas other than ``avoid`` (which failed in this multi-get)."""
+        assert self._routes is not None
+        (request,) = exchange.requests([kb])
+
+        def decode(reply: Any) -> R:
+            return exchange.result([reply], [kb])
+
+        failed = exchange.failed([kb])
+        plan = self._routes.reread(kb, avoid, request, decode, failed, self.options.raise_errors)
+        result: R = self._drive(plan)
+        return result
 
 
 # -- helpers ---------------------------------------------------------------------

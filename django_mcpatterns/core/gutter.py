@@ -76,8 +76,13 @@ def clamp(request: Request[Any], ttl: int) -> Request[Any]:
         return dataclasses.replace(request, expire=clamp_expire(request.expire, ttl))
     if isinstance(request, MetaSet):
         return dataclasses.replace(request, ttl=clamp_expire(request.ttl, ttl))
-    if isinstance(request, MetaGet) and request.vivify is not None:
-        return dataclasses.replace(request, vivify=clamp_expire(request.vivify, ttl))
+    if isinstance(request, MetaGet) and (request.vivify is not None or request.touch is not None):
+        vivify, touch = request.vivify, request.touch  # N<ttl> and T<ttl> both set a TTL
+        return dataclasses.replace(
+            request,
+            vivify=None if vivify is None else clamp_expire(vivify, ttl),
+            touch=None if touch is None else clamp_expire(touch, ttl),
+        )
     if isinstance(request, MetaDelete) and request.ttl is not None:
         return dataclasses.replace(request, ttl=clamp_expire(request.ttl, ttl))
     return request

@@ -27,7 +27,7 @@ from .health import Admission
 from .ketama import Continuum
 from .keys import Key, Routed
 from .replicas import CopyToken, Fate, Journal, ReplicaPolicy, fate, is_write, mirror, request_key
-from .wire import DELETED, STORED, TOUCHED, Delete, Get, MetaReply, Request, Value
+from .wire import DELETED, STORED, TOUCHED, Delete, Get, MetaReply, Request, Store, Value
 
 if TYPE_CHECKING:
     from .cluster import _Node
@@ -246,6 +246,14 @@ class Routes:
             return None
         return item.cas
 
+    def reread(
+        self, kb: bytes, avoid: str, request: Batch, decode: Decode, failed: Any, strict: bool
+    ) -> Plan:
+        """A replicated key whose replica chosen for a multi-get failed: read from the others."""
+        names = self.ring.get_nodes(kb, self.copies(kb, kb))
+        nodes = [self.nodes[name] for name in names if name != avoid]
+        return (yield from self.read_replica(kb, nodes, request, decode, failed, strict))
+
     def read_replica(
         self,
         kb: bytes,
@@ -326,7 +334,11 @@ class Routes:
                 spare_admission = spare.health.admit()
                 if spare_admission is not None and all(t[0] is not spare for t in targets):
                     targets.append((spare, clamp(request, self.gutter_ttl), spare_admission))
-        results = yield Parallel(targets, decode)
+        try:
+            results = yield Parallel(targets, decode)
+        except GeneratorExit:  # the caller gave up (cancelled) with the write in flight
+            self.abandoned(kb, [t[0] for t in targets if t[0] not in self.gutter_set] + missed)
+            raise
         for (node, _, _), result in zip(targets, results, strict=True):
             if result is FAILED and node not in self.gutter_set:
                 missed.append(node)
@@ -366,12 +378,17 @@ class Routes:
 
         admission = yield from self.admit(home)
         result: Any = FAILED
-        if admission is not None:
-            if isinstance(request, tuple):  # a batch answers its replies as they are
-                result = yield Run(home, request, None, admission)
-                seen.append(result)
-            else:
-                result = yield Run(home, request, peek, admission)
+        try:
+            if admission is not None:
+                if isinstance(request, tuple):  # a batch answers its replies as they are
+                    result = yield Run(home, request, None, admission)
+                    seen.append(result)
+                else:
+                    result = yield Run(home, request, peek, admission)
+        except GeneratorExit:  # cancelled: the home may run it, the copies never hear of it
+            if is_write(request):
+                self.abandoned(kb, copies)
+            raise
         if where is Fate.TOKEN_READ:
             if result is FAILED and isinstance(request, Get):
                 return (yield from self.read_copy(copies, request, decode, failed, home))
@@ -381,13 +398,33 @@ class Routes:
         if result is FAILED:
             if admission is not None and is_write(request):
                 # Applied on the home or not: unknown, so the copies cannot be trusted.
-                yield from self.write_replicas(kb, copies, Delete(kb), None, None, False)
+                try:
+                    yield from self.write_replicas(kb, copies, Delete(kb), None, None, False)
+                except GeneratorExit:
+                    self.abandoned(kb, copies)
+                    raise
             return (yield Refuse(home, failed))
         if seen and _changed(seen[0]):
-            stored = mirror(request) if where is Fate.HOME_THEN_MIRROR else None  # type: ignore[arg-type]
+            if isinstance(request, tuple):  # text add_cas/recas: a store, then its gets
+                stored = _mirrored_batch(request, seen[0])
+            else:
+                stored = mirror(request) if where is Fate.HOME_THEN_MIRROR else None
             copy: Request[Any] = stored or Delete(kb)  # the value, else no value
-            yield from self.write_replicas(kb, copies, copy, None, None, False)
+            try:
+                yield from self.write_replicas(kb, copies, copy, None, None, False)
+            except GeneratorExit:  # cancelled before every copy was brought in line
+                self.abandoned(kb, copies)
+                raise
         return result
+
+    def abandoned(self, kb: bytes, nodes: list[_Node]) -> None:
+        """A plan closed mid-write (its caller cancelled): ``nodes`` may hold ``kb``'s old value.
+
+        The driver closes the plan (GeneratorExit at its yield); those copies
+        are journaled, so they are deleted before they serve again.
+        """
+        for node in nodes:
+            self.journal.missed(node.name, (kb,))
 
     def read_copy(
         self, copies: list[_Node], request: Get, decode: Decode, failed: Any, home: _Node
@@ -413,6 +450,23 @@ def _marked(reply: Any) -> Any:
     if type(reply) is not list:
         return reply
     return [v._replace(cas=CopyToken(v.cas, v.data, v.flags)) if v.cas else v for v in reply]
+
+
+def _mirrored_batch(batch: tuple[Request[Any], ...], replies: Any) -> Store | None:
+    """The ``set`` copying a batch's one store (``_text_cas``: the store, then a ``gets``).
+
+    None (the copies are deleted instead) unless the batch's only write is a
+    whole-value store that the home applied.
+    """
+    if type(replies) is not list or len(replies) != len(batch):
+        return None
+    writes = [(r, reply) for r, reply in zip(batch, replies, strict=True) if is_write(r)]
+    if len(writes) != 1:
+        return None
+    request, reply = writes[0]
+    if fate(request) not in (Fate.HOME_THEN_MIRROR, Fate.EVERYWHERE) or not _changed(reply):
+        return None
+    return mirror(request)
 
 
 def _first_item(reply: Any) -> Value | None:

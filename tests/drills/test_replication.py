@@ -20,6 +20,7 @@ from django_mcpatterns.core.cluster import Cluster
 from django_mcpatterns.core.exceptions import NodeUnavailableError
 from django_mcpatterns.core.locks import Lock
 from django_mcpatterns.core.options import ClusterOptions
+from django_mcpatterns.core.replicas import CopyToken
 from django_mcpatterns.core.stampede import Stampede
 from tests.harness import MemcachedServer, memcached_cluster
 
@@ -95,6 +96,27 @@ def test_a_stalled_replica_never_serves_the_value_it_missed(six):
     assert seen["old"] == 0, seen
     assert seen["new"] == 900
     assert cluster.journal() == {}
+    served = cluster.stats()[stalled.spec]
+    assert served["get_hits"] + served["get_misses"] > 0  # it was read from again
+
+
+def test_a_write_never_sent_to_a_replica_marked_dead_is_never_read_back_from_it(six):
+    """The write a stalled copy times out on still lands when it resumes (it was sent): the
+    journal matters for the writes sent while the copy was dead, which never reach it."""
+    cluster = build(six[:4], replicate={"hot:": 3})
+    key = "hot:never-sent"
+    assert cluster.set(key, "old")
+    stalled = server_of(six, cluster.replicas(key)[2])
+    stalled.pause()
+    try:
+        assert cluster.set(key, "sent")  # times out on the stalled copy: dead now
+        assert cluster.health()[stalled.spec].state == "dead"
+        assert cluster.set(key, "newest")  # never sent to it
+    finally:
+        stalled.resume()
+    time.sleep(0.6)  # past the dead time: the copy serves again (and holds "sent")
+    seen = Counter(cluster.get(key) for _ in range(300))
+    assert seen == {"newest": 300}, seen
     served = cluster.stats()[stalled.spec]
     assert served["get_hits"] + served["get_misses"] > 0  # it was read from again
 
@@ -367,3 +389,117 @@ def test_get_or_compute_reads_spread_over_the_replicas(six, protocol):
     hits = {node: s["get_hits"] - before[node] for node, s in cluster.stats().items()}
     assert served == ["page"] * 300
     assert all(hits[node] >= 45 for node in cluster.replicas("hot:spread")), hits
+
+
+# -- review (rev-replicate): cancellation of an async replicated write ------------------
+
+
+@pytest.mark.parametrize("protocol", ["meta", "text"])
+def test_a_cancelled_async_cas_never_leaves_copies_serving_the_old_value(six, protocol):
+    """The home ran the cas (its reply never came: the caller was cancelled), so the
+    copies must not keep serving the value it replaced (as when the home times out)."""
+    cluster = build(six[:3], replicate={"hot:": 3}, protocol=protocol, timeout=2.0)
+    twin = cluster.aio
+    key = "hot:cancelled"
+    home = server_of(six, cluster.replicas(key)[0])
+
+    async def drill() -> list[object]:
+        assert await twin.set(key, "old")
+        for _ in range(200):
+            value, token = await twin.gets(key)
+            if type(token) is not CopyToken:
+                break
+        assert value == "old"
+        assert type(token) is not CopyToken
+        home.pause()
+        try:
+            with pytest.raises(asyncio.TimeoutError):
+                await asyncio.wait_for(twin.cas(key, "new", token), 0.2)
+        finally:
+            home.resume()
+        await asyncio.sleep(0.3)  # the home runs the cas it had received
+        return [await twin.get(key) for _ in range(60)]
+
+    async_reads = asyncio.run(drill())
+    sync_reads = [cluster.get(key) for _ in range(60)]
+    assert "old" not in async_reads + sync_reads, Counter(async_reads + sync_reads)
+
+
+def test_async_get_many_spreads_replicated_keys_over_their_replicas(six):
+    """AsyncCluster's multi-key path reads each replicated key from the replica chosen per read."""
+    cluster = build(six[:4], replicate={"hot:": 3})
+    twin = cluster.aio
+    key = "hot:many-spread"
+
+    async def reads() -> list[dict]:
+        assert await twin.set(key, "v")
+        return [await twin.get_many([key, "cold:other"]) for _ in range(150)]
+
+    before = {node: s["get_hits"] for node, s in cluster.stats().items()}
+    found = asyncio.run(reads())
+    served = {node: s["get_hits"] - before[node] for node, s in cluster.stats().items()}
+    assert all(f.get(key) == "v" for f in found)
+    assert all(served[node] >= 22 for node in cluster.replicas(key)), served  # >= 15% each
+
+
+def test_async_set_many_to_the_gutter_clamps_every_ttl(six):
+    cluster = build(six[:4], six[4:], gutter_ttl=3)
+    twin = cluster.aio
+    keys = [f"t{i}" for i in range(300) if cluster.ring.get_node(f"t{i}") == six[1].spec][:10]
+    six[1].kill()
+
+    async def outage() -> dict:
+        await twin.get(keys[0])  # the server fails: dead for this process
+        assert await twin.set_many(dict.fromkeys(keys, "gutter"), 3600) == []
+        return await twin.get_many(keys)
+
+    assert asyncio.run(outage()) == dict.fromkeys(keys, "gutter")
+    ttls = [t for key in keys for server in six[4:] if (t := _ttl(server, key)) is not None]
+    assert len(ttls) == len(keys)
+    assert all(0 < t <= 3 for t in ttls), ttls
+
+
+@pytest.mark.parametrize("form", ["sync", "async"])
+def test_killing_one_replica_costs_get_many_no_miss(six, form):
+    """The replica a multi-get chose for a key may be the one that just died: the key is
+    then read from another replica in the same call, as a single get does."""
+    cluster = build(six[:4], replicate={"hot:": 3}, retry_attempts=3)
+    keys = [f"hot:{i}" for i in range(40)]
+    assert cluster.set_many({key: key for key in keys}) == []
+    six[0].kill()
+
+    def get_many() -> dict:
+        if form == "sync":
+            return cluster.get_many(keys)
+        return asyncio.run(cluster.aio.get_many(keys))
+
+    found = [get_many() for _ in range(4)]
+    misses = sum(len(keys) - len(f) for f in found)
+    assert misses == 0, [len(f) for f in found]
+
+
+def test_async_a_write_never_sent_to_a_replica_marked_dead_is_never_read_back(six):
+    """As the sync drill: the AsyncCluster's writes while a copy is dead reach the journal."""
+    cluster = build(six[:4], replicate={"hot:": 3})
+    twin = cluster.aio
+    key = "hot:async-never-sent"
+    stalled = server_of(six, cluster.replicas(key)[1])
+
+    async def during() -> None:
+        assert await twin.set(key, "old")
+        stalled.pause()
+        try:
+            assert await twin.set(key, "sent")  # times out on the stalled copy: dead now
+            assert cluster.health()[stalled.spec].state == "dead"
+            assert await twin.set(key, "newest")  # never sent to it
+        finally:
+            stalled.resume()
+
+    async def reads() -> Counter:
+        return Counter([await twin.get(key) for _ in range(300)])
+
+    asyncio.run(during())
+    time.sleep(0.6)
+    assert asyncio.run(reads()) == {"newest": 300}
+    served = cluster.stats()[stalled.spec]
+    assert served["get_hits"] + served["get_misses"] > 0
