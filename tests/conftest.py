@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 
 import pytest
 
 from tests.harness import MemcachedServer, Nutcracker, memcached_cluster, nutcracker_on
+from tests.processes import deaths
 
 
 @pytest.fixture(scope="session")
@@ -42,3 +43,29 @@ def nutcracker(
     """nutcracker (ketama, md5) in front of the session's three servers, for the session."""
     with nutcracker_on(memcached_3, tmp_path_factory.mktemp("nutcracker")) as proxy:
         yield proxy
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """A failing test says which servers died under it, how, and what they last wrote.
+
+    Without this, a dead session memcached shows only as ConnectionRefused in every
+    later test; CI logs then cannot tell a crash from a kill.
+    """
+    report = yield
+    if report.failed:
+        dead = deaths()
+        if dead:
+            report.sections.append(("servers that died during the run", "\n".join(dead)))
+    return report
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """The run's summary names every server that died on its own, even if no test failed."""
+    dead = deaths()
+    if dead:
+        terminalreporter.section("servers that died during the run", red=True)
+        for line in dead:
+            terminalreporter.line(line)

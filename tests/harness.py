@@ -1,8 +1,9 @@
 """Real memcached (and nutcracker) processes for the tests, on free loopback ports.
 
-Processes are started and stopped by pid through mirakuru, which waits until the
-TCP port answers.  When a binary is missing the tests skip with a loud reason,
-except under ``CI=true``, where a missing server is a failure.
+Processes are started and stopped by their own pid (:mod:`tests.processes`, not
+mirakuru: see there why), waiting until the TCP port answers.  When a binary is
+missing the tests skip with a loud reason, except under ``CI=true``, where a
+missing server is a failure.
 
 Also here: :func:`cluster_on` (a Cluster on flushed servers); probes that look
 at the servers behind our clients' back (a plain pymemcache client, the TTL
@@ -30,10 +31,10 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import pytest
-from mirakuru import TCPExecutor
 from pymemcache.client.base import Client
 
 from django_mcpatterns.core.keys import Key, placed
+from tests.processes import ServerProcess
 
 if TYPE_CHECKING:
     from django_mcpatterns.core.cluster import Cluster
@@ -98,7 +99,7 @@ class MemcachedServer:
     port: int
     extra_args: Sequence[str] = ()
     memory_mb: int = 64
-    executor: TCPExecutor | None = field(default=None, repr=False)
+    executor: ServerProcess | None = field(default=None, repr=False)
 
     @property
     def spec(self) -> str:
@@ -106,8 +107,7 @@ class MemcachedServer:
 
     @property
     def pid(self) -> int | None:
-        process = self.executor.process if self.executor else None
-        return process.pid if process else None
+        return self.executor.pid if self.executor else None
 
     def command(self) -> list[str]:
         cmd = [
@@ -129,18 +129,18 @@ class MemcachedServer:
         return cmd
 
     def start(self) -> MemcachedServer:
-        self.executor = TCPExecutor(self.command(), host=LOOPBACK, port=self.port, timeout=10)
+        self.executor = ServerProcess(self.command(), (LOOPBACK, self.port), name="memcached")
         self.executor.start()
         return self
 
     def stop(self) -> None:
-        if self.executor is not None and self.executor.running():
+        if self.executor is not None:
             self.executor.stop()
 
     def kill(self) -> None:
         """SIGKILL: the server dies without closing anything cleanly."""
         if self.executor is not None:
-            self.executor.kill(sig=signal.SIGKILL)
+            self.executor.kill()
 
     def pause(self) -> None:
         """SIGSTOP: a hung server that accepts connections but never answers.
@@ -260,7 +260,7 @@ class Nutcracker:
     servers: Sequence[MemcachedServer]
     directory: Path
     port: int = 0
-    executor: TCPExecutor | None = field(default=None, repr=False)
+    executor: ServerProcess | None = field(default=None, repr=False)
 
     @property
     def spec(self) -> str:
@@ -282,14 +282,12 @@ class Nutcracker:
         command = [binary, "-c", str(config), "-a", LOOPBACK, "-s", str(stats_port)]
         command += ["-o", str(self.directory / "nutcracker.log")]
         command += ["-p", str(self.directory / "nutcracker.pid")]
-        self.executor = TCPExecutor(
-            command, host=LOOPBACK, port=self.port, timeout=10, stop_signal=signal.SIGTERM
-        )
+        self.executor = ServerProcess(command, (LOOPBACK, self.port), name="nutcracker")
         self.executor.start()
         return self
 
     def stop(self) -> None:
-        if self.executor is not None and self.executor.running():
+        if self.executor is not None:
             self.executor.stop()
 
     def flush(self) -> None:

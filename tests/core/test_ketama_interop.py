@@ -13,14 +13,12 @@ from __future__ import annotations
 
 import os
 import random
-import signal
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import ModuleType
 
 import pytest
-from mirakuru import TCPExecutor, UnixSocketExecutor
 from pymemcache.client.base import Client
 
 from django_mcpatterns.core.ketama import Continuum
@@ -33,6 +31,7 @@ from tests.harness import (
     require_binary,
     require_module,
 )
+from tests.processes import ServerProcess
 
 pytestmark = pytest.mark.interop
 
@@ -155,16 +154,16 @@ def socket_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[st
     """Three memcached servers on unix sockets: node (the path) -> address (the path)."""
     binary = require_binary("memcached")
     directory = tmp_path_factory.mktemp("sockets")
-    executors: list[UnixSocketExecutor] = []
+    executors: list[ServerProcess] = []
     try:
         for i in range(3):
             path = str(directory / f"mc{i}.sock")
             command = [binary, "-s", path, "-m", "64", "-t", "1"]
             if os.geteuid() == 0:
                 command += ["-u", "root"]  # memcached refuses to run as root without -u
-            executors.append(UnixSocketExecutor(command, socket_name=path, timeout=10))
+            executors.append(ServerProcess(command, path, name="memcached"))
             executors[-1].start()
-        yield {executor.socket: executor.socket for executor in executors}
+        yield {str(e.address): str(e.address) for e in executors}
     finally:
         for executor in executors:
             executor.stop()
@@ -306,7 +305,7 @@ def _write_nutcracker(binary: str, tmp_path: Path, variant: str, lines: Sequence
     )
     command = [binary, "-c", str(config), "-a", LOOPBACK, "-s", str(stats_port)]
     command += ["-o", str(tmp_path / "nutcracker.log"), "-p", str(tmp_path / "nutcracker.pid")]
-    proxy = TCPExecutor(command, host=LOOPBACK, port=port, timeout=10, stop_signal=signal.SIGTERM)
+    proxy = ServerProcess(command, (LOOPBACK, port), name="nutcracker")
     proxy.start()
     try:
         client = Client((LOOPBACK, port), timeout=10)

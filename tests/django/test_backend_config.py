@@ -16,13 +16,13 @@ import pytest
 from django.core.cache import caches
 from django.core.exceptions import ImproperlyConfigured
 from django.test import override_settings
-from mirakuru import UnixSocketExecutor
 from pymemcache.client.base import Client
 
 from django_mcpatterns.core.ketama import VARIANTS, Continuum
 from django_mcpatterns.core.options import FAILOVER_POLICIES
 from tests.django.conftest import CLUSTER_BACKEND, EMBEDDED_BACKEND
 from tests.harness import MemcachedServer, raw_client, require_binary
+from tests.processes import ServerProcess
 
 pytestmark = pytest.mark.usefixtures("reset_shared_stores")
 
@@ -142,7 +142,7 @@ def unix_memcached(tmp_path: Path) -> Iterator[str]:
     command = [require_binary("memcached"), "-s", path, "-a", "0700", "-m", "16", "-t", "1"]
     if os.geteuid() == 0:
         command += ["-u", "root"]  # memcached refuses to run as root without -u
-    executor = UnixSocketExecutor(command, socket_name=path, timeout=10)
+    executor = ServerProcess(command, path, name="memcached")
     executor.start()
     try:
         yield path

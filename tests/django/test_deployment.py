@@ -14,7 +14,6 @@ from __future__ import annotations
 import itertools
 import json
 import os
-import subprocess
 import sys
 import time
 import urllib.error
@@ -25,9 +24,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from mirakuru import TCPExecutor
 
 from tests.harness import LOOPBACK, ROOT, MemcachedServer, free_port, require_module
+from tests.processes import ServerProcess
 
 pytestmark = pytest.mark.slow
 
@@ -59,14 +58,8 @@ def gunicorn_site(
         "EXAMPLE_DATABASE": str(tmp_path / "db.sqlite3"),
     }
     log = (tmp_path / "gunicorn.log").open("w")
-    executor = TCPExecutor(
-        command,
-        host=LOOPBACK,
-        port=port,
-        timeout=30,
-        envvars=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
+    executor = ServerProcess(
+        command, (LOOPBACK, port), name="gunicorn", env=env, output=log, timeout=30
     )
     executor.start()
     try:
