@@ -44,7 +44,6 @@ import random
 import threading
 import time
 import weakref
-from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import partial
 from time import perf_counter_ns
@@ -79,7 +78,6 @@ from .cluster import (
     _not_supported,
     _ok,
     _raw,
-    _reassigned,
     _reply_error,
     _stats,
     _stored,
@@ -99,7 +97,7 @@ from .exceptions import (
 )
 from .gutter import clamp
 from .health import Admission, HealthSnapshot, NodeEvent
-from .keys import Key, KeyT, Routed, placed
+from .keys import Key, KeyT, placed
 from .options import ClusterOptions
 from .replicas import CopyToken
 from .routes import FAILED, UNROUTED, Parallel, Plan, Refuse, Routes, Run
@@ -940,39 +938,8 @@ class AsyncCluster:
         owners: Mapping[bytes, str] | None = None,
         write: bool = False,
     ) -> tuple[dict[_Node, list[bytes]], dict[_Node, list[bytes]], dict[_Node, Admission]]:
-        """Keys per server as :meth:`Cluster._fan_out` groups them (with failover)."""
-        groups: dict[_Node, list[bytes]] = defaultdict(list)
-        skipped: dict[_Node, list[bytes]] = defaultdict(list)
-        granted: dict[_Node, Admission] = {}
-        admitted: dict[_Node, Admission | None] = {}
-        owned: dict[str, list[bytes]] = defaultdict(list)
-        locate = self._locate
-        for kb, key in given.items():
-            owned[locate(key.route if type(key) is Routed else kb)].append(kb)
-        if owners:  # replicated keys: the replica chosen for this read instead
-            owned = _reassigned(owned, owners)
-        routes = self._routes
-        gutter = routes is not None and routes.gutter_ring is not None
-        gutter = gutter and not self.options.raise_errors  # the strict view never uses it
-        for name, kbs in owned.items():
-            node = self._nodes[name]
-            admission = granted.get(node) or node.health.open
-            if admission is not None:
-                granted.setdefault(node, admission)
-                groups[node].extend(kbs)
-                continue
-            for kb in kbs:
-                key = given[kb]
-                picked = self.sync._pick(key.route if type(key) is Routed else kb, node, admitted)
-                if picked is None and gutter and type(key) is not Routed:
-                    picked = routes.gutter_pick(node, kb, admitted, write)  # type: ignore[union-attr]
-                if picked is None:
-                    skipped[node].append(kb)
-                    continue
-                other, admission = picked
-                granted.setdefault(other, admission)
-                groups[other].append(kb)
-        return groups, skipped, granted
+        """Keys per server as :meth:`Cluster._group` groups them (with failover)."""
+        return self.sync._group(given, owners, write)
 
     async def _per_server(
         self,

@@ -1230,6 +1230,53 @@ class Cluster:
                 observer.event(f"node_{event.kind}")
         self._node_listeners(event)
 
+    def _group(
+        self,
+        given: Mapping[bytes, Key],
+        owners: Mapping[bytes, str] | None = None,
+        write: bool = False,
+    ) -> tuple[dict[_Node, list[bytes]], dict[_Node, list[bytes]], dict[_Node, Admission]]:
+        """Keys per server, with failover: ``(groups, skipped, admissions)``.
+
+        Both drivers group this way (AsyncCluster too): keys are grouped by
+        their server first, so health is read once per server, not per key;
+        a failing server's keys each go where the policy says (``_pick``,
+        then the gutter for a ``write`` or a read), or are ``skipped``.
+        """
+        routes = self._routes
+        gutter = (
+            routes is not None and routes.gutter_ring is not None and not self.options.raise_errors
+        )
+        groups: dict[_Node, list[bytes]] = defaultdict(list)
+        skipped: dict[_Node, list[bytes]] = defaultdict(list)
+        granted: dict[_Node, Admission] = {}  # one admission per server contacted
+        admitted: dict[_Node, Admission | None] = {}  # what failing servers said (_pick)
+        owned: dict[str, list[bytes]] = defaultdict(list)
+        locate = self._locate
+        for kb, key in given.items():
+            owned[locate(key.route if type(key) is Routed else kb)].append(kb)
+        if owners:  # replicated keys: the replica chosen for this read instead
+            owned = _reassigned(owned, owners)
+        for name, kbs in owned.items():
+            node = self._nodes[name]
+            admission = granted.get(node) or node.health.open
+            if admission is not None:
+                granted.setdefault(node, admission)
+                groups[node].extend(kbs)
+                continue
+            for kb in kbs:  # a failing server: each key goes where the policy says
+                key = given[kb]
+                picked = self._pick(key.route if type(key) is Routed else kb, node, admitted)
+                if picked is None and gutter and type(key) is not Routed:
+                    picked = routes.gutter_pick(node, kb, admitted, write)  # type: ignore[union-attr]
+                if picked is None:
+                    skipped[node].append(kb)
+                    continue
+                other, admission = picked
+                granted.setdefault(other, admission)
+                groups[other].append(kb)
+        return groups, skipped, granted
+
     def _fan_out(
         self,
         exchange: _Exchange[R],
@@ -1248,36 +1295,7 @@ class Cluster:
         gutter = (
             routes is not None and routes.gutter_ring is not None and not self.options.raise_errors
         )
-        groups: dict[_Node, list[bytes]] = defaultdict(list)
-        skipped: dict[_Node, list[bytes]] = defaultdict(list)
-        granted: dict[_Node, Admission] = {}  # one admission per server contacted
-        admitted: dict[_Node, Admission | None] = {}  # what failing servers said (_pick)
-        # Keys are grouped by server first, so health is read once per server, not per key.
-        owned: dict[str, list[bytes]] = defaultdict(list)
-        locate = self._locate
-        for kb, key in given.items():
-            owned[locate(key.route if type(key) is Routed else kb)].append(kb)
-        if owners:  # replicated keys: the replica chosen for this read instead
-            owned = _reassigned(owned, owners)
-        for name, kbs in owned.items():
-            node = self._nodes[name]
-            admission = granted.get(node) or node.health.open
-            if admission is not None:
-                granted.setdefault(node, admission)
-                groups[node].extend(kbs)
-                continue
-            for kb in kbs:  # a failing server: each key goes where the policy says
-                key = given[kb]
-                picked = self._pick(key.route if type(key) is Routed else kb, node, admitted)
-                if picked is None and gutter and type(key) is not Routed:
-                    write = not isinstance(exchange, _Fetch)
-                    picked = self._routes.gutter_pick(node, kb, admitted, write)  # type: ignore[union-attr]
-                if picked is None:
-                    skipped[node].append(kb)
-                    continue
-                other, admission = picked
-                granted.setdefault(other, admission)
-                groups[other].append(kb)
+        groups, skipped, granted = self._group(given, owners, not isinstance(exchange, _Fetch))
 
         results: list[R] = []
         errors: list[BaseException] = []
