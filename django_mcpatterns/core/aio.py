@@ -64,6 +64,8 @@ from .cluster import (
     _bumped_text,
     _cas_stored,
     _cas_token,
+    _claim_batch,
+    _claimed,
     _count,
     _deleted,
     _delta,
@@ -72,8 +74,11 @@ from .cluster import (
     _expire,
     _first_value,
     _identity,
+    _live,
     _meta_cas,
     _meta_deleted,
+    _no_meta,
+    _no_refusal,
     _Node,
     _not_supported,
     _ok,
@@ -82,10 +87,11 @@ from .cluster import (
     _stats,
     _stored,
     _StoreMany,
+    _text_cas_token,
     _touched,
     _ttl,
     _UnknownCommand,
-    _verb,
+    _value_cas_ttl,
     _written,
 )
 from .envelope import STALE
@@ -506,18 +512,10 @@ class AsyncCluster:
         _, ring = placed(key)
         batch = tuple(requests)
         if self._text:
-            meta = next((r for r in batch if isinstance(r, _META_REQUESTS)), None)
-            if meta is not None:
-                raise NeedsMetaProtocolError(
-                    f"{_verb(meta)} is a meta command, and OPTIONS['protocol'] is 'text'",
-                    option="protocol",
-                )
+            _no_meta(batch)
         replies: list[Any] | None = await self._single(ring, batch, None, None)
         if replies is not None:
-            for request, reply in zip(batch, replies, strict=True):
-                refused = type(reply) is ErrorReply and reply.kind == "ERROR"
-                if refused and isinstance(request, _REFUSABLE):
-                    raise _not_supported(self._locate(ring), request, "answered ERROR to")
+            _no_refusal(self._locate(ring), batch, replies)
         return replies
 
     # -- owner primitives --
@@ -529,22 +527,9 @@ class AsyncCluster:
             return value, token, None
         kb, ring = placed(key)
         request = MetaGet(kb, value=True, cas=True, ttl=True, client_flags=True)
-
-        def decode(reply: MetaReply | ErrorReply) -> tuple[Any, CasToken | None, int | None]:
-            if isinstance(reply, ErrorReply):
-                raise _reply_error(reply)
-            if reply.status == b"EN":
-                return _NO_CAS_TTL
-            if reply.status != b"VA" or reply.data is None or reply.cas is None:
-                raise ProtocolError(f"reply {reply!r} does not answer mg v c t f")
-            value = self._deserialize(kb, reply.data, reply.client_flags or 0)
-            return value, b"%d" % reply.cas, reply.ttl
-
+        decode = partial(_value_cas_ttl, self._deserialize, kb)
         miss: tuple[Any, CasToken | None, int | None] = _NO_CAS_TTL
-        found = await self._single(ring, request, decode, miss)
-        if found[0] is STALE or is_refused(found[0]):
-            return _NO_CAS_TTL
-        return found
+        return _live(await self._single(ring, request, decode, miss))
 
     async def add_cas(self, key: Key, value: Any, expire: int = 0) -> CasToken | None:
         kb, ring = placed(key)
@@ -593,14 +578,7 @@ class AsyncCluster:
 
     async def _text_cas(self, key: Key, write: Store, data: bytes, flags: int) -> CasToken | None:
         replies = await self.exchange(key, (write, Get((write.key,), cas=True)))
-        if replies is None:
-            return None
-        written, read = replies
-        stored = _cas_stored(written) if write.command == "cas" else _written(written)
-        item = _first_value(read)
-        if not stored or item is None or (item.data, item.flags) != (data, flags):
-            return None
-        return item.cas
+        return None if replies is None else _text_cas_token(write, replies, data, flags)
 
     async def _store(self, command: StoreCommand, key: Key, value: Any, expire: int) -> bool:
         kb, ring = placed(key)
@@ -619,30 +597,9 @@ class AsyncCluster:
         kb, ring = placed(key)
         if self._routes is not None and self._routes.copies(kb, ring) > 1:
             return None  # a replicated key: the lock-based path decides (Cluster.claim)
-        batch: list[Request[Any]] = [
-            MetaGet(kb, value=True, cas=True, ttl=True, client_flags=True, recache=recache)
-        ]
-        if placeholder is not None:
-            data, flags = _encoded(self.serde, kb, placeholder)
-            ttl = _expire(placeholder_ttl)
-            batch.append(
-                MetaSet(kb, data=data, mode="E", ttl=ttl, client_flags=flags, return_cas=True)
-            )
+        batch = _claim_batch(self.serde, kb, recache, placeholder, placeholder_ttl)
         replies = await self.exchange(key, batch)
-        if replies is None:
-            return None
-        read = replies[0]
-        added = _meta_cas(replies[1]) if placeholder is not None else None
-        if isinstance(read, ErrorReply):
-            raise _reply_error(read)
-        if read.status == b"EN":
-            return Claimed(None, None, added=added)
-        if read.status != b"VA" or read.data is None or read.cas is None:
-            raise ProtocolError(f"reply {read!r} does not answer mg v c f t")
-        found = self.serde.deserialize_envelope(kb, read.data, read.client_flags or 0)
-        if is_refused(found):
-            return Claimed(None, None, added=added)
-        return Claimed(found, b"%d" % read.cas, read.won, read.lost, read.stale, added)
+        return None if replies is None else _claimed(self.serde, kb, replies)
 
     async def cas_stale(self, key: Key, value: Any, cas: CasToken, expire: int = 0) -> bool | None:
         """As :meth:`Cluster.cas_stale`: the swap, then ``md I`` of the version it wrote."""

@@ -69,6 +69,7 @@ import weakref
 from collections import defaultdict
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from time import perf_counter_ns
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
@@ -479,18 +480,10 @@ class Cluster:
         _, ring = placed(key)
         batch = tuple(requests)
         if self._text:
-            meta = next((r for r in batch if isinstance(r, _META_REQUESTS)), None)
-            if meta is not None:
-                raise NeedsMetaProtocolError(
-                    f"{_verb(meta)} is a meta command, and OPTIONS['protocol'] is 'text'",
-                    option="protocol",
-                )
+            _no_meta(batch)
         replies: list[Any] | None = self._single(ring, batch, None, None)
         if replies is not None:
-            for request, reply in zip(batch, replies, strict=True):
-                refused = type(reply) is ErrorReply and reply.kind == "ERROR"
-                if refused and isinstance(request, _REFUSABLE):  # memcached < 1.6: meta
-                    raise _not_supported(self._locate(ring), request, "answered ERROR to")
+            _no_refusal(self._locate(ring), batch, replies)
         return replies
 
     # -- owner primitives (store.py): one meta command, or text commands in one write --
@@ -502,22 +495,9 @@ class Cluster:
             return value, token, None
         kb, ring = placed(key)
         request = MetaGet(kb, value=True, cas=True, ttl=True, client_flags=True)
-
-        def decode(reply: MetaReply | ErrorReply) -> tuple[Any, CasToken | None, int | None]:
-            if isinstance(reply, ErrorReply):
-                raise _reply_error(reply)
-            if reply.status == b"EN":
-                return _NO_CAS_TTL
-            if reply.status != b"VA" or reply.data is None or reply.cas is None:
-                raise ProtocolError(f"reply {reply!r} does not answer mg v c t f")
-            value = self._deserialize(kb, reply.data, reply.client_flags or 0)
-            return value, b"%d" % reply.cas, reply.ttl
-
+        decode = partial(_value_cas_ttl, self._deserialize, kb)
         miss: tuple[Any, CasToken | None, int | None] = _NO_CAS_TTL
-        found = self._single(ring, request, decode, miss)
-        if found[0] is STALE or is_refused(found[0]):
-            return _NO_CAS_TTL  # as gets: past its soft expiry, or refused, is a miss
-        return found
+        return _live(self._single(ring, request, decode, miss))
 
     def add_cas(self, key: Key, value: Any, expire: int = 0) -> CasToken | None:
         """``add``, returning the new item's cas token (None: not stored)."""
@@ -576,14 +556,7 @@ class Cluster:
     def _text_cas(self, key: Key, write: Store, data: bytes, flags: int) -> CasToken | None:
         """Send a text storage command and a ``gets`` in one write: the stored item's cas."""
         replies = self.exchange(key, (write, Get((write.key,), cas=True)))
-        if replies is None:
-            return None
-        written, read = replies
-        stored = _cas_stored(written) if write.command == "cas" else _written(written)
-        item = _first_value(read)
-        if not stored or item is None or (item.data, item.flags) != (data, flags):
-            return None  # not stored, or replaced between the two commands
-        return item.cas
+        return None if replies is None else _text_cas_token(write, replies, data, flags)
 
     def _store(self, command: StoreCommand, key: Key, value: Any, expire: int) -> bool:
         kb, ring = placed(key)
@@ -660,30 +633,11 @@ class Cluster:
         kb, ring = placed(key)
         if self._routes is not None and self._routes.copies(kb, ring) > 1:
             return None
-        batch: list[Request[Any]] = [
-            MetaGet(kb, value=True, cas=True, ttl=True, client_flags=True, recache=recache)
-        ]
-        if placeholder is not None:
-            data, flags = _encoded(self.serde, kb, placeholder)
-            ttl = _expire(placeholder_ttl)
-            batch.append(
-                MetaSet(kb, data=data, mode="E", ttl=ttl, client_flags=flags, return_cas=True)
-            )
+        batch = _claim_batch(self.serde, kb, recache, placeholder, placeholder_ttl)
         replies = self.exchange(key, batch)
         if replies is None:
             return None  # unreachable (degrading view): the lock-based path decides
-        read = replies[0]
-        added = _meta_cas(replies[1]) if placeholder is not None else None
-        if isinstance(read, ErrorReply):
-            raise _reply_error(read)
-        if read.status == b"EN":
-            return Claimed(None, None, added=added)
-        if read.status != b"VA" or read.data is None or read.cas is None:
-            raise ProtocolError(f"reply {read!r} does not answer mg v c f t")
-        found = self.serde.deserialize_envelope(kb, read.data, read.client_flags or 0)
-        if is_refused(found):
-            return Claimed(None, None, added=added)
-        return Claimed(found, b"%d" % read.cas, read.won, read.lost, read.stale, added)
+        return _claimed(self.serde, kb, replies)
 
     def cas_stale(self, key: Key, value: Any, cas: CasToken, expire: int = 0) -> bool | None:
         """``cas``; in meta mode then ``md <key> I`` of that very version, so one reader gets ``W``.
@@ -1496,6 +1450,92 @@ def _cas_token(cas: CasToken | str) -> bytes:
     if isinstance(token, bytes) and token.isdigit():
         return token
     raise ValueError(f"cas token must be memcached's unsigned integer, not {cas!r}")
+
+
+# -- pure deciding helpers both drivers use (Cluster here, AsyncCluster in aio.py) --
+
+
+def _no_meta(batch: tuple[Request[Any], ...]) -> None:
+    """Refuse a meta command in text mode (``OPTIONS['protocol'] = 'text'``)."""
+    meta = next((r for r in batch if isinstance(r, _META_REQUESTS)), None)
+    if meta is not None:
+        raise NeedsMetaProtocolError(
+            f"{_verb(meta)} is a meta command, and OPTIONS['protocol'] is 'text'",
+            option="protocol",
+        )
+
+
+def _no_refusal(name: str, batch: tuple[Request[Any], ...], replies: Sequence[Any]) -> None:
+    """Raise when server ``name`` answered ``ERROR`` to a command it may not know."""
+    for request, reply in zip(batch, replies, strict=True):
+        refused = type(reply) is ErrorReply and reply.kind == "ERROR"
+        if refused and isinstance(request, _REFUSABLE):  # memcached < 1.6: meta
+            raise _not_supported(name, request, "answered ERROR to")
+
+
+def _value_cas_ttl(
+    deserialize: Callable[[bytes, bytes, int], Any], kb: bytes, reply: MetaReply | ErrorReply
+) -> tuple[Any, CasToken | None, int | None]:
+    """Decode ``mg <key> v c t f``: ``(value, cas, ttl)``, or all None on a miss."""
+    if isinstance(reply, ErrorReply):
+        raise _reply_error(reply)
+    if reply.status == b"EN":
+        return _NO_CAS_TTL
+    if reply.status != b"VA" or reply.data is None or reply.cas is None:
+        raise ProtocolError(f"reply {reply!r} does not answer mg v c t f")
+    value = deserialize(kb, reply.data, reply.client_flags or 0)
+    return value, b"%d" % reply.cas, reply.ttl
+
+
+def _live(
+    found: tuple[Any, CasToken | None, int | None],
+) -> tuple[Any, CasToken | None, int | None]:
+    """As gets: a value past its soft expiry, or refused, is a miss."""
+    if found[0] is STALE or is_refused(found[0]):
+        return _NO_CAS_TTL
+    return found
+
+
+def _text_cas_token(
+    write: Store, replies: Sequence[Any], data: bytes, flags: int
+) -> CasToken | None:
+    """The cas of the item a text write and its ``gets`` (one write) read back, else None."""
+    written, read = replies
+    stored = _cas_stored(written) if write.command == "cas" else _written(written)
+    item = _first_value(read)
+    if not stored or item is None or (item.data, item.flags) != (data, flags):
+        return None  # not stored, or replaced between the two commands
+    return item.cas
+
+
+def _claim_batch(
+    serde: Serde, kb: bytes, recache: int | None, placeholder: Any, placeholder_ttl: int
+) -> list[Request[Any]]:
+    """``mg v c t f R<recache>``, and the placeholder's add when one is given."""
+    batch: list[Request[Any]] = [
+        MetaGet(kb, value=True, cas=True, ttl=True, client_flags=True, recache=recache)
+    ]
+    if placeholder is not None:
+        data, flags = _encoded(serde, kb, placeholder)
+        ttl = _expire(placeholder_ttl)
+        batch.append(MetaSet(kb, data=data, mode="E", ttl=ttl, client_flags=flags, return_cas=True))
+    return batch
+
+
+def _claimed(serde: Serde, kb: bytes, replies: Sequence[Any]) -> Claimed:
+    """Decode the replies to :func:`_claim_batch`'s requests."""
+    read = replies[0]
+    added = _meta_cas(replies[1]) if len(replies) > 1 else None
+    if isinstance(read, ErrorReply):
+        raise _reply_error(read)
+    if read.status == b"EN":
+        return Claimed(None, None, added=added)
+    if read.status != b"VA" or read.data is None or read.cas is None:
+        raise ProtocolError(f"reply {read!r} does not answer mg v c f t")
+    found = serde.deserialize_envelope(kb, read.data, read.client_flags or 0)
+    if is_refused(found):
+        return Claimed(None, None, added=added)
+    return Claimed(found, b"%d" % read.cas, read.won, read.lost, read.stale, added)
 
 
 def _reply_error(reply: object) -> BaseException:
