@@ -57,7 +57,6 @@ from .cluster import (
     _NO_CAS,
     _NO_CAS_TTL,
     _NODE_ERRORS,
-    _REFUSABLE,
     Cluster,
     Serde,
     _bumped_meta,
@@ -77,20 +76,22 @@ from .cluster import (
     _live,
     _meta_cas,
     _meta_deleted,
+    _meta_swap,
     _no_meta,
     _no_refusal,
     _Node,
     _not_supported,
     _ok,
     _raw,
+    _refusal_seen,
     _reply_error,
     _stats,
     _stored,
     _StoreMany,
+    _swapped,
     _text_cas_token,
     _touched,
     _ttl,
-    _UnknownCommand,
     _value_cas_ttl,
     _written,
 )
@@ -111,7 +112,7 @@ from .serializers import ValueRefused, is_refused
 from .servers import Server
 from .store import CasToken
 from .tokens import Claimed
-from .transport import ConnectionClosedError, SocketOptions
+from .transport import SocketOptions
 from .wire import (
     Delete,
     ErrorReply,
@@ -121,7 +122,6 @@ from .wire import (
     MetaDelete,
     MetaGet,
     MetaNoop,
-    MetaReply,
     MetaSet,
     Request,
     Stats,
@@ -554,9 +554,7 @@ class AsyncCluster:
         if self._text:
             swapped = Store("cas", kb, data, flags, _expire(expire), token)
             return await self._text_cas(key, swapped, data, flags)
-        request = MetaSet(
-            kb, data=data, cas=int(token), ttl=_expire(expire), client_flags=flags, return_cas=True
-        )
+        request = _meta_swap(kb, data, flags, token, expire)
         return await self._single(ring, request, _meta_cas, None)
 
     async def delete_cas(self, key: Key, cas: CasToken) -> bool:
@@ -612,26 +610,11 @@ class AsyncCluster:
                 return False
             cas = home_cas
         data, flags = _encoded(self.serde, kb, value)
-        swap = MetaSet(
-            kb,
-            data=data,
-            cas=int(_cas_token(cas)),
-            ttl=_expire(expire),
-            client_flags=flags,
-            return_cas=True,
-        )
-        reply: MetaReply | ErrorReply | None = await self._single(ring, swap, _identity, None)
-        if reply is None:
-            return False
-        if isinstance(reply, ErrorReply):
-            raise _reply_error(reply)
-        if reply.status != b"HD":
-            return None if reply.status == b"NF" else False
-        swapped = _meta_cas(reply)
-        assert swapped is not None
-        invalidate = MetaDelete(kb, cas=int(swapped), invalidate=True)
-        await self._single(ring, invalidate, _identity, None)
-        return True
+        swap = _meta_swap(kb, data, flags, _cas_token(cas), expire)
+        answer, invalidate = _swapped(kb, await self._single(ring, swap, _identity, None))
+        if invalidate is not None:
+            await self._single(ring, invalidate, _identity, None)
+        return answer
 
     # -- multi-key writes (pipelined fan-out) --
 
@@ -846,13 +829,9 @@ class AsyncCluster:
         self, node: _Node, batch: tuple[Request[Any], ...], exc: BaseException
     ) -> CommandNotSupportedError | None:
         """As :meth:`Cluster._refusal`, probing on new connections of this loop."""
-        refused = next((r for r in batch if isinstance(r, _REFUSABLE)), None)
+        refusal, refused = _refusal_seen(node.name, batch, exc)
         if refused is None:
-            return None
-        if isinstance(exc, _UnknownCommand):
-            return _not_supported(node.name, refused, "answered ERROR to")
-        if not isinstance(exc, ConnectionClosedError):
-            return None
+            return refusal
         probe = MetaNoop() if isinstance(refused, _META_REQUESTS) else refused
         links = self._links[node]
         if await _answer(links, probe) is not None or await _answer(links, Version()) is None:

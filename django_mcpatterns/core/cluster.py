@@ -524,14 +524,7 @@ class Cluster:
         if self._text:
             swapped = Store("cas", kb, data, flags, _expire(expire), token)
             return self._text_cas(key, swapped, data, flags)
-        request = MetaSet(
-            kb,
-            data=data,
-            cas=int(token),
-            ttl=_expire(expire),
-            client_flags=flags,
-            return_cas=True,
-        )
+        request = _meta_swap(kb, data, flags, token, expire)
         return self._single(ring, request, _meta_cas, None)
 
     def delete_cas(self, key: Key, cas: CasToken) -> bool:
@@ -655,25 +648,11 @@ class Cluster:
                 return False
             cas = home_cas
         data, flags = _encoded(self.serde, kb, value)
-        swap = MetaSet(
-            kb,
-            data=data,
-            cas=int(_cas_token(cas)),
-            ttl=_expire(expire),
-            client_flags=flags,
-            return_cas=True,
-        )
-        reply: MetaReply | ErrorReply | None = self._single(ring, swap, _identity, None)
-        if reply is None:
-            return False
-        if isinstance(reply, ErrorReply):
-            raise _reply_error(reply)
-        if reply.status != b"HD":
-            return None if reply.status == b"NF" else False
-        swapped = _meta_cas(reply)
-        assert swapped is not None  # HD with c: _meta_cas checked the token
-        self._single(ring, MetaDelete(kb, cas=int(swapped), invalidate=True), _identity, None)
-        return True
+        swap = _meta_swap(kb, data, flags, _cas_token(cas), expire)
+        answer, invalidate = _swapped(kb, self._single(ring, swap, _identity, None))
+        if invalidate is not None:
+            self._single(ring, invalidate, _identity, None)
+        return answer
 
     # -- multi-key commands (pipelined fan-out) --
 
@@ -1096,13 +1075,9 @@ class Cluster:
         answered means the server is up and does not know the command.
         """
         batch = request if isinstance(request, tuple) else (request,)
-        refused = next((r for r in batch if isinstance(r, _REFUSABLE)), None)
+        refusal, refused = _refusal_seen(node.name, batch, exc)
         if refused is None:
-            return None
-        if isinstance(exc, _UnknownCommand):
-            return _not_supported(node.name, refused, "answered ERROR to")
-        if not isinstance(exc, ConnectionClosedError):
-            return None
+            return refusal
         probe = MetaNoop() if isinstance(refused, _META_REQUESTS) else refused
         if _answer(node, probe) is not None or _answer(node, Version()) is None:
             return None
@@ -1506,6 +1481,50 @@ def _text_cas_token(
     if not stored or item is None or (item.data, item.flags) != (data, flags):
         return None  # not stored, or replaced between the two commands
     return item.cas
+
+
+def _meta_swap(kb: bytes, data: bytes, flags: int, token: bytes, expire: int) -> MetaSet:
+    """``ms <key> C<cas> c``: store only if unchanged, returning the new cas."""
+    return MetaSet(
+        kb, data=data, cas=int(token), ttl=_expire(expire), client_flags=flags, return_cas=True
+    )
+
+
+def _swapped(
+    kb: bytes, reply: MetaReply | ErrorReply | None
+) -> tuple[bool | None, MetaDelete | None]:
+    """cas_stale's verdict on its swap, and the ``md I`` of the version it wrote, if it did.
+
+    None: the key is gone (NF); False: not swapped, or no reply (degrading view).
+    """
+    if reply is None:
+        return False, None
+    if isinstance(reply, ErrorReply):
+        raise _reply_error(reply)
+    if reply.status != b"HD":
+        return (None if reply.status == b"NF" else False), None
+    swapped = _meta_cas(reply)
+    assert swapped is not None  # HD with c: _meta_cas checked the token
+    return True, MetaDelete(kb, cas=int(swapped), invalidate=True)
+
+
+def _refusal_seen(
+    name: str, batch: tuple[Request[Any], ...], exc: BaseException
+) -> tuple[CommandNotSupportedError | None, Request[Any] | None]:
+    """What ``exc`` says of a command server ``name`` may not know, before any probe.
+
+    ``(error, None)``: it answered ``ERROR`` (certain); ``(None, command)``: it
+    closed the connection, so ask again (``_refusal``); ``(None, None)``: no
+    refusal, the server is failing.
+    """
+    refused = next((r for r in batch if isinstance(r, _REFUSABLE)), None)
+    if refused is None:
+        return None, None
+    if isinstance(exc, _UnknownCommand):
+        return _not_supported(name, refused, "answered ERROR to"), None
+    if not isinstance(exc, ConnectionClosedError):
+        return None, None
+    return None, refused
 
 
 def _claim_batch(
