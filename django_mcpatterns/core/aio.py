@@ -702,15 +702,9 @@ class AsyncCluster:
             routed = await self._drive(plan)
             if routed is not UNROUTED:
                 return routed  # type: ignore[no-any-return]
-        node = self._nodes[self._locate(ring)]
-        admission = node.health.open
+        node, admission = self.sync._target(ring, request)
         if admission is None:
-            picked = self.sync._pick(ring, node, {})
-            if picked is None:
-                if self.sync.observer is not None:
-                    self.sync.observer.skipped(node.name, request)
-                return self.sync._refused(node, failed)
-            node, admission = picked
+            return self.sync._refused(node, failed)
         return await self._run(node, request, decode, failed, admission)
 
     # -- replicated keys and the gutter: Cluster's plans (routes.py), with channels --
