@@ -318,22 +318,7 @@ class Cluster:
         )
         self._nodes: dict[str, _Node] = {}
         for server in self.servers:
-            health = NodeHealth(
-                server.node,
-                retry_attempts=options.retry_attempts,
-                retry_timeout=options.retry_timeout,
-                dead_timeout=options.dead_timeout,
-                clock=clock,
-                report=self._report,
-                rng=rng,
-            )
-            self._nodes[server.node] = _Node(
-                server,
-                health,
-                options.max_pool_size,
-                options.pool_idle_timeout,
-                _connection_factory(server, socket_options),
-            )
+            self._nodes[server.node] = self._node(server, socket_options, clock, rng)
         # With one server every key maps to it: skip the hash on the hot path.
         only = self.servers[0].node
         self._locate: Callable[[bytes], str] = (
@@ -860,6 +845,27 @@ class Cluster:
 
     # -- replicated keys and the gutter pool (replicas.py, gutter.py) --
 
+    def _node(
+        self,
+        server: Server,
+        socket_options: SocketOptions,
+        clock: Callable[[], float],
+        rng: Callable[[], float],
+    ) -> _Node:
+        """One server's pool and health (a ring server's or a gutter server's)."""
+        options = self.options
+        health = NodeHealth(
+            server.node,
+            retry_attempts=options.retry_attempts,
+            retry_timeout=options.retry_timeout,
+            dead_timeout=options.dead_timeout,
+            clock=clock,
+            report=self._report,
+            rng=rng,
+        )
+        connect = _connection_factory(server, socket_options)
+        return _Node(server, health, options.max_pool_size, options.pool_idle_timeout, connect)
+
     def _build_gutter(
         self, socket_options: SocketOptions, clock: Callable[[], float], rng: Callable[[], float]
     ) -> Continuum | None:
@@ -872,22 +878,7 @@ class Cluster:
         except ConfigurationError as exc:
             raise ConfigurationError(f"OPTIONS['gutter']: {exc}", option="gutter") from exc
         for server in servers:
-            health = NodeHealth(
-                server.node,
-                retry_attempts=options.retry_attempts,
-                retry_timeout=options.retry_timeout,
-                dead_timeout=options.dead_timeout,
-                clock=clock,
-                report=self._report,
-                rng=rng,
-            )
-            self._gutter_nodes[server.node] = _Node(
-                server,
-                health,
-                options.max_pool_size,
-                options.pool_idle_timeout,
-                _connection_factory(server, socket_options),
-            )
+            self._gutter_nodes[server.node] = self._node(server, socket_options, clock, rng)
         weighted = any(s.weight != 1 for s in servers)
         return Continuum(
             [s.node for s in servers],
