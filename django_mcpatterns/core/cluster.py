@@ -89,7 +89,7 @@ from .gutter import clamp
 from .health import Admission, HealthSnapshot, NodeEvent, NodeHealth
 from .ketama import Continuum
 from .keys import Key, KeyT, Routed, placed
-from .observe import Observer, Sink, build_observer
+from .observe import Observer, Sink, build_observer, command_name
 from .options import ClusterOptions
 from .registry import Registry
 from .replicas import CopyToken, Journal, ReplicaPolicy
@@ -1438,7 +1438,7 @@ def _no_meta(batch: tuple[Request[Any], ...]) -> None:
     meta = next((r for r in batch if isinstance(r, _META_REQUESTS)), None)
     if meta is not None:
         raise NeedsMetaProtocolError(
-            f"{_verb(meta)} is a meta command, and OPTIONS['protocol'] is 'text'",
+            f"{command_name(meta)} is a meta command, and OPTIONS['protocol'] is 'text'",
             option="protocol",
         )
 
@@ -1582,13 +1582,8 @@ class _UnknownCommand(ServerError):
     """memcached's plain ``ERROR``: the command's name is unknown (protocol.txt)."""
 
 
-def _verb(request: Request[Any]) -> str:
-    """The command's name on the wire (``mg``, ``flush_all``...)."""
-    return request.encode().split(maxsplit=1)[0].decode("ascii")
-
-
 def _not_supported(node: str, request: Request[Any], how: str) -> CommandNotSupportedError:
-    verb = _verb(request)
+    verb = command_name(request)
     if isinstance(request, _META_REQUESTS):
         return CommandNotSupportedError(
             f"memcached at {node} does not speak the meta protocol (it {how} {verb}); "
