@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
+from tests.drills.tls import Certificate, make_certificate, tls_memcached
 from tests.harness import MemcachedServer, Nutcracker, memcached_cluster, nutcracker_on
 
 
@@ -42,3 +44,16 @@ def nutcracker(
     """nutcracker (ketama, md5) in front of the session's three servers, for the session."""
     with nutcracker_on(memcached_3, tmp_path_factory.mktemp("nutcracker")) as proxy:
         yield proxy
+
+
+@pytest.fixture(scope="module")
+def certificate(tmp_path_factory: pytest.TempPathFactory) -> Certificate:
+    """A self-signed certificate for the module's TLS memcached (tests/drills/tls.py)."""
+    return make_certificate(Path(tmp_path_factory.mktemp("tls")))
+
+
+@pytest.fixture(scope="module")
+def tls_server(certificate: Certificate) -> Iterator[MemcachedServer]:
+    """memcached started with ``-Z`` and ``certificate``, for the module."""
+    with tls_memcached(certificate) as server:
+        yield server
