@@ -352,12 +352,9 @@ class AsyncCluster:
         node = self._nodes[self._locate(ring)]
         admission = node.health.open
         if admission is None:
-            picked = self.sync._pick(ring, node, {})
-            if picked is None:
-                if self.sync.observer is not None:
-                    self.sync.observer.skipped(node.name, Get((kb,), cas))
+            node, admission = self.sync._failover(ring, node, Get((kb,), cas))
+            if admission is None:
                 return self.sync._refused(node, None)
-            node, admission = picked
         loop = asyncio.get_running_loop()
         channel = self._links[node].current(loop)
         sent = channel is not None
@@ -702,9 +699,12 @@ class AsyncCluster:
             routed = await self._drive(plan)
             if routed is not UNROUTED:
                 return routed  # type: ignore[no-any-return]
-        node, admission = self.sync._target(ring, request)
+        node = self._nodes[self._locate(ring)]
+        admission = node.health.open
         if admission is None:
-            return self.sync._refused(node, failed)
+            node, admission = self.sync._failover(ring, node, request)
+            if admission is None:
+                return self.sync._refused(node, failed)
         return await self._run(node, request, decode, failed, admission)
 
     # -- replicated keys and the gutter: Cluster's plans (routes.py), with channels --

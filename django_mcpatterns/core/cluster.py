@@ -809,28 +809,28 @@ class Cluster:
             routed = self._drive(plan)
             if routed is not UNROUTED:
                 return routed  # type: ignore[no-any-return]
-        node, admission = self._target(ring, request)
-        if admission is None:
-            return self._refused(node, failed)
-        return self._run(node, request, decode, failed, admission)
-
-    def _target(
-        self, ring: bytes, request: Request[Any] | tuple[Request[Any], ...]
-    ) -> tuple[_Node, Admission | None]:
-        """The server for ``ring`` and its admission (failover applied), for both drivers.
-
-        None: no server may be asked now (the observer is told it was skipped).
-        """
         node = self._nodes[self._locate(ring)]
         admission = node.health.open
         if admission is None:
-            picked = self._pick(ring, node, {})
-            if picked is None:
-                if self.observer is not None:
-                    self.observer.skipped(node.name, request)
-                return node, None
-            return picked
-        return node, admission
+            node, admission = self._failover(ring, node, request)
+            if admission is None:
+                return self._refused(node, failed)
+        return self._run(node, request, decode, failed, admission)
+
+    def _failover(
+        self, ring: bytes, node: _Node, request: Request[Any] | tuple[Request[Any], ...]
+    ) -> tuple[_Node, Admission | None]:
+        """Where a single-key command goes while ``node`` (the ring's) is not open.
+
+        The picked server and its admission, for both drivers; ``(node, None)``:
+        no server may be asked now (the observer is told it was skipped).
+        """
+        picked = self._pick(ring, node, {})
+        if picked is None:
+            if self.observer is not None:
+                self.observer.skipped(node.name, request)
+            return node, None
+        return picked
 
     def _on_node(
         self, node: _Node, request: Request[Any], decode: Callable[[Any], R], failed: R
