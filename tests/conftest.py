@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Generator, Iterator
+from pathlib import Path
 
 import pytest
 
+from tests.drills.tls import Certificate, make_certificate, tls_memcached
 from tests.harness import MemcachedServer, Nutcracker, memcached_cluster, nutcracker_on
 from tests.processes import deaths
 
@@ -69,3 +71,16 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         terminalreporter.section("servers that died during the run", red=True)
         for line in dead:
             terminalreporter.line(line)
+
+
+@pytest.fixture(scope="module")
+def certificate(tmp_path_factory: pytest.TempPathFactory) -> Certificate:
+    """A self-signed certificate for the module's TLS memcached (tests/drills/tls.py)."""
+    return make_certificate(Path(tmp_path_factory.mktemp("tls")))
+
+
+@pytest.fixture(scope="module")
+def tls_server(certificate: Certificate) -> Iterator[MemcachedServer]:
+    """memcached started with ``-Z`` and ``certificate``, for the module."""
+    with tls_memcached(certificate) as server:
+        yield server

@@ -44,7 +44,6 @@ import random
 import threading
 import time
 import weakref
-from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import partial
 from time import perf_counter_ns
@@ -58,13 +57,14 @@ from .cluster import (
     _NO_CAS,
     _NO_CAS_TTL,
     _NODE_ERRORS,
-    _REFUSABLE,
     Cluster,
     Serde,
     _bumped_meta,
     _bumped_text,
     _cas_stored,
     _cas_token,
+    _claim_batch,
+    _claimed,
     _count,
     _deleted,
     _delta,
@@ -73,21 +73,26 @@ from .cluster import (
     _expire,
     _first_value,
     _identity,
+    _live,
     _meta_cas,
     _meta_deleted,
+    _meta_swap,
+    _no_meta,
+    _no_refusal,
     _Node,
     _not_supported,
     _ok,
     _raw,
-    _reassigned,
+    _refusal_seen,
     _reply_error,
     _stats,
     _stored,
     _StoreMany,
+    _swapped,
+    _text_cas_token,
     _touched,
     _ttl,
-    _UnknownCommand,
-    _verb,
+    _value_cas_ttl,
     _written,
 )
 from .envelope import STALE
@@ -99,7 +104,7 @@ from .exceptions import (
 )
 from .gutter import clamp
 from .health import Admission, HealthSnapshot, NodeEvent
-from .keys import Key, KeyT, Routed, placed
+from .keys import Key, KeyT, placed
 from .options import ClusterOptions
 from .replicas import CopyToken
 from .routes import FAILED, UNROUTED, Parallel, Plan, Refuse, Routes, Run
@@ -107,7 +112,7 @@ from .serializers import ValueRefused, is_refused
 from .servers import Server
 from .store import CasToken
 from .tokens import Claimed
-from .transport import ConnectionClosedError, SocketOptions
+from .transport import SocketOptions
 from .wire import (
     Delete,
     ErrorReply,
@@ -117,7 +122,6 @@ from .wire import (
     MetaDelete,
     MetaGet,
     MetaNoop,
-    MetaReply,
     MetaSet,
     Request,
     Stats,
@@ -348,12 +352,9 @@ class AsyncCluster:
         node = self._nodes[self._locate(ring)]
         admission = node.health.open
         if admission is None:
-            picked = self.sync._pick(ring, node, {})
-            if picked is None:
-                if self.sync.observer is not None:
-                    self.sync.observer.skipped(node.name, Get((kb,), cas))
+            node, admission = self.sync._failover(ring, node, Get((kb,), cas))
+            if admission is None:
                 return self.sync._refused(node, None)
-            node, admission = picked
         loop = asyncio.get_running_loop()
         channel = self._links[node].current(loop)
         sent = channel is not None
@@ -508,18 +509,10 @@ class AsyncCluster:
         _, ring = placed(key)
         batch = tuple(requests)
         if self._text:
-            meta = next((r for r in batch if isinstance(r, _META_REQUESTS)), None)
-            if meta is not None:
-                raise NeedsMetaProtocolError(
-                    f"{_verb(meta)} is a meta command, and OPTIONS['protocol'] is 'text'",
-                    option="protocol",
-                )
+            _no_meta(batch)
         replies: list[Any] | None = await self._single(ring, batch, None, None)
         if replies is not None:
-            for request, reply in zip(batch, replies, strict=True):
-                refused = type(reply) is ErrorReply and reply.kind == "ERROR"
-                if refused and isinstance(request, _REFUSABLE):
-                    raise _not_supported(self._locate(ring), request, "answered ERROR to")
+            _no_refusal(self._locate(ring), batch, replies)
         return replies
 
     # -- owner primitives --
@@ -531,22 +524,9 @@ class AsyncCluster:
             return value, token, None
         kb, ring = placed(key)
         request = MetaGet(kb, value=True, cas=True, ttl=True, client_flags=True)
-
-        def decode(reply: MetaReply | ErrorReply) -> tuple[Any, CasToken | None, int | None]:
-            if isinstance(reply, ErrorReply):
-                raise _reply_error(reply)
-            if reply.status == b"EN":
-                return _NO_CAS_TTL
-            if reply.status != b"VA" or reply.data is None or reply.cas is None:
-                raise ProtocolError(f"reply {reply!r} does not answer mg v c t f")
-            value = self._deserialize(kb, reply.data, reply.client_flags or 0)
-            return value, b"%d" % reply.cas, reply.ttl
-
+        decode = partial(_value_cas_ttl, self._deserialize, kb)
         miss: tuple[Any, CasToken | None, int | None] = _NO_CAS_TTL
-        found = await self._single(ring, request, decode, miss)
-        if found[0] is STALE or is_refused(found[0]):
-            return _NO_CAS_TTL
-        return found
+        return _live(await self._single(ring, request, decode, miss))
 
     async def add_cas(self, key: Key, value: Any, expire: int = 0) -> CasToken | None:
         kb, ring = placed(key)
@@ -571,9 +551,7 @@ class AsyncCluster:
         if self._text:
             swapped = Store("cas", kb, data, flags, _expire(expire), token)
             return await self._text_cas(key, swapped, data, flags)
-        request = MetaSet(
-            kb, data=data, cas=int(token), ttl=_expire(expire), client_flags=flags, return_cas=True
-        )
+        request = _meta_swap(kb, data, flags, token, expire)
         return await self._single(ring, request, _meta_cas, None)
 
     async def delete_cas(self, key: Key, cas: CasToken) -> bool:
@@ -595,14 +573,7 @@ class AsyncCluster:
 
     async def _text_cas(self, key: Key, write: Store, data: bytes, flags: int) -> CasToken | None:
         replies = await self.exchange(key, (write, Get((write.key,), cas=True)))
-        if replies is None:
-            return None
-        written, read = replies
-        stored = _cas_stored(written) if write.command == "cas" else _written(written)
-        item = _first_value(read)
-        if not stored or item is None or (item.data, item.flags) != (data, flags):
-            return None
-        return item.cas
+        return None if replies is None else _text_cas_token(write, replies, data, flags)
 
     async def _store(self, command: StoreCommand, key: Key, value: Any, expire: int) -> bool:
         kb, ring = placed(key)
@@ -621,30 +592,9 @@ class AsyncCluster:
         kb, ring = placed(key)
         if self._routes is not None and self._routes.copies(kb, ring) > 1:
             return None  # a replicated key: the lock-based path decides (Cluster.claim)
-        batch: list[Request[Any]] = [
-            MetaGet(kb, value=True, cas=True, ttl=True, client_flags=True, recache=recache)
-        ]
-        if placeholder is not None:
-            data, flags = _encoded(self.serde, kb, placeholder)
-            ttl = _expire(placeholder_ttl)
-            batch.append(
-                MetaSet(kb, data=data, mode="E", ttl=ttl, client_flags=flags, return_cas=True)
-            )
+        batch = _claim_batch(self.serde, kb, recache, placeholder, placeholder_ttl)
         replies = await self.exchange(key, batch)
-        if replies is None:
-            return None
-        read = replies[0]
-        added = _meta_cas(replies[1]) if placeholder is not None else None
-        if isinstance(read, ErrorReply):
-            raise _reply_error(read)
-        if read.status == b"EN":
-            return Claimed(None, None, added=added)
-        if read.status != b"VA" or read.data is None or read.cas is None:
-            raise ProtocolError(f"reply {read!r} does not answer mg v c f t")
-        found = self.serde.deserialize_envelope(kb, read.data, read.client_flags or 0)
-        if is_refused(found):
-            return Claimed(None, None, added=added)
-        return Claimed(found, b"%d" % read.cas, read.won, read.lost, read.stale, added)
+        return None if replies is None else _claimed(self.serde, kb, replies)
 
     async def cas_stale(self, key: Key, value: Any, cas: CasToken, expire: int = 0) -> bool | None:
         """As :meth:`Cluster.cas_stale`: the swap, then ``md I`` of the version it wrote."""
@@ -657,26 +607,11 @@ class AsyncCluster:
                 return False
             cas = home_cas
         data, flags = _encoded(self.serde, kb, value)
-        swap = MetaSet(
-            kb,
-            data=data,
-            cas=int(_cas_token(cas)),
-            ttl=_expire(expire),
-            client_flags=flags,
-            return_cas=True,
-        )
-        reply: MetaReply | ErrorReply | None = await self._single(ring, swap, _identity, None)
-        if reply is None:
-            return False
-        if isinstance(reply, ErrorReply):
-            raise _reply_error(reply)
-        if reply.status != b"HD":
-            return None if reply.status == b"NF" else False
-        swapped = _meta_cas(reply)
-        assert swapped is not None
-        invalidate = MetaDelete(kb, cas=int(swapped), invalidate=True)
-        await self._single(ring, invalidate, _identity, None)
-        return True
+        swap = _meta_swap(kb, data, flags, _cas_token(cas), expire)
+        answer, invalidate = _swapped(kb, await self._single(ring, swap, _identity, None))
+        if invalidate is not None:
+            await self._single(ring, invalidate, _identity, None)
+        return answer
 
     # -- multi-key writes (pipelined fan-out) --
 
@@ -767,12 +702,9 @@ class AsyncCluster:
         node = self._nodes[self._locate(ring)]
         admission = node.health.open
         if admission is None:
-            picked = self.sync._pick(ring, node, {})
-            if picked is None:
-                if self.sync.observer is not None:
-                    self.sync.observer.skipped(node.name, request)
+            node, admission = self.sync._failover(ring, node, request)
+            if admission is None:
                 return self.sync._refused(node, failed)
-            node, admission = picked
         return await self._run(node, request, decode, failed, admission)
 
     # -- replicated keys and the gutter: Cluster's plans (routes.py), with channels --
@@ -891,13 +823,9 @@ class AsyncCluster:
         self, node: _Node, batch: tuple[Request[Any], ...], exc: BaseException
     ) -> CommandNotSupportedError | None:
         """As :meth:`Cluster._refusal`, probing on new connections of this loop."""
-        refused = next((r for r in batch if isinstance(r, _REFUSABLE)), None)
+        refusal, refused = _refusal_seen(node.name, batch, exc)
         if refused is None:
-            return None
-        if isinstance(exc, _UnknownCommand):
-            return _not_supported(node.name, refused, "answered ERROR to")
-        if not isinstance(exc, ConnectionClosedError):
-            return None
+            return refusal
         probe = MetaNoop() if isinstance(refused, _META_REQUESTS) else refused
         links = self._links[node]
         if await _answer(links, probe) is not None or await _answer(links, Version()) is None:
@@ -940,39 +868,8 @@ class AsyncCluster:
         owners: Mapping[bytes, str] | None = None,
         write: bool = False,
     ) -> tuple[dict[_Node, list[bytes]], dict[_Node, list[bytes]], dict[_Node, Admission]]:
-        """Keys per server as :meth:`Cluster._fan_out` groups them (with failover)."""
-        groups: dict[_Node, list[bytes]] = defaultdict(list)
-        skipped: dict[_Node, list[bytes]] = defaultdict(list)
-        granted: dict[_Node, Admission] = {}
-        admitted: dict[_Node, Admission | None] = {}
-        owned: dict[str, list[bytes]] = defaultdict(list)
-        locate = self._locate
-        for kb, key in given.items():
-            owned[locate(key.route if type(key) is Routed else kb)].append(kb)
-        if owners:  # replicated keys: the replica chosen for this read instead
-            owned = _reassigned(owned, owners)
-        routes = self._routes
-        gutter = routes is not None and routes.gutter_ring is not None
-        gutter = gutter and not self.options.raise_errors  # the strict view never uses it
-        for name, kbs in owned.items():
-            node = self._nodes[name]
-            admission = granted.get(node) or node.health.open
-            if admission is not None:
-                granted.setdefault(node, admission)
-                groups[node].extend(kbs)
-                continue
-            for kb in kbs:
-                key = given[kb]
-                picked = self.sync._pick(key.route if type(key) is Routed else kb, node, admitted)
-                if picked is None and gutter and type(key) is not Routed:
-                    picked = routes.gutter_pick(node, kb, admitted, write)  # type: ignore[union-attr]
-                if picked is None:
-                    skipped[node].append(kb)
-                    continue
-                other, admission = picked
-                granted.setdefault(other, admission)
-                groups[other].append(kb)
-        return groups, skipped, granted
+        """Keys per server as :meth:`Cluster._group` groups them (with failover)."""
+        return self.sync._group(given, owners, write)
 
     async def _per_server(
         self,

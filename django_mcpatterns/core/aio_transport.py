@@ -48,7 +48,13 @@ from collections import deque
 from collections.abc import Sequence
 from typing import Any
 
-from .transport import ConnectionClosedError, SocketOptions, completed, stamp_completed
+from .transport import (
+    ConnectionClosedError,
+    SocketOptions,
+    completed,
+    stamp_completed,
+    tune_tcp,
+)
 from .wire import NEED_DATA, ErrorReply, Get, Reader, Request, Value
 
 __all__ = ["Batch", "Channel", "NotSentError", "open_channel"]
@@ -373,12 +379,5 @@ async def open_channel(address: str | tuple[str, int], options: SocketOptions) -
     assert transport is not None
     sock = transport.get_extra_info("socket")
     if sock is not None and not isinstance(address, str):
-        if options.no_delay:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        keepalive = options.socket_keepalive
-        if keepalive is not None:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, keepalive.idle)
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, keepalive.intvl)
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, keepalive.cnt)
+        tune_tcp(sock, socket, options)
     return channel

@@ -69,6 +69,7 @@ import weakref
 from collections import defaultdict
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from time import perf_counter_ns
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
@@ -88,7 +89,7 @@ from .gutter import clamp
 from .health import Admission, HealthSnapshot, NodeEvent, NodeHealth
 from .ketama import Continuum
 from .keys import Key, KeyT, Routed, placed
-from .observe import Observer, Sink, build_observer
+from .observe import Observer, Sink, build_observer, command_name
 from .options import ClusterOptions
 from .registry import Registry
 from .replicas import CopyToken, Journal, ReplicaPolicy
@@ -317,22 +318,7 @@ class Cluster:
         )
         self._nodes: dict[str, _Node] = {}
         for server in self.servers:
-            health = NodeHealth(
-                server.node,
-                retry_attempts=options.retry_attempts,
-                retry_timeout=options.retry_timeout,
-                dead_timeout=options.dead_timeout,
-                clock=clock,
-                report=self._report,
-                rng=rng,
-            )
-            self._nodes[server.node] = _Node(
-                server,
-                health,
-                options.max_pool_size,
-                options.pool_idle_timeout,
-                _connection_factory(server, socket_options),
-            )
+            self._nodes[server.node] = self._node(server, socket_options, clock, rng)
         # With one server every key maps to it: skip the hash on the hot path.
         only = self.servers[0].node
         self._locate: Callable[[bytes], str] = (
@@ -479,18 +465,10 @@ class Cluster:
         _, ring = placed(key)
         batch = tuple(requests)
         if self._text:
-            meta = next((r for r in batch if isinstance(r, _META_REQUESTS)), None)
-            if meta is not None:
-                raise NeedsMetaProtocolError(
-                    f"{_verb(meta)} is a meta command, and OPTIONS['protocol'] is 'text'",
-                    option="protocol",
-                )
+            _no_meta(batch)
         replies: list[Any] | None = self._single(ring, batch, None, None)
         if replies is not None:
-            for request, reply in zip(batch, replies, strict=True):
-                refused = type(reply) is ErrorReply and reply.kind == "ERROR"
-                if refused and isinstance(request, _REFUSABLE):  # memcached < 1.6: meta
-                    raise _not_supported(self._locate(ring), request, "answered ERROR to")
+            _no_refusal(self._locate(ring), batch, replies)
         return replies
 
     # -- owner primitives (store.py): one meta command, or text commands in one write --
@@ -502,22 +480,9 @@ class Cluster:
             return value, token, None
         kb, ring = placed(key)
         request = MetaGet(kb, value=True, cas=True, ttl=True, client_flags=True)
-
-        def decode(reply: MetaReply | ErrorReply) -> tuple[Any, CasToken | None, int | None]:
-            if isinstance(reply, ErrorReply):
-                raise _reply_error(reply)
-            if reply.status == b"EN":
-                return _NO_CAS_TTL
-            if reply.status != b"VA" or reply.data is None or reply.cas is None:
-                raise ProtocolError(f"reply {reply!r} does not answer mg v c t f")
-            value = self._deserialize(kb, reply.data, reply.client_flags or 0)
-            return value, b"%d" % reply.cas, reply.ttl
-
+        decode = partial(_value_cas_ttl, self._deserialize, kb)
         miss: tuple[Any, CasToken | None, int | None] = _NO_CAS_TTL
-        found = self._single(ring, request, decode, miss)
-        if found[0] is STALE or is_refused(found[0]):
-            return _NO_CAS_TTL  # as gets: past its soft expiry, or refused, is a miss
-        return found
+        return _live(self._single(ring, request, decode, miss))
 
     def add_cas(self, key: Key, value: Any, expire: int = 0) -> CasToken | None:
         """``add``, returning the new item's cas token (None: not stored)."""
@@ -544,14 +509,7 @@ class Cluster:
         if self._text:
             swapped = Store("cas", kb, data, flags, _expire(expire), token)
             return self._text_cas(key, swapped, data, flags)
-        request = MetaSet(
-            kb,
-            data=data,
-            cas=int(token),
-            ttl=_expire(expire),
-            client_flags=flags,
-            return_cas=True,
-        )
+        request = _meta_swap(kb, data, flags, token, expire)
         return self._single(ring, request, _meta_cas, None)
 
     def delete_cas(self, key: Key, cas: CasToken) -> bool:
@@ -576,14 +534,7 @@ class Cluster:
     def _text_cas(self, key: Key, write: Store, data: bytes, flags: int) -> CasToken | None:
         """Send a text storage command and a ``gets`` in one write: the stored item's cas."""
         replies = self.exchange(key, (write, Get((write.key,), cas=True)))
-        if replies is None:
-            return None
-        written, read = replies
-        stored = _cas_stored(written) if write.command == "cas" else _written(written)
-        item = _first_value(read)
-        if not stored or item is None or (item.data, item.flags) != (data, flags):
-            return None  # not stored, or replaced between the two commands
-        return item.cas
+        return None if replies is None else _text_cas_token(write, replies, data, flags)
 
     def _store(self, command: StoreCommand, key: Key, value: Any, expire: int) -> bool:
         kb, ring = placed(key)
@@ -660,30 +611,11 @@ class Cluster:
         kb, ring = placed(key)
         if self._routes is not None and self._routes.copies(kb, ring) > 1:
             return None
-        batch: list[Request[Any]] = [
-            MetaGet(kb, value=True, cas=True, ttl=True, client_flags=True, recache=recache)
-        ]
-        if placeholder is not None:
-            data, flags = _encoded(self.serde, kb, placeholder)
-            ttl = _expire(placeholder_ttl)
-            batch.append(
-                MetaSet(kb, data=data, mode="E", ttl=ttl, client_flags=flags, return_cas=True)
-            )
+        batch = _claim_batch(self.serde, kb, recache, placeholder, placeholder_ttl)
         replies = self.exchange(key, batch)
         if replies is None:
             return None  # unreachable (degrading view): the lock-based path decides
-        read = replies[0]
-        added = _meta_cas(replies[1]) if placeholder is not None else None
-        if isinstance(read, ErrorReply):
-            raise _reply_error(read)
-        if read.status == b"EN":
-            return Claimed(None, None, added=added)
-        if read.status != b"VA" or read.data is None or read.cas is None:
-            raise ProtocolError(f"reply {read!r} does not answer mg v c f t")
-        found = self.serde.deserialize_envelope(kb, read.data, read.client_flags or 0)
-        if is_refused(found):
-            return Claimed(None, None, added=added)
-        return Claimed(found, b"%d" % read.cas, read.won, read.lost, read.stale, added)
+        return _claimed(self.serde, kb, replies)
 
     def cas_stale(self, key: Key, value: Any, cas: CasToken, expire: int = 0) -> bool | None:
         """``cas``; in meta mode then ``md <key> I`` of that very version, so one reader gets ``W``.
@@ -701,25 +633,11 @@ class Cluster:
                 return False
             cas = home_cas
         data, flags = _encoded(self.serde, kb, value)
-        swap = MetaSet(
-            kb,
-            data=data,
-            cas=int(_cas_token(cas)),
-            ttl=_expire(expire),
-            client_flags=flags,
-            return_cas=True,
-        )
-        reply: MetaReply | ErrorReply | None = self._single(ring, swap, _identity, None)
-        if reply is None:
-            return False
-        if isinstance(reply, ErrorReply):
-            raise _reply_error(reply)
-        if reply.status != b"HD":
-            return None if reply.status == b"NF" else False
-        swapped = _meta_cas(reply)
-        assert swapped is not None  # HD with c: _meta_cas checked the token
-        self._single(ring, MetaDelete(kb, cas=int(swapped), invalidate=True), _identity, None)
-        return True
+        swap = _meta_swap(kb, data, flags, _cas_token(cas), expire)
+        answer, invalidate = _swapped(kb, self._single(ring, swap, _identity, None))
+        if invalidate is not None:
+            self._single(ring, invalidate, _identity, None)
+        return answer
 
     # -- multi-key commands (pipelined fan-out) --
 
@@ -894,13 +812,25 @@ class Cluster:
         node = self._nodes[self._locate(ring)]
         admission = node.health.open
         if admission is None:
-            picked = self._pick(ring, node, {})
-            if picked is None:
-                if self.observer is not None:
-                    self.observer.skipped(node.name, request)
+            node, admission = self._failover(ring, node, request)
+            if admission is None:
                 return self._refused(node, failed)
-            node, admission = picked
         return self._run(node, request, decode, failed, admission)
+
+    def _failover(
+        self, ring: bytes, node: _Node, request: Request[Any] | tuple[Request[Any], ...]
+    ) -> tuple[_Node, Admission | None]:
+        """Where a single-key command goes while ``node`` (the ring's) is not open.
+
+        The picked server and its admission, for both drivers; ``(node, None)``:
+        no server may be asked now (the observer is told it was skipped).
+        """
+        picked = self._pick(ring, node, {})
+        if picked is None:
+            if self.observer is not None:
+                self.observer.skipped(node.name, request)
+            return node, None
+        return picked
 
     def _on_node(
         self, node: _Node, request: Request[Any], decode: Callable[[Any], R], failed: R
@@ -915,6 +845,27 @@ class Cluster:
 
     # -- replicated keys and the gutter pool (replicas.py, gutter.py) --
 
+    def _node(
+        self,
+        server: Server,
+        socket_options: SocketOptions,
+        clock: Callable[[], float],
+        rng: Callable[[], float],
+    ) -> _Node:
+        """One server's pool and health (a ring server's or a gutter server's)."""
+        options = self.options
+        health = NodeHealth(
+            server.node,
+            retry_attempts=options.retry_attempts,
+            retry_timeout=options.retry_timeout,
+            dead_timeout=options.dead_timeout,
+            clock=clock,
+            report=self._report,
+            rng=rng,
+        )
+        connect = _connection_factory(server, socket_options)
+        return _Node(server, health, options.max_pool_size, options.pool_idle_timeout, connect)
+
     def _build_gutter(
         self, socket_options: SocketOptions, clock: Callable[[], float], rng: Callable[[], float]
     ) -> Continuum | None:
@@ -927,22 +878,7 @@ class Cluster:
         except ConfigurationError as exc:
             raise ConfigurationError(f"OPTIONS['gutter']: {exc}", option="gutter") from exc
         for server in servers:
-            health = NodeHealth(
-                server.node,
-                retry_attempts=options.retry_attempts,
-                retry_timeout=options.retry_timeout,
-                dead_timeout=options.dead_timeout,
-                clock=clock,
-                report=self._report,
-                rng=rng,
-            )
-            self._gutter_nodes[server.node] = _Node(
-                server,
-                health,
-                options.max_pool_size,
-                options.pool_idle_timeout,
-                _connection_factory(server, socket_options),
-            )
+            self._gutter_nodes[server.node] = self._node(server, socket_options, clock, rng)
         weighted = any(s.weight != 1 for s in servers)
         return Continuum(
             [s.node for s in servers],
@@ -1142,13 +1078,9 @@ class Cluster:
         answered means the server is up and does not know the command.
         """
         batch = request if isinstance(request, tuple) else (request,)
-        refused = next((r for r in batch if isinstance(r, _REFUSABLE)), None)
+        refusal, refused = _refusal_seen(node.name, batch, exc)
         if refused is None:
-            return None
-        if isinstance(exc, _UnknownCommand):
-            return _not_supported(node.name, refused, "answered ERROR to")
-        if not isinstance(exc, ConnectionClosedError):
-            return None
+            return refusal
         probe = MetaNoop() if isinstance(refused, _META_REQUESTS) else refused
         if _answer(node, probe) is not None or _answer(node, Version()) is None:
             return None
@@ -1230,6 +1162,53 @@ class Cluster:
                 observer.event(f"node_{event.kind}")
         self._node_listeners(event)
 
+    def _group(
+        self,
+        given: Mapping[bytes, Key],
+        owners: Mapping[bytes, str] | None = None,
+        write: bool = False,
+    ) -> tuple[dict[_Node, list[bytes]], dict[_Node, list[bytes]], dict[_Node, Admission]]:
+        """Keys per server, with failover: ``(groups, skipped, admissions)``.
+
+        Both drivers group this way (AsyncCluster too): keys are grouped by
+        their server first, so health is read once per server, not per key;
+        a failing server's keys each go where the policy says (``_pick``,
+        then the gutter for a ``write`` or a read), or are ``skipped``.
+        """
+        routes = self._routes
+        gutter = (
+            routes is not None and routes.gutter_ring is not None and not self.options.raise_errors
+        )
+        groups: dict[_Node, list[bytes]] = defaultdict(list)
+        skipped: dict[_Node, list[bytes]] = defaultdict(list)
+        granted: dict[_Node, Admission] = {}  # one admission per server contacted
+        admitted: dict[_Node, Admission | None] = {}  # what failing servers said (_pick)
+        owned: dict[str, list[bytes]] = defaultdict(list)
+        locate = self._locate
+        for kb, key in given.items():
+            owned[locate(key.route if type(key) is Routed else kb)].append(kb)
+        if owners:  # replicated keys: the replica chosen for this read instead
+            owned = _reassigned(owned, owners)
+        for name, kbs in owned.items():
+            node = self._nodes[name]
+            admission = granted.get(node) or node.health.open
+            if admission is not None:
+                granted.setdefault(node, admission)
+                groups[node].extend(kbs)
+                continue
+            for kb in kbs:  # a failing server: each key goes where the policy says
+                key = given[kb]
+                picked = self._pick(key.route if type(key) is Routed else kb, node, admitted)
+                if picked is None and gutter and type(key) is not Routed:
+                    picked = routes.gutter_pick(node, kb, admitted, write)  # type: ignore[union-attr]
+                if picked is None:
+                    skipped[node].append(kb)
+                    continue
+                other, admission = picked
+                granted.setdefault(other, admission)
+                groups[other].append(kb)
+        return groups, skipped, granted
+
     def _fan_out(
         self,
         exchange: _Exchange[R],
@@ -1248,36 +1227,7 @@ class Cluster:
         gutter = (
             routes is not None and routes.gutter_ring is not None and not self.options.raise_errors
         )
-        groups: dict[_Node, list[bytes]] = defaultdict(list)
-        skipped: dict[_Node, list[bytes]] = defaultdict(list)
-        granted: dict[_Node, Admission] = {}  # one admission per server contacted
-        admitted: dict[_Node, Admission | None] = {}  # what failing servers said (_pick)
-        # Keys are grouped by server first, so health is read once per server, not per key.
-        owned: dict[str, list[bytes]] = defaultdict(list)
-        locate = self._locate
-        for kb, key in given.items():
-            owned[locate(key.route if type(key) is Routed else kb)].append(kb)
-        if owners:  # replicated keys: the replica chosen for this read instead
-            owned = _reassigned(owned, owners)
-        for name, kbs in owned.items():
-            node = self._nodes[name]
-            admission = granted.get(node) or node.health.open
-            if admission is not None:
-                granted.setdefault(node, admission)
-                groups[node].extend(kbs)
-                continue
-            for kb in kbs:  # a failing server: each key goes where the policy says
-                key = given[kb]
-                picked = self._pick(key.route if type(key) is Routed else kb, node, admitted)
-                if picked is None and gutter and type(key) is not Routed:
-                    write = not isinstance(exchange, _Fetch)
-                    picked = self._routes.gutter_pick(node, kb, admitted, write)  # type: ignore[union-attr]
-                if picked is None:
-                    skipped[node].append(kb)
-                    continue
-                other, admission = picked
-                granted.setdefault(other, admission)
-                groups[other].append(kb)
+        groups, skipped, granted = self._group(given, owners, not isinstance(exchange, _Fetch))
 
         results: list[R] = []
         errors: list[BaseException] = []
@@ -1480,6 +1430,136 @@ def _cas_token(cas: CasToken | str) -> bytes:
     raise ValueError(f"cas token must be memcached's unsigned integer, not {cas!r}")
 
 
+# -- pure deciding helpers both drivers use (Cluster here, AsyncCluster in aio.py) --
+
+
+def _no_meta(batch: tuple[Request[Any], ...]) -> None:
+    """Refuse a meta command in text mode (``OPTIONS['protocol'] = 'text'``)."""
+    meta = next((r for r in batch if isinstance(r, _META_REQUESTS)), None)
+    if meta is not None:
+        raise NeedsMetaProtocolError(
+            f"{command_name(meta)} is a meta command, and OPTIONS['protocol'] is 'text'",
+            option="protocol",
+        )
+
+
+def _no_refusal(name: str, batch: tuple[Request[Any], ...], replies: Sequence[Any]) -> None:
+    """Raise when server ``name`` answered ``ERROR`` to a command it may not know."""
+    for request, reply in zip(batch, replies, strict=True):
+        refused = type(reply) is ErrorReply and reply.kind == "ERROR"
+        if refused and isinstance(request, _REFUSABLE):  # memcached < 1.6: meta
+            raise _not_supported(name, request, "answered ERROR to")
+
+
+def _value_cas_ttl(
+    deserialize: Callable[[bytes, bytes, int], Any], kb: bytes, reply: MetaReply | ErrorReply
+) -> tuple[Any, CasToken | None, int | None]:
+    """Decode ``mg <key> v c t f``: ``(value, cas, ttl)``, or all None on a miss."""
+    if isinstance(reply, ErrorReply):
+        raise _reply_error(reply)
+    if reply.status == b"EN":
+        return _NO_CAS_TTL
+    if reply.status != b"VA" or reply.data is None or reply.cas is None:
+        raise ProtocolError(f"reply {reply!r} does not answer mg v c t f")
+    value = deserialize(kb, reply.data, reply.client_flags or 0)
+    return value, b"%d" % reply.cas, reply.ttl
+
+
+def _live(
+    found: tuple[Any, CasToken | None, int | None],
+) -> tuple[Any, CasToken | None, int | None]:
+    """As gets: a value past its soft expiry, or refused, is a miss."""
+    if found[0] is STALE or is_refused(found[0]):
+        return _NO_CAS_TTL
+    return found
+
+
+def _text_cas_token(
+    write: Store, replies: Sequence[Any], data: bytes, flags: int
+) -> CasToken | None:
+    """The cas of the item a text write and its ``gets`` (one write) read back, else None."""
+    written, read = replies
+    stored = _cas_stored(written) if write.command == "cas" else _written(written)
+    item = _first_value(read)
+    if not stored or item is None or (item.data, item.flags) != (data, flags):
+        return None  # not stored, or replaced between the two commands
+    return item.cas
+
+
+def _meta_swap(kb: bytes, data: bytes, flags: int, token: bytes, expire: int) -> MetaSet:
+    """``ms <key> C<cas> c``: store only if unchanged, returning the new cas."""
+    return MetaSet(
+        kb, data=data, cas=int(token), ttl=_expire(expire), client_flags=flags, return_cas=True
+    )
+
+
+def _swapped(
+    kb: bytes, reply: MetaReply | ErrorReply | None
+) -> tuple[bool | None, MetaDelete | None]:
+    """cas_stale's verdict on its swap, and the ``md I`` of the version it wrote, if it did.
+
+    None: the key is gone (NF); False: not swapped, or no reply (degrading view).
+    """
+    if reply is None:
+        return False, None
+    if isinstance(reply, ErrorReply):
+        raise _reply_error(reply)
+    if reply.status != b"HD":
+        return (None if reply.status == b"NF" else False), None
+    swapped = _meta_cas(reply)
+    assert swapped is not None  # HD with c: _meta_cas checked the token
+    return True, MetaDelete(kb, cas=int(swapped), invalidate=True)
+
+
+def _refusal_seen(
+    name: str, batch: tuple[Request[Any], ...], exc: BaseException
+) -> tuple[CommandNotSupportedError | None, Request[Any] | None]:
+    """What ``exc`` says of a command server ``name`` may not know, before any probe.
+
+    ``(error, None)``: it answered ``ERROR`` (certain); ``(None, command)``: it
+    closed the connection, so ask again (``_refusal``); ``(None, None)``: no
+    refusal, the server is failing.
+    """
+    refused = next((r for r in batch if isinstance(r, _REFUSABLE)), None)
+    if refused is None:
+        return None, None
+    if isinstance(exc, _UnknownCommand):
+        return _not_supported(name, refused, "answered ERROR to"), None
+    if not isinstance(exc, ConnectionClosedError):
+        return None, None
+    return None, refused
+
+
+def _claim_batch(
+    serde: Serde, kb: bytes, recache: int | None, placeholder: Any, placeholder_ttl: int
+) -> list[Request[Any]]:
+    """``mg v c t f R<recache>``, and the placeholder's add when one is given."""
+    batch: list[Request[Any]] = [
+        MetaGet(kb, value=True, cas=True, ttl=True, client_flags=True, recache=recache)
+    ]
+    if placeholder is not None:
+        data, flags = _encoded(serde, kb, placeholder)
+        ttl = _expire(placeholder_ttl)
+        batch.append(MetaSet(kb, data=data, mode="E", ttl=ttl, client_flags=flags, return_cas=True))
+    return batch
+
+
+def _claimed(serde: Serde, kb: bytes, replies: Sequence[Any]) -> Claimed:
+    """Decode the replies to :func:`_claim_batch`'s requests."""
+    read = replies[0]
+    added = _meta_cas(replies[1]) if len(replies) > 1 else None
+    if isinstance(read, ErrorReply):
+        raise _reply_error(read)
+    if read.status == b"EN":
+        return Claimed(None, None, added=added)
+    if read.status != b"VA" or read.data is None or read.cas is None:
+        raise ProtocolError(f"reply {read!r} does not answer mg v c f t")
+    found = serde.deserialize_envelope(kb, read.data, read.client_flags or 0)
+    if is_refused(found):
+        return Claimed(None, None, added=added)
+    return Claimed(found, b"%d" % read.cas, read.won, read.lost, read.stale, added)
+
+
 def _reply_error(reply: object) -> BaseException:
     """Our error for one of memcached's error replies: the caller's error, not the server's.
 
@@ -1502,13 +1582,8 @@ class _UnknownCommand(ServerError):
     """memcached's plain ``ERROR``: the command's name is unknown (protocol.txt)."""
 
 
-def _verb(request: Request[Any]) -> str:
-    """The command's name on the wire (``mg``, ``flush_all``...)."""
-    return request.encode().split(maxsplit=1)[0].decode("ascii")
-
-
 def _not_supported(node: str, request: Request[Any], how: str) -> CommandNotSupportedError:
-    verb = _verb(request)
+    verb = command_name(request)
     if isinstance(request, _META_REQUESTS):
         return CommandNotSupportedError(
             f"memcached at {node} does not speak the meta protocol (it {how} {verb}); "

@@ -23,12 +23,12 @@ unreadable item (:mod:`.serializers`): a miss, logged and counted.
 
 from __future__ import annotations
 
-import importlib
 import threading
 import zlib
 from typing import Any, ClassVar
 
 from .exceptions import ConfigurationError
+from .plugins import import_subclass
 
 __all__ = [
     "FLAG_ZLIB",
@@ -167,20 +167,7 @@ def load_compressor(spec: str) -> Compressor:
             option="compressor",
             choices=tuple(BUILTIN_COMPRESSORS),
         )
-    module, _, name = spec.rpartition(".")
-    try:
-        found = getattr(importlib.import_module(module), name)
-    except (ImportError, AttributeError) as exc:
-        raise ConfigurationError(
-            f"option 'compressor': cannot import {spec!r} ({exc}); valid: {choices}",
-            option="compressor",
-        ) from exc
-    if not (isinstance(found, type) and issubclass(found, Compressor)):
-        raise ConfigurationError(
-            f"option 'compressor': {spec!r} is not a subclass of "
-            "django_mcpatterns.core.compression.Compressor",
-            option="compressor",
-        )
+    found = import_subclass(spec, Compressor, "compressor", f"valid: {choices}")
     flag = getattr(found, "flag", None)
     own_bit = type(flag) is int and 0 < flag < 2**32 and not flag & (flag - 1)
     if found not in BUILTIN_COMPRESSORS.values() and (not own_bit or flag in _TAKEN_BITS):

@@ -78,7 +78,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import hmac
-import importlib
 import json
 import logging
 import pickle
@@ -102,6 +101,7 @@ from .compression import (
 )
 from .envelope import FLAG_ENVELOPE, Envelope
 from .exceptions import ConfigurationError, EncodingError
+from .plugins import import_subclass
 
 __all__ = [
     "DEFAULT_COMPRESS_MIN_LEN",
@@ -337,21 +337,8 @@ def load_serializer(path: str) -> Serializer:
             option="serializer",
             choices=BUILTIN_SERIALIZERS,
         )
-    module, _, name = path.rpartition(".")
-    try:
-        found = getattr(importlib.import_module(module), name)
-    except (ImportError, AttributeError) as exc:
-        raise ConfigurationError(
-            f"option 'serializer': cannot import {path!r} ({exc}); built in: {choices}",
-            option="serializer",
-            choices=BUILTIN_SERIALIZERS,
-        ) from exc
-    if not (isinstance(found, type) and issubclass(found, Serializer)):
-        raise ConfigurationError(
-            f"option 'serializer': {path!r} is not a subclass of "
-            f"django_mcpatterns.core.serializers.Serializer",
-            option="serializer",
-        )
+    built_in = f"built in: {choices}"
+    found = import_subclass(path, Serializer, "serializer", built_in, BUILTIN_SERIALIZERS)
     flag = getattr(found, "flag", None)
     if not _own_bit(flag):
         raise ConfigurationError(

@@ -106,14 +106,7 @@ class Connection:
             sock = s.socket(family, socktype, proto)
         try:
             if not isinstance(self.address, str):
-                if options.no_delay:
-                    sock.setsockopt(s.IPPROTO_TCP, s.TCP_NODELAY, 1)
-                keepalive = options.socket_keepalive
-                if keepalive is not None:
-                    sock.setsockopt(s.SOL_SOCKET, s.SO_KEEPALIVE, 1)
-                    sock.setsockopt(s.IPPROTO_TCP, s.TCP_KEEPIDLE, keepalive.idle)
-                    sock.setsockopt(s.IPPROTO_TCP, s.TCP_KEEPINTVL, keepalive.intvl)
-                    sock.setsockopt(s.IPPROTO_TCP, s.TCP_KEEPCNT, keepalive.cnt)
+                tune_tcp(sock, s, options)
                 if options.tls_context is not None:
                     sock = options.tls_context.wrap_socket(sock, server_hostname=host)
             sock.settimeout(options.connect_timeout)
@@ -227,6 +220,21 @@ def _receive_more(sock: Any, reader: Reader, deadline: float | None) -> None:
     if not data:
         raise _closed()
     reader.feed(data)
+
+
+def tune_tcp(sock: Any, s: Any, options: SocketOptions) -> None:
+    """Apply ``no_delay`` and ``socket_keepalive`` to a TCP socket (``s``: its socket module).
+
+    Both transports (this one and aio_transport.py) tune their sockets here.
+    """
+    if options.no_delay:
+        sock.setsockopt(s.IPPROTO_TCP, s.TCP_NODELAY, 1)
+    keepalive = options.socket_keepalive
+    if keepalive is not None:
+        sock.setsockopt(s.SOL_SOCKET, s.SO_KEEPALIVE, 1)
+        sock.setsockopt(s.IPPROTO_TCP, s.TCP_KEEPIDLE, keepalive.idle)
+        sock.setsockopt(s.IPPROTO_TCP, s.TCP_KEEPINTVL, keepalive.intvl)
+        sock.setsockopt(s.IPPROTO_TCP, s.TCP_KEEPCNT, keepalive.cnt)
 
 
 def _set_io_timeout(sock: Any, s: Any, options: SocketOptions) -> None:

@@ -3,27 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from django_mcpatterns.core.aio import AsyncCluster
 from django_mcpatterns.core.exceptions import NodeUnavailableError
 from django_mcpatterns.core.options import ClusterOptions
-from tests.drills.tls import Certificate, make_certificate, tls_memcached
+from tests.drills.tls import Certificate
 from tests.harness import MemcachedServer
-
-
-@pytest.fixture(scope="module")
-def certificate(tmp_path_factory: pytest.TempPathFactory) -> Certificate:
-    return make_certificate(Path(tmp_path_factory.mktemp("tls")))
-
-
-@pytest.fixture(scope="module")
-def tls_server(certificate: Certificate) -> Iterator[MemcachedServer]:
-    with tls_memcached(certificate) as server:
-        yield server
 
 
 def test_commands_batches_and_pipelines_work_over_tls(

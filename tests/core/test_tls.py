@@ -9,7 +9,6 @@ certificate, gets a node failure (a miss, or ``NodeUnavailableError``), never da
 from __future__ import annotations
 
 import ssl
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,21 +19,10 @@ from django_mcpatterns.core.locks import Lock
 from django_mcpatterns.core.options import ClusterOptions
 from django_mcpatterns.core.sets import AppendSets
 from tests.drills.proxy import proxied
-from tests.drills.tls import Certificate, make_certificate, tls_memcached
+from tests.drills.tls import Certificate, make_certificate
 from tests.harness import MemcachedServer
 
 SECRET = b"card=4111-1111-1111-1111"
-
-
-@pytest.fixture(scope="module")
-def certificate(tmp_path_factory: pytest.TempPathFactory) -> Certificate:
-    return make_certificate(Path(tmp_path_factory.mktemp("tls")))
-
-
-@pytest.fixture(scope="module")
-def tls_server(certificate: Certificate) -> Iterator[MemcachedServer]:
-    with tls_memcached(certificate) as server:
-        yield server
 
 
 def tls_cluster(spec: str, context: ssl.SSLContext, **options: object) -> Cluster:

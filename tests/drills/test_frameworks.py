@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import pickle
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -31,7 +30,7 @@ from django_mcpatterns.core.memory import reset_shared_memory_stores
 from django_mcpatterns.core.serializers import FLAG_JSON
 from django_mcpatterns.counters import counters
 from django_mcpatterns.flask import signals as flask_signals
-from tests.drills.tls import Certificate, make_certificate, tls_memcached
+from tests.drills.tls import Certificate
 from tests.harness import MemcachedServer, free_port, raw_client
 
 CLUSTER = "django_mcpatterns.backend.KetamaMemcacheCache"
@@ -282,17 +281,6 @@ def test_django_signals_fire_on_a_cluster_flask_built_first(server: MemcachedSer
 
 
 # -- TLS through the frameworks ---------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def certificate(tmp_path_factory: pytest.TempPathFactory) -> Certificate:
-    return make_certificate(Path(tmp_path_factory.mktemp("tls")))
-
-
-@pytest.fixture(scope="module")
-def tls_server(certificate: Certificate) -> Iterator[MemcachedServer]:
-    with tls_memcached(certificate) as started:
-        yield started
 
 
 def test_django_and_flask_over_tls(tls_server: MemcachedServer, certificate: Certificate) -> None:

@@ -20,37 +20,22 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from django.core.cache import caches
 from django.http import HttpRequest, HttpResponse
 from django.test import RequestFactory, override_settings
-from flask import Flask
-from flask_caching import Cache
 
 from django_mcpatterns.core.exceptions import CommandNotSupportedError, LockError
 from django_mcpatterns.decorators import cached, stampede_guard
 from tests.harness import MemcachedServer, Nutcracker, raw_client, server_ttl, servers_holding
+from tests.twemproxy.frameworks import FRAMEWORKS, cache_through
 
 TEXT = {"protocol": "text", "timeout": 5}
 
 
-@pytest.fixture(params=["django", "flask"])
+@pytest.fixture(params=FRAMEWORKS)
 def cache(request: pytest.FixtureRequest, nutcracker: Nutcracker) -> Iterator[Any]:
     """A cache through nutcracker in text mode, as Django or Flask users configure it."""
-    nutcracker.flush()
-    if request.param == "django":
-        backend = "django_mcpatterns.backend.KetamaMemcacheCache"
-        setting = {"BACKEND": backend, "LOCATION": nutcracker.spec, "OPTIONS": dict(TEXT)}
-        with override_settings(CACHES={"default": setting}):
-            yield caches["default"]
-    else:
-        app = Flask(__name__)
-        app.config.update(
-            CACHE_TYPE="django_mcpatterns.flask.KetamaMemcachedCache",
-            CACHE_MEMCACHED_SERVERS=[nutcracker.spec],
-            CACHE_OPTIONS=dict(TEXT),
-        )
-        with app.app_context():
-            yield Cache(app).cache
+    with cache_through(nutcracker, request.param, TEXT) as cache:
+        yield cache
 
 
 def holder(cache: Any, nutcracker: Nutcracker, key: str) -> tuple[MemcachedServer, str]:

@@ -12,12 +12,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from django.core.cache import caches
-from django.test import override_settings
-from flask import Flask
-from flask_caching import Cache
 
 from tests.harness import Nutcracker
+from tests.twemproxy.frameworks import FRAMEWORKS, cache_through
 
 OPTIONS = {
     "protocol": "text",
@@ -29,23 +26,10 @@ OPTIONS = {
 BIG = os.urandom(2 * 1024 * 1024 + 7)
 
 
-@pytest.fixture(params=["django", "flask"])
+@pytest.fixture(params=FRAMEWORKS)
 def cache(request: pytest.FixtureRequest, nutcracker: Nutcracker) -> Iterator[Any]:
-    nutcracker.flush()
-    if request.param == "django":
-        backend = "django_mcpatterns.backend.KetamaMemcacheCache"
-        setting = {"BACKEND": backend, "LOCATION": nutcracker.spec, "OPTIONS": dict(OPTIONS)}
-        with override_settings(CACHES={"default": setting}):
-            yield caches["default"]
-    else:
-        app = Flask(__name__)
-        app.config.update(
-            CACHE_TYPE="django_mcpatterns.flask.KetamaMemcachedCache",
-            CACHE_MEMCACHED_SERVERS=[nutcracker.spec],
-            CACHE_OPTIONS=dict(OPTIONS),
-        )
-        with app.app_context():
-            yield Cache(app).cache
+    with cache_through(nutcracker, request.param, OPTIONS) as cache:
+        yield cache
 
 
 def test_bump_through_twemproxy(cache: Any) -> None:
