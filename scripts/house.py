@@ -85,7 +85,9 @@ def private_imports(graph: dict[str, set[tuple[str, str | None]]]) -> list[str]:
     return rows
 
 
-def cycles(graph: dict[str, set[tuple[str, str | None]]], known: dict[str, Path]) -> list[list[str]]:
+def cycles(
+    graph: dict[str, set[tuple[str, str | None]]], known: dict[str, Path]
+) -> list[list[str]]:
     edges: dict[str, set[str]] = defaultdict(set)
     for module, targets in graph.items():
         for source, _ in targets:
@@ -140,10 +142,10 @@ def sizes(known: dict[str, Path]) -> tuple[list[tuple[int, str]], list[tuple[int
 def walk() -> None:
     """Trace the package's modules that run for a warm sadd and a cold get_or_compute."""
     sys.path.insert(0, str(ROOT))
-    from tests.harness import memcached_cluster
-
     import django
     from django.conf import settings
+
+    from tests.harness import memcached_cluster
 
     with memcached_cluster(1) as servers:
         settings.configure(
