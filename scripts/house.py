@@ -152,7 +152,7 @@ def walk() -> None:
             CACHES={
                 "default": {
                     "BACKEND": "django_mcpatterns.backend.KetamaMemcacheCache",
-                    "LOCATION": [s.address for s in servers],
+                    "LOCATION": [s.spec for s in servers],
                 }
             },
             INSTALLED_APPS=["django_mcpatterns"],
