@@ -1,4 +1,8 @@
-"""Moved to :mod:`django_mcpatterns.core.protocol.wire`; this path keeps importing."""
+"""Moved to :mod:`.protocol` (``wire``, ``meta``, ``reader``); this path keeps importing."""
 
+from .protocol import meta, reader, wire
+from .protocol.meta import *  # noqa: F403
+from .protocol.reader import *  # noqa: F403
 from .protocol.wire import *  # noqa: F403
-from .protocol.wire import __all__  # noqa: F401
+
+__all__ = [*wire.__all__, *meta.__all__, *reader.__all__]

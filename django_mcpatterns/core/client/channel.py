@@ -48,7 +48,8 @@ from collections import deque
 from collections.abc import Sequence
 from typing import Any
 
-from ..protocol.wire import NEED_DATA, ErrorReply, Get, Reader, Request, Value
+from ..protocol.reader import Reader
+from ..protocol.wire import NEED_DATA, ErrorReply, Get, Request, Value
 from .transport import (
     ConnectionClosedError,
     SocketOptions,

@@ -30,16 +30,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ..protocol.wire import (
-    Incr,
-    MetaArithmetic,
-    MetaDelete,
-    MetaGet,
-    MetaSet,
-    Request,
-    Store,
-    Touch,
-)
+from ..protocol.meta import MetaArithmetic, MetaDelete, MetaGet, MetaSet
+from ..protocol.wire import Incr, Request, Store, Touch
 from ..store import MAX_RELATIVE_EXPIRE
 
 __all__ = ["DEFAULT_GUTTER_TTL", "allowed", "clamp", "clamp_expire"]

@@ -43,17 +43,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..exceptions import ConfigurationError
-from ..protocol.wire import (
-    Delete,
-    Get,
-    Incr,
-    MetaArithmetic,
-    MetaDelete,
-    MetaGet,
-    MetaSet,
-    Request,
-    Store,
-)
+from ..protocol.meta import MetaArithmetic, MetaDelete, MetaGet, MetaSet
+from ..protocol.plans import CopyToken
+from ..protocol.wire import Delete, Get, Incr, Request, Store
 
 logger = logging.getLogger("django_mcpatterns.replicas")
 
@@ -66,30 +58,12 @@ __all__ = [
     "Fate",
     "Journal",
     "ReplicaPolicy",
+    "check_replicate",
     "fate",
     "is_write",
     "mirror",
     "request_key",
 ]
-
-
-class CopyToken(bytes):
-    """A cas token read from a copy, not from the key's home, with the item it came with.
-
-    A copy's token means nothing on the home.  A ``cas`` given one first reads
-    the home's item and token: the swap goes ahead, with the home's token, only
-    if the home holds the very item (data and flags) the copy handed out; else
-    it is "not stored", as for a changed token.
-    """
-
-    data: bytes
-    flags: int
-
-    def __new__(cls, token: bytes, data: bytes, flags: int) -> CopyToken:
-        made = super().__new__(cls, token)
-        made.data = data
-        made.flags = flags
-        return made
 
 
 class Fate(enum.Enum):

@@ -4,11 +4,11 @@ The decisions are :mod:`.replicas` (which servers hold a key, what each command
 does to them, the journal of missed writes) and :mod:`.gutter` (what the
 gutter pool takes, with which TTL).  :class:`Routes` combines them with node
 health into *plans*: generators that yield the I/O they need as ops
-(:class:`Run`, :class:`Parallel`, :class:`Refuse`) and receive each op's
-result.  ``Cluster._drive`` runs a plan with sockets, ``AsyncCluster._drive``
-with asyncio channels, so the sync and the async cluster route alike.
-
-A :data:`FAILED` result is a server that could not be used (never a value).
+(:mod:`.ops`: ``Run``, ``Parallel``, ``Refuse``) and receive each op's
+result; each driver performs them with its round-trip primitive, so the sync
+and the async cluster route alike.  A driver throws an op's exception into
+the plan, so a plan cleans up (journals copies a write may have missed) on
+any failure, a caller's cancellation included.
 Plans are driven by the view that started them: ``strict`` says whether it is
 the strict one (:meth:`Cluster.strict`), which raises where the default view
 degrades and never uses the gutter.
@@ -16,65 +16,26 @@ degrades and never uses the gutter.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Mapping
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeAlias
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from ..exceptions import NodeUnavailableError, OutcomeUnknownError, ReplicatedKeyError
 from ..ketama import Continuum
 from ..keys import Key, Routed
+from ..protocol.plans import CopyToken
 from ..protocol.wire import DELETED, STORED, TOUCHED, Delete, Get, MetaReply, Request, Store, Value
 from .gutter import allowed as gutter_allows
 from .gutter import clamp
 from .health import Admission
-from .replicas import CopyToken, Fate, Journal, ReplicaPolicy, fate, is_write, mirror, request_key
+from .node import Node
+from .ops import FAILED, UNROUTED, Decode, NodePlan, Parallel, Refuse, Requests, Run, Target
+from .replicas import Fate, Journal, ReplicaPolicy, fate, is_write, mirror, request_key
 
-if TYPE_CHECKING:
-    from .cluster import _Node
+__all__ = ["REPLAY_BATCH", "Routes"]
 
-__all__ = ["FAILED", "UNROUTED", "Parallel", "Plan", "Refuse", "Routes", "Run"]
-
-FAILED: Any = object()  # the server could not be used (a failure, not a value)
-UNROUTED: Any = object()  # Routes.single: neither replicated nor for the gutter
 REPLAY_BATCH = 500  # deletes per write when a server replays the writes it missed
 
-Batch: TypeAlias = "Request[Any] | tuple[Request[Any], ...]"
-Decode: TypeAlias = "Callable[[Any], Any] | None"
-
-
-@dataclass(frozen=True, slots=True)
-class Run:
-    """Run ``request`` on ``node``; a server failure answers :data:`FAILED`.
-
-    ``loud``: as the driving view's own commands do instead (the strict view
-    raises :class:`NodeUnavailableError`).
-    """
-
-    node: _Node
-    request: Batch
-    decode: Decode
-    admission: Admission
-    loud: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class Parallel:
-    """Send every target its request, then read every reply; a result (or FAILED) each."""
-
-    targets: list[tuple[_Node, Request[Any], Admission]]
-    decode: Decode
-
-
-@dataclass(frozen=True, slots=True)
-class Refuse:
-    """``node`` cannot be used: the view answers ``failed`` or raises (strict)."""
-
-    node: _Node
-    failed: Any
-
-
-Op: TypeAlias = Run | Parallel | Refuse
-Plan: TypeAlias = Generator[Op, Any, Any]
+Plan = NodePlan
 
 
 class Routes:
@@ -84,11 +45,11 @@ class Routes:
         self,
         *,
         ring: Continuum,
-        nodes: Mapping[str, _Node],
+        nodes: Mapping[str, Node],
         locate: Callable[[bytes], str],
         policy: ReplicaPolicy | None,
         gutter_ring: Continuum | None,
-        gutter_nodes: Mapping[str, _Node],
+        gutter_nodes: Mapping[str, Node],
         gutter_ttl: int,
         rng: Callable[[], float],
     ) -> None:
@@ -127,13 +88,13 @@ class Routes:
                 chosen[kb] = live[int(self.rng() * len(live)) % len(live)]
         return chosen or None
 
-    def gutter_node(self, kb: bytes) -> _Node:
+    def gutter_node(self, kb: bytes) -> Node:
         assert self.gutter_ring is not None
         return self.gutter_nodes[self.gutter_ring.get_node(kb)]
 
     def gutter_pick(
-        self, dead: _Node, kb: bytes, admitted: dict[_Node, Admission | None], write: bool
-    ) -> tuple[_Node, Admission] | None:
+        self, dead: Node, kb: bytes, admitted: dict[Node, Admission | None], write: bool
+    ) -> tuple[Node, Admission] | None:
         """For a multi-key command: ``kb``'s gutter server while its own cannot be used."""
         node = self.gutter_node(kb)
         if node not in admitted:
@@ -145,7 +106,7 @@ class Routes:
             self.journal.missed(dead.name, (kb,))
         return node, admission
 
-    def clamped(self, request: Batch) -> Batch:
+    def clamped(self, request: Requests) -> Requests:
         ttl = self.gutter_ttl
         if isinstance(request, tuple):
             return tuple(clamp(r, ttl) for r in request)
@@ -153,14 +114,14 @@ class Routes:
 
     # -- plans --
 
-    def admit(self, node: _Node) -> Plan:
+    def admit(self, node: Node) -> Plan:
         """Leave to use ``node`` (NodeHealth.admit), after deleting the writes it missed."""
         admission = node.health.admit()
         if admission is not None and node.name in self.journal.dirty:
             admission = yield from self.replay(node, admission)
         return admission
 
-    def replay(self, node: _Node, admission: Admission) -> Plan:
+    def replay(self, node: Node, admission: Admission) -> Plan:
         """Delete on ``node`` the keys it missed writes of; None when that failed."""
         due = self.journal.due(node.name)
         keys = list(due)
@@ -173,7 +134,7 @@ class Routes:
         return node.health.admit()
 
     def single(
-        self, ring: bytes, request: Batch, decode: Decode, failed: Any, strict: bool
+        self, ring: bytes, request: Requests, decode: Decode, failed: Any, strict: bool
     ) -> Plan:
         """A single-key command: replicated, or under the gutter policy; else :data:`UNROUTED`."""
         kb = request_key(request)
@@ -197,7 +158,7 @@ class Routes:
             self.journal.missed(node.name, (kb,))
         return (yield from self.in_gutter(kb, request, decode, failed))
 
-    def in_gutter(self, kb: bytes, request: Batch, decode: Decode, failed: Any) -> Plan:
+    def in_gutter(self, kb: bytes, request: Requests, decode: Decode, failed: Any) -> Plan:
         """Run ``request`` on ``kb``'s gutter server, every TTL clamped to ``gutter_ttl``."""
         node = self.gutter_node(kb)
         admission = node.health.admit()
@@ -207,7 +168,7 @@ class Routes:
         return failed if result is FAILED else result
 
     def replicated(
-        self, kb: bytes, copies: int, request: Batch, decode: Decode, failed: Any, strict: bool
+        self, kb: bytes, copies: int, request: Requests, decode: Decode, failed: Any, strict: bool
     ) -> Plan:
         """A command on a replicated key, where :func:`~.replicas.fate` says."""
         where = fate(request)
@@ -247,7 +208,7 @@ class Routes:
         return item.cas
 
     def reread(
-        self, kb: bytes, avoid: str, request: Batch, decode: Decode, failed: Any, strict: bool
+        self, kb: bytes, avoid: str, request: Requests, decode: Decode, failed: Any, strict: bool
     ) -> Plan:
         """A replicated key whose replica chosen for a multi-get failed: read from the others."""
         names = self.ring.get_nodes(kb, self.copies(kb, kb))
@@ -257,8 +218,8 @@ class Routes:
     def read_replica(
         self,
         kb: bytes,
-        nodes: list[_Node],
-        request: Batch,
+        nodes: list[Node],
+        request: Requests,
         decode: Decode,
         failed: Any,
         strict: bool,
@@ -309,7 +270,7 @@ class Routes:
     def write_replicas(
         self,
         kb: bytes,
-        nodes: list[_Node],
+        nodes: list[Node],
         request: Request[Any],
         decode: Decode,
         failed: Any,
@@ -321,25 +282,27 @@ class Routes:
         The answer is the first replica's that stored (deleted, touched), else
         the first answer; none (every replica failed) is ``failed``.
         """
-        targets: list[tuple[_Node, Request[Any], Admission]] = []
-        missed: list[_Node] = []
+        targets: list[Target] = []
+        missed: list[Node] = []
         for node in nodes:
             admission = yield from self.admit(node)
             if admission is not None:
-                targets.append((node, request, admission))
+                targets.append(Target(node, request, admission, decode))
                 continue
             missed.append(node)
             if self.gutter_ring is not None and not strict:
                 spare = self.gutter_node(kb)
                 spare_admission = spare.health.admit()
-                if spare_admission is not None and all(t[0] is not spare for t in targets):
-                    targets.append((spare, clamp(request, self.gutter_ttl), spare_admission))
+                if spare_admission is not None and all(t.node is not spare for t in targets):
+                    clamped = clamp(request, self.gutter_ttl)
+                    targets.append(Target(spare, clamped, spare_admission, decode))
         try:
-            results = yield Parallel(targets, decode)
-        except GeneratorExit:  # the caller gave up (cancelled) with the write in flight
-            self.abandoned(kb, [t[0] for t in targets if t[0] not in self.gutter_set] + missed)
+            results = yield Parallel(targets)
+        except BaseException:  # failed, or the caller gave up (cancelled), with the write in flight
+            self.abandoned(kb, [t.node for t in targets if t.node not in self.gutter_set] + missed)
             raise
-        for (node, _, _), result in zip(targets, results, strict=True):
+        for target, result in zip(targets, results, strict=True):
+            node = target.node
             if result is FAILED and node not in self.gutter_set:
                 missed.append(node)
         for node in missed:
@@ -357,8 +320,8 @@ class Routes:
     def at_home(
         self,
         kb: bytes,
-        nodes: list[_Node],
-        request: Batch,
+        nodes: list[Node],
+        request: Requests,
         decode: Decode,
         failed: Any,
         where: Fate,
@@ -385,7 +348,7 @@ class Routes:
                     seen.append(result)
                 else:
                     result = yield Run(home, request, peek, admission)
-        except GeneratorExit:  # cancelled: the home may run it, the copies never hear of it
+        except BaseException:  # cancelled: the home may run it, the copies never hear of it
             if is_write(request):
                 self.abandoned(kb, copies)
             raise
@@ -400,7 +363,7 @@ class Routes:
                 # Applied on the home or not: unknown, so the copies cannot be trusted.
                 try:
                     yield from self.write_replicas(kb, copies, Delete(kb), None, None, False)
-                except GeneratorExit:
+                except BaseException:
                     self.abandoned(kb, copies)
                     raise
             return (yield Refuse(home, failed))
@@ -412,22 +375,23 @@ class Routes:
             copy: Request[Any] = stored or Delete(kb)  # the value, else no value
             try:
                 yield from self.write_replicas(kb, copies, copy, None, None, False)
-            except GeneratorExit:  # cancelled before every copy was brought in line
+            except BaseException:  # cancelled before every copy was brought in line
                 self.abandoned(kb, copies)
                 raise
         return result
 
-    def abandoned(self, kb: bytes, nodes: list[_Node]) -> None:
+    def abandoned(self, kb: bytes, nodes: list[Node]) -> None:
         """A plan closed mid-write (its caller cancelled): ``nodes`` may hold ``kb``'s old value.
 
-        The driver closes the plan (GeneratorExit at its yield); those copies
-        are journaled, so they are deleted before they serve again.
+        The driver throws the caller's exception (or GeneratorExit) into the
+        plan at its yield; those copies are journaled, so they are deleted
+        before they serve again.
         """
         for node in nodes:
             self.journal.missed(node.name, (kb,))
 
     def read_copy(
-        self, copies: list[_Node], request: Get, decode: Decode, failed: Any, home: _Node
+        self, copies: list[Node], request: Get, decode: Decode, failed: Any, home: Node
     ) -> Plan:
         """A ``gets`` answered by a live copy: its tokens are marked as a copy's."""
 

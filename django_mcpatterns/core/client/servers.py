@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from ..exceptions import ConfigurationError
 
-__all__ = ["DEFAULT_PORT", "Server", "parse_server", "parse_servers"]
+__all__ = ["DEFAULT_PORT", "Server", "as_servers", "parse_server", "parse_servers"]
 
 DEFAULT_PORT = 11211
 
@@ -123,3 +123,17 @@ def parse_servers(location: str | Sequence[str]) -> tuple[Server, ...]:
             raise ConfigurationError(f"server {server.node} is listed twice", option="LOCATION")
         seen.add(server.node)
     return servers
+
+
+def as_servers(servers: Sequence[str | Server] | str) -> tuple[Server, ...]:
+    """``servers`` as Server objects: a ``LOCATION`` string, or a list of specs and Servers."""
+    if isinstance(servers, str):
+        return parse_servers(servers)
+    parsed = tuple(s if isinstance(s, Server) else parse_server(s) for s in servers)
+    if not parsed:
+        raise ConfigurationError("no memcached servers configured", option="LOCATION")
+    nodes = [s.node for s in parsed]
+    for node in nodes:
+        if nodes.count(node) > 1:
+            raise ConfigurationError(f"server {node} is listed twice", option="LOCATION")
+    return parsed

@@ -8,27 +8,41 @@ whatever the reader refuses raises :class:`~.exceptions.ProtocolError`, and a
 connection that raised is never used again (the caller closes it).
 
 A :class:`Pool` holds one server's connections; which process owns a pool
-(fork safety) is the cluster's business (:mod:`.cluster`).
+(fork safety) is the node's business (:mod:`.node`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import itertools
+import selectors
 import socket
 import ssl
 import struct
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, Protocol, TypeVar
 
-from ..protocol.wire import NEED_DATA, ErrorReply, Reader, Request
+from ..exceptions import ProtocolError
+from ..protocol.reader import Reader
+from ..protocol.wire import NEED_DATA, ErrorReply, Request
 
-__all__ = ["Connection", "ConnectionClosedError", "Keepalive", "Pool", "SocketOptions"]
+__all__ = [
+    "Connection",
+    "ConnectionClosedError",
+    "Keepalive",
+    "Pool",
+    "SocketOptions",
+    "answer",
+    "answering",
+    "completed",
+    "stamp_completed",
+    "tune_tcp",
+]
 
 T = TypeVar("T")
 
@@ -76,15 +90,20 @@ class Connection:
 
     ``sock`` is None until :meth:`connect`; :meth:`exchange` connects if needed,
     so the caller that must know whether a command may have left (an outcome
-    unknown, not a certain failure) calls :meth:`connect` first.
+    unknown, not a certain failure) calls :meth:`connect` first.  One
+    :class:`~..protocol.reader.Reader` serves every reply of the connection:
+    a complete exchange leaves it empty, and a connection that raised is
+    never used again.
     """
 
-    __slots__ = ("address", "options", "sock")
+    __slots__ = ("address", "options", "reader", "sock", "timeout")
 
     def __init__(self, address: str | tuple[str, int], options: SocketOptions) -> None:
         self.address = address
         self.options = options
+        self.timeout = options.timeout
         self.sock: Any = None  # a socket, an SSLSocket or a test's stand-in
+        self.reader = Reader()
 
     def __repr__(self) -> str:
         state = "open" if self.sock is not None else "closed"
@@ -116,6 +135,7 @@ class Connection:
             sock.close()
             raise
         self.sock = sock
+        self.reader = Reader()
         return sock
 
     def send(self, data: bytes) -> None:
@@ -136,7 +156,7 @@ class Connection:
         sock = self.sock
         if sock is None:
             raise ConnectionClosedError("the connection is closed")
-        reader = Reader()
+        reader = self.reader
         replies: list[Any] = []
         deadline = self._deadline()
         try:
@@ -161,13 +181,15 @@ class Connection:
     def request(self, request: Request[T]) -> T | ErrorReply:
         """Send one request and return its reply: the hot path of single-key commands."""
         sock = self.sock or self.connect()
-        deadline = self._deadline()
+        timeout = self.timeout
+        deadline = time.monotonic() + timeout if timeout else None
         try:
             _send_all(sock, request.encode(), deadline)
             data = sock.recv(_RECV_SIZE)  # a short reply: all of it, usually
             if not data:
                 raise _closed()
-            reader = Reader(data)
+            reader = self.reader
+            reader.feed(data)
             reply: Any = request.read(reader)
             while reply is NEED_DATA:
                 _receive_more(sock, reader, deadline)
@@ -181,7 +203,7 @@ class Connection:
 
     def _deadline(self) -> float | None:
         """When the operation under way must be over: the kernel bounds each system call only."""
-        timeout = self.options.timeout
+        timeout = self.timeout
         return time.monotonic() + timeout if timeout else None
 
     def close(self) -> None:
@@ -338,3 +360,44 @@ class Pool:
         with self._lock:
             self._used.pop(connection, None)
         connection.close()
+
+
+def answer(connection: Connection, request: Request[Any]) -> Any:
+    """``request``'s reply on ``connection`` (new, closed after); None when refused or down.
+
+    Refused: ``ERROR`` or a closed connection, as a server that does not know
+    the command answers it.
+    """
+    try:
+        reply = connection.request(request)
+    except (OSError, ProtocolError):
+        return None
+    finally:
+        connection.close()
+    if type(reply) is ErrorReply and reply.kind == "ERROR":
+        return None
+    return reply
+
+
+def answering(clients: list[Connection], timeout: float | None) -> Collection[Connection]:
+    """The connections that start answering within one ``timeout``, waited for together.
+
+    Reading replies one after another, each stalled server would cost a
+    timeout of its own; waiting on all of them at once costs one.
+    """
+    if len(clients) < 2 or not timeout:
+        return clients
+    deadline = time.monotonic() + timeout
+    waiting = {client.sock: client for client in clients if client.sock is not None}
+    ready: set[Connection] = set()
+    with selectors.DefaultSelector() as selector:
+        for sock in waiting:
+            selector.register(sock, selectors.EVENT_READ)
+        while len(ready) < len(waiting):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            for event, _ in selector.select(left):
+                ready.add(waiting[event.fileobj])
+                selector.unregister(event.fileobj)
+    return ready

@@ -1,0 +1,491 @@
+"""Every Store command, written once: its request(s), reply decoding, outcome and text/meta choice.
+
+:class:`StoreCommands` holds each command of the Store protocol (:mod:`..store`,
+:mod:`..tokens`) as a plan (:mod:`.plans`); the sync
+:class:`~..client.cluster.Cluster` and the asyncio
+:class:`~..client.aio.AsyncCluster` subclass it and run the plans, each with
+its own round-trip primitive.  Adding a command means a method here, the
+embedded store's (:mod:`..memory`) and tests; nothing in the drivers.
+
+Arguments are checked and values encoded before anything is sent: a bad key,
+expire or delta, or a value the serde cannot encode, raises before any I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
+from functools import partial
+from typing import Any, TypeVar
+
+from ..exceptions import NeedsMetaProtocolError
+from ..keys import Key, KeyT, placed
+from ..store import MAX_RELATIVE_EXPIRE, CasToken
+from ..tokens import Claimed
+from .decoding import (
+    NO_CAS,
+    Decoders,
+    DeleteMany,
+    StoreMany,
+    claimed,
+    hits,
+    swapped,
+    text_cas_token,
+)
+from .meta import MetaDelete, MetaGet, MetaSet
+from .plans import Call, CopyToken, Each, FanOut, HomeToken, Plan, command, immediately, then
+from .replies import (
+    bumped_meta,
+    bumped_text,
+    cas_stored,
+    count,
+    deleted,
+    first_value,
+    identity,
+    meta_cas,
+    meta_deleted,
+    no_meta,
+    ok,
+    stats,
+    stored,
+    touched,
+    ttl_left,
+    written,
+)
+from .wire import Delete, FlushAll, Get, Incr, Request, Stats, Store, StoreCommand, Touch
+
+__all__ = ["EXPIRED", "StoreCommands", "cas_token", "encoded", "expire_time"]
+
+Serde = Any  # pymemcache's protocol: serialize(key, value), deserialize(key, data, flags)
+Steps = Generator[Any, Any, Any]  # a plan of several steps (see plans.py)
+R = TypeVar("R")
+
+MAX_DELTA = 2**64  # incr/decr deltas are unsigned 64-bit (protocol.txt)
+EXPIRED = MAX_RELATIVE_EXPIRE + 1  # an absolute Unix time long past
+
+
+class StoreCommands:
+    """The Store commands, once; a driver subclass provides ``run`` and what plans read.
+
+    ``serde`` encodes values and ``decoders`` decode replies; ``text`` is
+    ``OPTIONS["protocol"] == "text"`` (no meta command is sent);
+    :meth:`copies` says on how many servers a key is kept (replication).
+    """
+
+    serde: Serde
+    decoders: Decoders
+    text: bool
+
+    def copies(self, kb: bytes, ring: bytes) -> int:
+        raise NotImplementedError
+
+    def replicated_keys(self, given: Mapping[bytes, Key]) -> list[bytes]:
+        """The keys of ``given`` kept on several servers (written to each alone)."""
+        raise NotImplementedError
+
+    # -- reads --
+
+    @command
+    def get(self, key: Key, default: Any = None) -> Plan[Any]:
+        kb, ring = placed(key)
+        return Call(ring, Get((kb,)), self.decoders.value, default, spread=True)
+
+    @command
+    def gets(self, key: Key) -> Plan[tuple[Any, CasToken | None]]:
+        kb, ring = placed(key)
+        return Call(ring, Get((kb,), cas=True), self.decoders.value_cas, NO_CAS, spread=True)
+
+    @command
+    def gets_envelope(self, key: Key) -> Plan[tuple[Any, CasToken | None]]:
+        """``gets`` returning a soft-expiry envelope as an ``Envelope`` (see Store)."""
+        kb, ring = placed(key)
+        return Call(ring, Get((kb,), cas=True), self.decoders.envelope_cas, NO_CAS, spread=True)
+
+    @command
+    def get_many(self, keys: Iterable[Key]) -> Plan[dict[Key, Any]]:
+        """Return the hits only, keyed by the keys as given."""
+        given = {placed(key)[0]: key for key in keys}
+        fanned = FanOut(self.decoders.fetch, given, spread=True)
+        return then(fanned, lambda parts: hits(parts, given, cas=False))
+
+    @command
+    def gets_many(self, keys: Iterable[Key]) -> Plan[dict[Key, tuple[Any, CasToken]]]:
+        given = {placed(key)[0]: key for key in keys}
+        fanned = FanOut(self.decoders.fetch_cas, given)
+        return then(fanned, lambda parts: hits(parts, given, cas=True))
+
+    @command
+    def get_many_envelopes(self, keys: Iterable[Key]) -> Plan[dict[Key, Any]]:
+        given = {placed(key)[0]: key for key in keys}
+        fanned = FanOut(self.decoders.fetch_envelopes, given, spread=True)
+        return then(fanned, lambda parts: hits(parts, given, cas=False))
+
+    @command
+    def ttl(self, key: Key) -> Plan[int | None]:
+        """Return the seconds the item has left (-1: never expires), None when it is missing.
+
+        Meta protocol only (``mg <key> t``): in text mode (twemproxy, mcrouter)
+        raise :class:`NeedsMetaProtocolError` before any I/O; rewriters then
+        keep the expiry their items record (:mod:`..append`).
+        """
+        kb, ring = placed(key)
+        if self.text:
+            raise NeedsMetaProtocolError(
+                "ttl needs memcached's meta protocol (mg <key> t), and "
+                "OPTIONS['protocol'] is 'text'",
+                option="protocol",
+            )
+        return Call(ring, MetaGet(kb, ttl=True), ttl_left, None)
+
+    @command
+    def bump(self, key: Key) -> Plan[bool]:
+        """Refresh the item's place in the LRU without reading it or changing its TTL.
+
+        Return whether it was there.  Meta: ``mg <key>`` with no flags ("HD" or
+        "EN", no value sent back).  Text: memcached's "touching keys with add"
+        trick: an ``add`` that finds the item moves it to the head of the LRU
+        and answers NOT_STORED; on a miss it stores an item already expired
+        (exptime in 1970), so nothing appears.
+        """
+        kb, ring = placed(key)
+        if self.text:
+            return Call(ring, Store("add", kb, b"", 0, EXPIRED), bumped_text, False)
+        return Call(ring, MetaGet(kb), bumped_meta, False)
+
+    # -- writes --
+
+    @command
+    def set(self, key: Key, value: Any, expire: int = 0) -> Plan[bool]:
+        return self._store("set", key, value, expire)
+
+    @command
+    def add(self, key: Key, value: Any, expire: int = 0) -> Plan[bool]:
+        return self._store("add", key, value, expire)
+
+    @command
+    def append(self, key: Key, value: bytes) -> Plan[bool]:
+        return self._store("append", key, _raw(value), 0)
+
+    @command
+    def prepend(self, key: Key, value: bytes) -> Plan[bool]:
+        return self._store("prepend", key, _raw(value), 0)
+
+    def _store(self, verb: StoreCommand, key: Key, value: Any, expire: int) -> Call[bool]:
+        kb, ring = placed(key)
+        data, flags = encoded(self.serde, kb, value)
+        decode = stored if verb in ("append", "prepend") else written
+        return Call(ring, Store(verb, kb, data, flags, expire_time(expire)), decode, False)
+
+    @command
+    def cas(self, key: Key, value: Any, cas: CasToken, expire: int = 0) -> Plan[bool | None]:
+        kb, ring = placed(key)
+        data, flags = encoded(self.serde, kb, value)
+        exptime = expire_time(expire)
+
+        def swap(token: CasToken) -> Call[bool | None]:
+            request = Store("cas", kb, data, flags, exptime, cas_token(token))
+            return Call(ring, request, cas_stored, False)
+
+        return _on_home(kb, cas, swap, False)
+
+    @command
+    def incr(self, key: Key, delta: int = 1) -> Plan[int | None]:
+        kb, ring = placed(key)
+        return Call(ring, Incr(kb, _delta(delta)), count, None)
+
+    @command
+    def decr(self, key: Key, delta: int = 1) -> Plan[int | None]:
+        kb, ring = placed(key)
+        return Call(ring, Incr(kb, _delta(delta), decr=True), count, None)
+
+    @command
+    def delete(self, key: Key) -> Plan[bool]:
+        kb, ring = placed(key)
+        return Call(ring, Delete(kb), deleted, False)
+
+    @command
+    def touch(self, key: Key, expire: int = 0) -> Plan[bool]:
+        kb, ring = placed(key)
+        return Call(ring, Touch(kb, expire_time(expire)), touched, False)
+
+    @command
+    def set_many(self, values: Mapping[KeyT, Any], expire: int = 0) -> Plan[list[KeyT]]:
+        """Store every value; return the keys that were *not* stored.
+
+        A key fails alone: a value over the item size limit, or a server that
+        cannot be used, fails only its own keys.
+        """
+        if isinstance(expire, bool) or not isinstance(expire, int):
+            raise ValueError(f"expire must be an integer, not {expire!r}")
+        given = {placed(key)[0]: key for key in values}
+        # Every value is encoded before anything is sent: one that cannot be raises alone.
+        values_of = {kb: encoded(self.serde, kb, values[key]) for kb, key in given.items()}
+        store_many = StoreMany(values_of, expire_time(expire))
+        replicated = self.replicated_keys(given)
+        if not replicated:
+            fanned = FanOut(store_many, given, write=True)
+            return then(fanned, lambda parts: [given[kb] for part in parts for kb in part])
+        return _set_many(store_many, given, replicated)
+
+    @command
+    def delete_many(self, keys: Iterable[Key]) -> Plan[None]:
+        given = {placed(key)[0]: key for key in keys}
+        replicated = self.replicated_keys(given)
+        return _delete_many(given, replicated)
+
+    # -- owner primitives: one meta command, or text commands in one write (store.py) --
+
+    @command
+    def exchange(self, key: Key, requests: Sequence[Request[Any]]) -> Plan[list[Any] | None]:
+        """Send wire requests (:mod:`.wire`) to ``key``'s server in one write; return the replies.
+
+        Routing, failover and outcomes are those of every command: None when
+        the server cannot be used and the view degrades (the strict view
+        raises :class:`NodeUnavailableError`, or :class:`OutcomeUnknownError`
+        once the requests may have left).  Error replies are returned as
+        :class:`~.wire.ErrorReply`, for the caller to judge; a command the
+        server does not know raises :class:`CommandNotSupportedError`.
+        """
+        _, ring = placed(key)
+        batch = tuple(requests)
+        if self.text:
+            no_meta(batch)
+        return Call(ring, batch, None, None)
+
+    @command
+    def gets_ttl(self, key: Key) -> Plan[tuple[Any, CasToken | None, int | None]]:
+        """Return ``(value, cas_token, ttl)``; over text the TTL is not read (None)."""
+        if self.text:
+            return then(StoreCommands.gets.plan(self, key), lambda found: (*found, None))
+        kb, ring = placed(key)
+        request = MetaGet(kb, value=True, cas=True, ttl=True, client_flags=True)
+        decode = partial(self.decoders.value_cas_ttl, kb)
+        return Call(ring, request, decode, (None, None, None))
+
+    @command
+    def add_cas(self, key: Key, value: Any, expire: int = 0) -> Plan[CasToken | None]:
+        """``add``, returning the new item's cas token (None: not stored)."""
+        kb, ring = placed(key)
+        data, flags = encoded(self.serde, kb, value)
+        if self.text:
+            return _text_cas(ring, Store("add", kb, data, flags, expire_time(expire)))
+        request = MetaSet(
+            kb, data=data, mode="E", ttl=expire_time(expire), client_flags=flags, return_cas=True
+        )
+        return Call(ring, request, meta_cas, None)
+
+    @command
+    def recas(self, key: Key, value: Any, cas: CasToken, expire: int = 0) -> Plan[CasToken | None]:
+        """``cas``, returning the new item's cas token (None: not stored)."""
+        kb, ring = placed(key)
+        data, flags = encoded(self.serde, kb, value)
+        text = self.text
+
+        def swap(token: CasToken) -> Plan[CasToken | None]:
+            checked = cas_token(token)
+            if text:
+                return _text_cas(ring, Store("cas", kb, data, flags, expire_time(expire), checked))
+            return Call(ring, _meta_swap(kb, data, flags, checked, expire), meta_cas, None)
+
+        return _on_home(kb, cas, swap, None)
+
+    @command
+    def delete_cas(self, key: Key, cas: CasToken) -> Plan[bool]:
+        """Delete the item only while its cas token is ``cas``."""
+        kb, ring = placed(key)
+        text = self.text
+
+        def delete(token: CasToken) -> Plan[bool]:
+            checked = cas_token(token)
+            if text:
+                return _expire_version(kb, ring, checked)
+            return Call(ring, MetaDelete(kb, cas=int(checked)), meta_deleted, False)
+
+        return _on_home(kb, cas, delete, False)
+
+    # -- server-side stampede tokens (tokens.TokenStore; meta mode only) --
+
+    @command
+    def claim(
+        self, key: Key, recache: int | None, placeholder: Any = None, placeholder_ttl: int = 0
+    ) -> Plan[Claimed | None]:
+        """``mg v c f t R<recache>`` and, given a placeholder, its add: one write (tokens.py).
+
+        None (the lock-based path decides) in text mode and for a replicated
+        key: its tokens would be one replica's, and its reads are spread.
+        """
+        kb, ring = placed(key)
+        if self.text or self.copies(kb, ring) > 1:
+            return immediately(None)
+        batch = _claim_requests(self.serde, kb, recache, placeholder, placeholder_ttl)
+        call = Call(ring, batch, None, None)
+        serde = self.serde
+        # None: unreachable (degrading view): the lock-based path decides.
+        return then(call, lambda replies: None if replies is None else claimed(serde, kb, replies))
+
+    @command
+    def cas_stale(self, key: Key, value: Any, cas: CasToken, expire: int = 0) -> Plan[bool | None]:
+        """``cas``; in meta mode then ``md <key> I`` of that very version, so one reader gets ``W``.
+
+        The invalidation names the cas the swap handed back: sent blindly after
+        a swap that failed, it would mark whatever the key holds by then (a
+        filler's placeholder, voiding its lease and wedging the key).
+        """
+        if self.text:
+            return StoreCommands.cas.plan(self, key, value, cas, expire)
+        kb, ring = placed(key)
+        data, flags = encoded(self.serde, kb, value)
+        return _on_home(kb, cas, partial(_swap_and_mark, kb, ring, data, flags, expire), False)
+
+    # -- whole-cluster commands --
+
+    @command
+    def flush_all(self) -> Plan[bool]:
+        """Flush every server (the gutter pool's too); return whether all of them did."""
+        flushed = Each(FlushAll(), ok, False, gutter=True)
+        return then(flushed, lambda answers: all(answers.values()))
+
+    @command
+    def stats(self, *, gutter: bool = False) -> Plan[dict[str, dict[str, Any]]]:
+        """Return memcached's ``stats`` of every server that answers, by node.
+
+        ``gutter``: of the gutter pool's servers instead.  A server that is
+        down, or a proxy that does not pass ``stats`` (twemproxy), is left out.
+        """
+        return then(Each(Stats(), stats, None, only_gutter=gutter, tolerant=True), dict)
+
+
+# -- multi-step plans ------------------------------------------------------------------
+
+
+def _set_many(store_many: StoreMany, given: dict[bytes, Any], replicated: list[bytes]) -> Steps:
+    """set_many with replicated keys: each to all its replicas first, then the others fanned out."""
+    failed: list[Key] = []
+    for kb in replicated:
+        key = given.pop(kb)
+        (request,) = store_many.requests([kb])
+        if not (yield Call(placed(key)[1], request, written, False)):
+            failed.append(key)
+    parts = yield FanOut(store_many, given, write=True)
+    return failed + [given[kb] for part in parts for kb in part]
+
+
+def _delete_many(given: dict[bytes, Key], replicated: list[bytes]) -> Steps:
+    """delete_many: replicated keys from all their replicas, each, then the others fanned out."""
+    for kb in replicated:
+        key = given.pop(kb)
+        yield Call(placed(key)[1], Delete(kb), deleted, False)
+    yield FanOut(DeleteMany(), given, write=True)
+
+
+def _on_home(kb: bytes, cas: CasToken, step: Callable[[CasToken], Plan[R]], missing: R) -> Plan[R]:
+    """``step(cas)``; a token read from a copy becomes the home's first (None: ``missing``)."""
+    if type(cas) is not CopyToken:
+        return step(cas)
+    return _via_home(kb, cas, step, missing)
+
+
+def _via_home(
+    kb: bytes, cas: CopyToken, step: Callable[[CasToken], Plan[R]], missing: R
+) -> Generator[Any, Any, R]:
+    home = yield HomeToken(kb, cas)
+    if home is None:
+        return missing
+    result: R = yield from _steps(step(home))
+    return result
+
+
+def _steps(plan: Plan[Any]) -> Steps:
+    return (yield plan) if type(plan) is Call else (yield from plan)  # type: ignore[misc]
+
+
+def _text_cas(ring: bytes, write: Store) -> Steps:
+    """A text storage command and a ``gets`` in one write: the stored item's cas."""
+    replies = yield Call(ring, (write, Get((write.key,), cas=True)), None, None)
+    return None if replies is None else text_cas_token(write, replies, write.data, write.flags)
+
+
+def _expire_version(kb: bytes, ring: bytes, token: bytes) -> Steps:
+    """No cas on a text delete: read the item's bytes, then expire that version."""
+    item = yield Call(ring, Get((kb,), cas=True), first_value, None)
+    if item is None or item.cas != token:
+        return False
+    expired = Store("cas", kb, item.data, item.flags, EXPIRED, token)
+    return bool((yield Call(ring, expired, cas_stored, False)))
+
+
+def _swap_and_mark(
+    kb: bytes, ring: bytes, data: bytes, flags: int, expire: int, token: CasToken
+) -> Steps:
+    swap = _meta_swap(kb, data, flags, cas_token(token), expire)
+    answer, invalidate = swapped(kb, (yield Call(ring, swap, identity, None)))
+    if invalidate is not None:
+        yield Call(ring, invalidate, identity, None)
+    return answer
+
+
+def _claim_requests(
+    serde: Serde, kb: bytes, recache: int | None, placeholder: Any, placeholder_ttl: int
+) -> tuple[Request[Any], ...]:
+    """``mg v c t f R<recache>``, and the placeholder's add when one is given."""
+    read = MetaGet(kb, value=True, cas=True, ttl=True, client_flags=True, recache=recache)
+    if placeholder is None:
+        return (read,)
+    data, flags = encoded(serde, kb, placeholder)
+    add = MetaSet(
+        kb,
+        data=data,
+        mode="E",
+        ttl=expire_time(placeholder_ttl),
+        client_flags=flags,
+        return_cas=True,
+    )
+    return (read, add)
+
+
+def _meta_swap(kb: bytes, data: bytes, flags: int, token: bytes, expire: int) -> MetaSet:
+    """``ms <key> C<cas> c``: store only if unchanged, returning the new cas."""
+    return MetaSet(
+        kb, data=data, cas=int(token), ttl=expire_time(expire), client_flags=flags, return_cas=True
+    )
+
+
+# -- arguments -------------------------------------------------------------------------
+
+
+def encoded(serde: Serde, kb: bytes, value: Any) -> tuple[bytes, int]:
+    """``value`` as the serde encodes it for key ``kb``: ``(data, flags)``."""
+    data, flags = serde.serialize(kb, value)
+    # Serialisers may return an int's digits as str (pymemcache's serdes do): sent as text.
+    return (data if isinstance(data, bytes) else str(data).encode()), flags
+
+
+def _raw(value: bytes) -> bytes:
+    # append/prepend keep the item's flags, so only raw bytes make sense (store.py).
+    if not isinstance(value, bytes):
+        raise TypeError(f"append/prepend take bytes, not {type(value).__name__}")
+    return value
+
+
+def _delta(delta: int) -> int:
+    if isinstance(delta, bool) or not isinstance(delta, int) or not 0 <= delta < MAX_DELTA:
+        raise ValueError(f"incr/decr delta must be an integer in [0, 2**64), not {delta!r}")
+    return delta
+
+
+def expire_time(expire: int) -> int:
+    """memcached's exptime for ``expire``; a negative one is "expired at once"."""
+    if not isinstance(expire, int):
+        raise ValueError(f"expire must be an integer, not {expire!r}")
+    # "Expired at once" as an absolute time in 1970, which memcached treats as
+    # it treats a negative exptime: twemproxy closes the connection on those.
+    return EXPIRED if expire < 0 else int(expire)
+
+
+def cas_token(cas: CasToken | str) -> bytes:
+    """A cas token as memcached's ASCII digits: int, str or bytes (gets returns bytes)."""
+    if isinstance(cas, int) and not isinstance(cas, bool) and cas >= 0:
+        return b"%d" % cas
+    token = cas.encode("ascii", "replace") if isinstance(cas, str) else cas
+    if isinstance(token, bytes) and token.isdigit():
+        return token
+    raise ValueError(f"cas token must be memcached's unsigned integer, not {cas!r}")
