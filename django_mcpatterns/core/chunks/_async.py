@@ -20,7 +20,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from django_mcpatterns.core.chunks import (
+from django_mcpatterns.core.keys import Key, KeyT, Routed, placed
+from django_mcpatterns.core.store import AsyncStore, CasToken
+from django_mcpatterns.core.values.envelope import STALE
+from django_mcpatterns.core.values.layout import (
     ChunkManifest,
     Encoded,
     chunk_expire,
@@ -28,10 +31,7 @@ from django_mcpatterns.core.chunks import (
     manifests_read,
     split,
 )
-from django_mcpatterns.core.envelope import STALE
-from django_mcpatterns.core.keys import Key, KeyT, Routed, placed
-from django_mcpatterns.core.serializers import is_refused
-from django_mcpatterns.core.store import AsyncStore, CasToken
+from django_mcpatterns.core.values.refusals import is_refused
 
 _MISS: Any = object()
 

@@ -1,4 +1,4 @@
-"""Exact cached counters over any store: the seqlock of ``core/flights.py``.
+"""Exact cached counters over any store: the seqlock of ``_model.py``.
 
 Round trips: a cached ``get`` 1; a miss 5 (flight record, placeholder add,
 lease read, second flight read, fill) plus the loader; a ``change`` 3 (enter,
@@ -13,14 +13,14 @@ import logging
 from types import TracebackType
 from typing import Any
 
-from django_mcpatterns.core.background import async_finish_then_undo
-from django_mcpatterns.core.envelope import Envelope
+from django_mcpatterns.core.concurrency import AsyncCompute, async_call, async_finish_then_undo
 from django_mcpatterns.core.exceptions import EncodingError, McPatternsError, NonNumericValueError
-from django_mcpatterns.core.flights import ENTER, EXIT, FLIGHT_TTL, ROTATE, fresh, unpack
 from django_mcpatterns.core.keys import Routed, key_bytes, placed
 from django_mcpatterns.core.leases import PLACEHOLDER, PLACEHOLDER_TTL
 from django_mcpatterns.core.store import AsyncStore, CasToken
-from django_mcpatterns.core.syncio import AsyncCompute, async_call
+from django_mcpatterns.core.values.envelope import Envelope
+
+from ._model import ENTER, EXIT, FLIGHT_TTL, ROTATE, fresh, unpack
 
 __all__ = ["AsyncCachedCounter", "AsyncChange"]
 
@@ -28,7 +28,7 @@ logger = logging.getLogger("django_mcpatterns.counters")
 
 
 class AsyncCachedCounter:
-    """A count of a source of truth, cached under ``key`` and kept exact (``core/flights.py``).
+    """A count of a source of truth, cached under ``key`` and kept exact (``_model.py``).
 
     ``loader`` returns the count from the source; ``expire`` is the cached
     count's memcached exptime (0: until evicted).

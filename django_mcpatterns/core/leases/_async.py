@@ -10,18 +10,20 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from django_mcpatterns.core.envelope import Envelope
+from django_mcpatterns.core.concurrency import async_call
 from django_mcpatterns.core.exceptions import ValueTooLargeError
 from django_mcpatterns.core.keys import Key
-from django_mcpatterns.core.placeholder import PLACEHOLDER, PLACEHOLDER_TTL
 from django_mcpatterns.core.store import AsyncStore, CasToken
-from django_mcpatterns.core.syncio import async_call
+from django_mcpatterns.core.values.envelope import Envelope
+
+from ._model import PLACEHOLDER, PLACEHOLDER_TTL
 
 logger = logging.getLogger("django_mcpatterns.leases")
 
 
 async def async_read(store: AsyncStore, key: Key) -> tuple[Any, CasToken | None]:
-    """``gets`` of ``key`` with envelopes as :class:`~.envelope.Envelope` (placeholders too)."""
+    """``gets`` of ``key`` with envelopes as
+    :class:`~django_mcpatterns.core.values.envelope.Envelope` (placeholders too)."""
     return await store.gets_envelope(key)
 
 
@@ -69,7 +71,7 @@ async def async_get_or_set(
     before ``default`` is called, so a delete or set of the key meanwhile
     keeps the computed value out of the cache; it is returned all the same.
     In async a coroutine function ``default`` is awaited, a plain callable
-    runs through ``sync_to_async`` (it may use the ORM; :mod:`..syncio`).
+    runs through ``sync_to_async`` (it may use the ORM; :mod:`~django_mcpatterns.core.concurrency`).
     """
     missing = object()
     found = await store.get(key, missing)

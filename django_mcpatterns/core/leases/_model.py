@@ -1,11 +1,12 @@
-"""The lease placeholder: what a filler ``add``\\ s on a miss (:mod:`.leases`)."""
+"""The lease placeholder: what a filler ``add``\\ s on a miss
+(:mod:`django_mcpatterns.core.leases`)."""
 
 from __future__ import annotations
 
 import math
 from typing import Final
 
-from .envelope import Envelope
+from ..values.envelope import Envelope
 
 __all__ = ["PLACEHOLDER", "PLACEHOLDER_TTL"]
 

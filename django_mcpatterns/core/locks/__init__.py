@@ -32,12 +32,12 @@ with exptime ``ceil(timeout) + 1``: it is held at least ``timeout`` seconds and
 freed at most ``ceil(timeout) + 1`` seconds after it was taken.
 
 "Held by someone else" is not "server unreachable"
-    A :class:`~.cluster.Cluster` degrades an unreachable server to misses and
+    A :class:`~django_mcpatterns.core.cluster.Cluster` degrades an unreachable server to misses and
     failed writes by default, and a failed ``add`` would then look exactly like
     a lost race (the reference warns about this).  Locks therefore run on the
     store's *strict* view (:func:`authoritative`): the same servers, pools and
     node health, but an unreachable server raises
-    :class:`~.exceptions.NodeUnavailableError`.  Users keep ``raise_errors``
+    :class:`~django_mcpatterns.core.exceptions.NodeUnavailableError`.  Users keep ``raise_errors``
     off for ordinary cache traffic and still get a clear error from locks.
 
 With ``failover="remap"`` a lock whose server is dead is taken on the next
@@ -58,7 +58,7 @@ Owners
 
 asyncio
     :class:`AsyncLock` is the same lock over an
-    :class:`~.store.AsyncStore`, with coroutine methods of the same names
+    :class:`~django_mcpatterns.core.store.AsyncStore`, with coroutine methods of the same names
     (``await lock.acquire()``, ``async with lock:``, a decorator of coroutine
     functions).  It waits with ``asyncio.sleep``, so a waiter never blocks the
     event loop, and it keeps one owner per *task* (every task of a loop runs
@@ -68,19 +68,19 @@ asyncio
     both forms (``acquire``/``aacquire``...; :mod:`django_mcpatterns.patterns.locks`).
 
 Written once
-    The algorithm is asyncio code in ``core/_async/locks.py``; the sync
-    :class:`Lock` and :func:`rewrite_owned` in ``core/_sync/locks.py`` are
+    The algorithm is asyncio code in ``_async.py``; the sync
+    :class:`Lock` and :func:`rewrite_owned` in ``_sync.py`` are
     generated from it (``scripts/generate_sync.py``).  The pure parts (events,
-    :class:`Backoff`, exptimes, :func:`authoritative`) are in :mod:`.lockrules`
-    and the owners in :mod:`.owners`; every name stays importable from here.
+    :class:`Backoff`, exptimes, :func:`authoritative`) are in ``_model.py``
+    and the owners in :mod:`django_mcpatterns.core.concurrency`; every name stays importable from
+    here.
 """
 
 from __future__ import annotations
 
-from ._async.locks import AsyncLock
-from ._async.locks import rewrite_owned as async_rewrite_owned
-from ._sync.locks import Lock, rewrite_owned
-from .lockrules import (
+from ._async import AsyncLock, async_strict_view
+from ._async import rewrite_owned as async_rewrite_owned
+from ._model import (
     DEFAULT_TIMEOUT,
     MAX_TIMEOUT,
     Backoff,
@@ -94,6 +94,7 @@ from .lockrules import (
     exptime_for,
     new_token,
 )
+from ._sync import Lock, rewrite_owned, strict_view
 
 __all__ = [
     "DEFAULT_TIMEOUT",
@@ -107,9 +108,11 @@ __all__ = [
     "Ownership",
     "SupportsStrict",
     "async_rewrite_owned",
+    "async_strict_view",
     "authoritative",
     "emit",
     "exptime_for",
     "new_token",
     "rewrite_owned",
+    "strict_view",
 ]

@@ -14,14 +14,25 @@ import time
 from collections.abc import Callable
 from typing import Any, cast
 
-from django_mcpatterns.core.background import AsyncUndo, async_finish_then_undo
+from django_mcpatterns.core.concurrency import (
+    AsyncOwners,
+    AsyncSleeper,
+    AsyncUndo,
+    Hold,
+    OwnerHolds,
+    SharedOwner,
+    async_finish_then_undo,
+    async_sleep,
+)
 from django_mcpatterns.core.exceptions import (
     LockError,
     LockNotOwnedError,
     LockTimeoutError,
 )
 from django_mcpatterns.core.keys import Key, placed
-from django_mcpatterns.core.lockrules import (
+from django_mcpatterns.core.store import AsyncStore, CasToken
+
+from ._model import (
     DEFAULT_TIMEOUT,
     MAX_TIMEOUT,
     AsyncDecorated,
@@ -37,11 +48,17 @@ from django_mcpatterns.core.lockrules import (
     exptime_for,
     new_token,
 )
-from django_mcpatterns.core.owners import AsyncOwners, Hold, OwnerHolds, SharedOwner
-from django_mcpatterns.core.store import AsyncStore, CasToken
-from django_mcpatterns.core.syncio import AsyncSleeper, async_sleep
 
-__all__ = ["AsyncLock", "rewrite_owned"]
+__all__ = ["AsyncLock", "async_strict_view", "rewrite_owned"]
+
+
+def async_strict_view(store: AsyncStore) -> AsyncStore:
+    """:func:`~django_mcpatterns.core.locks.authoritative` for this form's store type.
+
+    The stampede and namespaces take their lock's strict view through it (its
+    sync form is ``strict_view``).
+    """
+    return authoritative(store)
 
 
 async def rewrite_owned(

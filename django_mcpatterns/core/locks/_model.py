@@ -1,11 +1,11 @@
 """The pure rules of owner-safe locks, shared by the sync and the async lock.
 
-What :mod:`.locks` (and stampede, namespaces, sets) build on that does no I/O:
+What :mod:`django_mcpatterns.core.locks` (and stampede, namespaces, sets) build on that does no I/O:
 tokens, exptimes on memcached's whole-second clock, back-off between tries,
 the waiting events, the strict view of a store (:func:`authoritative`) and
 argument checks.  The lock algorithms themselves are written once, as asyncio
-code in ``core/_async/locks.py`` (``AsyncLock``), and generated into
-``core/_sync/locks.py`` (``Lock``); every name here stays importable from
+code in ``_async.py`` (``AsyncLock``), and generated into
+``_sync.py`` (``Lock``); every name here stays importable from
 :mod:`django_mcpatterns.core.locks`.
 """
 
@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Literal, Protocol, TypeVar, cast, runtime_checkable
 
-from .exceptions import ConfigurationError, NodeUnavailableError
-from .keys import Key
-from .store import MAX_RELATIVE_EXPIRE, AsyncStore, Store
+from ..exceptions import ConfigurationError, NodeUnavailableError
+from ..keys import Key
+from ..store import MAX_RELATIVE_EXPIRE, AsyncStore, Store
 
 __all__ = [
     "DEFAULT_TIMEOUT",
@@ -166,9 +166,9 @@ S = TypeVar("S", Store, AsyncStore)
 def authoritative(store: S) -> S:
     """Return ``store`` answering an unreachable server with :class:`NodeUnavailableError`.
 
-    For a :class:`~.cluster.Cluster` (or its asyncio twin) that is its
+    For a :class:`~django_mcpatterns.core.cluster.Cluster` (or its asyncio twin) that is its
     ``strict()`` view (shared servers, pools and node health); a store that
-    cannot be unreachable (the in-process :class:`~.memory.MemoryStore`) is
+    cannot be unreachable (the in-process :class:`~django_mcpatterns.core.memory.MemoryStore`) is
     returned as is.
     """
     return cast(S, store.strict()) if isinstance(store, SupportsStrict) else store
@@ -182,8 +182,8 @@ def new_token() -> bytes:
 class Reaching:
     """``with Reaching(key, action):`` names the lock and the action in an unreachable
     server's error, keeping its class (a release whose reply was lost stays an
-    :class:`~.exceptions.OutcomeUnknownError`).  A class, not a generator: it wraps
-    every request of a lock."""
+    :class:`~django_mcpatterns.core.exceptions.OutcomeUnknownError`).  A class, not a generator: it
+    wraps every request of a lock."""
 
     __slots__ = ("action", "key")
 

@@ -8,9 +8,9 @@ of an older version are never returned again and fall off the LRU.
 One request per read, not the recipe's two
     The recipe reads the version, then the value.  Here every key of a
     namespace, and of the namespaces nested in it, is routed to the server of
-    the *root* namespace's version key (a :class:`~.keys.Routed` key, honoured
-    by the :class:`~.cluster.Cluster` only), the value carries the versions it was
-    written under, and one multi-get to that one server reads the versions and
+    the *root* namespace's version key (a :class:`~django_mcpatterns.core.keys.Routed` key, honoured
+    by the :class:`~django_mcpatterns.core.cluster.Cluster` only), the value carries the versions it
+    was written under, and one multi-get to that one server reads the versions and
     the value together.  A value whose versions are not the current ones is a
     miss.  A nested namespace's value carries every level's version, so
     invalidating an outer namespace invalidates the inner ones.
@@ -44,8 +44,9 @@ Tagged values (wire format)
         big-endian
 
     The inner data and flags are the store's serde output for the value, so a
-    soft-expiry :class:`~.envelope.Envelope` (:mod:`.stampede`) nests inside.
-    Any other value under a value key raises :class:`~.exceptions.EncodingError`.
+    soft-expiry :class:`~django_mcpatterns.core.values.envelope.Envelope`
+    (:mod:`django_mcpatterns.core.stampede`) nests inside. Any other value under a value key raises
+    :class:`~django_mcpatterns.core.exceptions.EncodingError`.
 
 Writes
     ``set`` tags the value with the versions current when it is stored.
@@ -63,7 +64,7 @@ Invalidation
     new time-based version; if that ``add`` loses a race with a writer creating
     the key, ``incr`` again (that writer may have read the data before the
     change).  It runs on the store's strict view: an unreachable server raises
-    :class:`~.exceptions.NodeUnavailableError` rather than losing the
+    :class:`~django_mcpatterns.core.exceptions.NodeUnavailableError` rather than losing the
     invalidation silently.
 
 Soft namespaces (``soft=True``)
@@ -71,7 +72,7 @@ Soft namespaces (``soft=True``)
     recomputes it under the stampede lock while the others are served it
     (``get``, ``get_many`` and ``get_or_set`` still miss).  Likewise a
     ``get_or_compute`` value past its soft expiry is a miss for those plain
-    reads, in any namespace (:mod:`.envelope`).
+    reads, in any namespace (:mod:`django_mcpatterns.core.values.envelope`).
 
 The guarantee
     Once :meth:`Namespace.invalidate` has returned, every read that starts
@@ -89,24 +90,23 @@ Requests (steady state; ``d`` = nesting depth, all keys on one server)
     multi-get of ``d`` + n keys.  ``set``, ``set_many``: 2 (versions, then the
     write).  ``add``: 2 (``gets`` of versions and value, ``add``/``cas``).
     ``delete``, ``delete_many``, ``invalidate``: 1.  ``get_or_set`` miss: 4 (the
-    lease of :mod:`.leases`: ``add`` of a placeholder, ``gets``, then a ``cas`` fill).
-    A missing version key adds one ``add`` to the first write.
+    lease of :mod:`django_mcpatterns.core.leases`: ``add`` of a placeholder, ``gets``, then a
+    ``cas`` fill). A missing version key adds one ``add`` to the first write.
 
 Written once
-    :class:`AsyncNamespaces` / :class:`AsyncNamespace` (``core/_async/namespaces.py``,
-    over an :class:`~.store.AsyncStore`) are the source; :class:`Namespaces` and
-    :class:`Namespace` are their generated sync form.  The async methods have the
+    :class:`AsyncNamespaces` / :class:`AsyncNamespace` (``_async.py``,
+    over an :class:`~django_mcpatterns.core.store.AsyncStore`) are the source; :class:`Namespaces`
+    and :class:`Namespace` are their generated sync form.  The async methods have the
     same names and arguments, awaited; a ``compute`` or callable ``default`` given
     to them may be a coroutine function (awaited) or a plain callable (run through
     ``sync_to_async``: it may use the ORM).  Key derivation and the value format
-    are :mod:`.namespace_keys`.
+    are in ``_model.py``.
 """
 
 from __future__ import annotations
 
-from ._async.namespaces import AsyncNamespace, AsyncNamespaces, AsyncNamespaceSlot
-from ._sync.namespaces import Namespace, Namespaces, NamespaceSlot
-from .namespace_keys import (
+from ._async import AsyncNamespace, AsyncNamespaces, AsyncNamespaceSlot
+from ._model import (
     MAX_DEPTH,
     MAX_READABLE_ID,
     REMEMBERED_PATHS,
@@ -116,6 +116,7 @@ from .namespace_keys import (
     namespace_id,
     part_text,
 )
+from ._sync import Namespace, Namespaces, NamespaceSlot
 
 __all__ = [
     "MAX_DEPTH",

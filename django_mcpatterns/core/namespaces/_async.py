@@ -3,7 +3,7 @@
 The algorithm of :mod:`django_mcpatterns.core.namespaces` (read its docstring),
 written once for an :class:`~django_mcpatterns.core.store.AsyncStore`; the sync
 ``Namespaces``, ``Namespace`` and ``NamespaceSlot`` are generated from it.  Key
-derivation and the value format are :mod:`~django_mcpatterns.core.namespace_keys`.
+derivation and the value format are ``_model.py``.
 """
 
 from __future__ import annotations
@@ -13,13 +13,17 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
-from django_mcpatterns.core._async.leases import async_fill_missing
-from django_mcpatterns.core._async.ownership import strict_view
-from django_mcpatterns.core._async.stampede import AsyncStampede
-from django_mcpatterns.core.envelope import STALE, Serde, with_envelopes
+from django_mcpatterns.core.concurrency import AsyncCompute
 from django_mcpatterns.core.exceptions import ContentionError, ValueTooLargeError
 from django_mcpatterns.core.keys import Key, Routed, key_bytes
-from django_mcpatterns.core.namespace_keys import (
+from django_mcpatterns.core.leases import PLACEHOLDER, async_fill_missing
+from django_mcpatterns.core.locks import async_strict_view
+from django_mcpatterns.core.stampede import AsyncStampede, Fetched, StampedePolicy
+from django_mcpatterns.core.store import AsyncStore, CasToken
+from django_mcpatterns.core.values.envelope import STALE, Serde, with_envelopes
+from django_mcpatterns.core.values.refusals import is_refused
+
+from ._model import (
     FORMAT,
     INVALIDATE_ATTEMPTS,
     MAGIC,
@@ -37,11 +41,6 @@ from django_mcpatterns.core.namespace_keys import (
     unpack,
     version_of,
 )
-from django_mcpatterns.core.placeholder import PLACEHOLDER
-from django_mcpatterns.core.serializers import is_refused
-from django_mcpatterns.core.stampede_model import Fetched, StampedePolicy
-from django_mcpatterns.core.store import AsyncStore, CasToken
-from django_mcpatterns.core.syncio import AsyncCompute
 
 logger = logging.getLogger("django_mcpatterns.namespaces")
 
@@ -56,7 +55,7 @@ class AsyncNamespaces:
     store's (default: its ``serde`` attribute; the inner value of a tagged item
     goes through it, so serializers, signing and envelopes apply); ``clock`` (Unix
     seconds) seeds new versions and dates written values; ``stampede(store)``
-    builds the :class:`~.stampede.Stampede` that ``get_or_compute`` runs on.
+    builds the :class:`~django_mcpatterns.core.stampede.Stampede` that ``get_or_compute`` runs on.
 
     The keys derived for a namespace (ids and version keys: percent-encoding
     and the host's key rule) are remembered for the last
@@ -112,7 +111,7 @@ class AsyncNamespace:
     """Keys invalidated together: ``invalidate()`` is one ``incr``, a read is one request.
 
     ``expire`` arguments are memcached exptimes; ``timeout`` of
-    :meth:`get_or_compute` is the soft timeout in seconds (:mod:`.stampede`).
+    :meth:`get_or_compute` is the soft timeout in seconds (:mod:`django_mcpatterns.core.stampede`).
     ``version`` is passed to the host's key rule with the value's key.
     Safe to share between threads and tasks; cheap to create (no I/O).
     """
@@ -148,8 +147,8 @@ class AsyncNamespace:
     def key(self, key: Any, *, version: Any = None) -> Routed:
         """The final memcached key of ``key`` in this namespace, routed by the root's version key.
 
-        A :class:`~.keys.Routed`, not bytes: it cannot be turned into a key that
-        routes on its own bytes (to another server than the namespace's) by accident.
+        A :class:`~django_mcpatterns.core.keys.Routed`, not bytes: it cannot be turned into a key
+        that routes on its own bytes (to another server than the namespace's) by accident.
         """
         made = self._ctx.make_key(f"ns:{self._id}|{key}", version)
         # Validated where it is used: every Store runs placed() before any I/O.
@@ -254,7 +253,8 @@ class AsyncNamespace:
         policy: StampedePolicy | None = None,
         should_cache: Callable[[T], bool] | None = None,
     ) -> T:
-        """Stampede-protected :meth:`get_or_set` with soft expiry (:mod:`.stampede`)."""
+        """Stampede-protected :meth:`get_or_set` with soft expiry
+        (:mod:`django_mcpatterns.core.stampede`)."""
         fetched = await self.fetch(
             key, compute, timeout, version=version, policy=policy, should_cache=should_cache
         )
@@ -304,10 +304,10 @@ class AsyncNamespace:
     async def invalidate(self) -> int:
         """Invalidate every key of this namespace and of those nested in it; return the version.
 
-        One ``incr``.  Raise :class:`~.exceptions.NodeUnavailableError` when the
-        namespace's server cannot be reached.
+        One ``incr``.  Raise :class:`~django_mcpatterns.core.exceptions.NodeUnavailableError` when
+        the namespace's server cannot be reached.
         """
-        store = strict_view(self._ctx.store)
+        store = async_strict_view(self._ctx.store)
         key = self._version_keys[-1]
         for _ in range(INVALIDATE_ATTEMPTS):
             bumped = await store.incr(key, 1)
@@ -345,7 +345,7 @@ class AsyncNamespace:
         """The value in ``raw`` if its versions are current, else a miss (soft: stale).
 
         ``envelopes``: a soft-expiry envelope inside as an :class:`Envelope`
-        (the stampede reader's explicit path, :mod:`.envelope`).
+        (the stampede reader's explicit path, :mod:`django_mcpatterns.core.values.envelope`).
         """
         if raw is MISSING:
             return MISSING
@@ -403,7 +403,7 @@ class AsyncNamespace:
 
 
 class AsyncNamespaceSlot:
-    """The store :class:`~.stampede.Stampede` runs on for one namespaced key.
+    """The store :class:`~django_mcpatterns.core.stampede.Stampede` runs on for one namespaced key.
 
     Reads of that key go through the namespace (versions and value in one
     request; an invalidated value is a miss, or stale in a soft namespace) and
@@ -501,7 +501,7 @@ class AsyncNamespaceSlot:
         return await self._store.delete(self._other(key))
 
     def strict(self) -> AsyncNamespaceSlot:
-        return AsyncNamespaceSlot(self._ns, self._key, strict_view(self._store))
+        return AsyncNamespaceSlot(self._ns, self._key, async_strict_view(self._store))
 
     def _other(self, key: Key) -> Key:
         if key == self._key:

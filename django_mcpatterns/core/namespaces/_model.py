@@ -1,9 +1,9 @@
 """Namespaces' key derivation and tagged-value format: pure code both forms share.
 
-The namespace algorithms (:mod:`.namespaces`) are written once in
-``core/_async/namespaces.py``; what needs no store lives here: how parts become
+The namespace algorithms (:mod:`django_mcpatterns.core.namespaces`) are written once in
+``_async.py``; what needs no store lives here: how parts become
 an id and keys, and the header a namespaced value carries (read
-:mod:`.namespaces` for both).
+:mod:`django_mcpatterns.core.namespaces` for both).
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from functools import lru_cache
 from typing import Any, Final
 from urllib.parse import quote
 
-from .envelope import Envelope
-from .exceptions import EncodingError
-from .keys import Key, PlainKey
+from ..exceptions import EncodingError
+from ..keys import Key, PlainKey
+from ..values.envelope import Envelope
 
 __all__ = [
     "FORMAT",

@@ -10,7 +10,7 @@ metric                          type      labels
 =============================== ========= ===================================
 
 Label values come from closed sets (server names of the configuration,
-command names, :data:`~.observe.OUTCOMES`, event names): never a key, so the
+command names, :data:`~django_mcpatterns.core.observe.OUTCOMES`, event names): never a key, so the
 number of series stays bounded.  A histogram's ``command`` is the round
 trip's operation (``get``, or ``ms+gets`` for a pipelined batch).
 
@@ -31,7 +31,7 @@ from typing import Any
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
 
-from .observe import BaseSink, RoundTrip
+from .records import BaseSink, RoundTrip
 
 __all__ = ["BUCKETS", "PrometheusSink"]
 
@@ -177,7 +177,8 @@ class PrometheusSink(BaseSink):
         self._families.server_up.labels(cache, server).set(1 if up else 0)
 
     def servers(self, cache: str) -> dict[str, dict[str, Any]]:
-        """This process's counts of one cache, as :meth:`.observe.Tally.servers` gives them."""
+        """This process's counts of one cache, as
+        :meth:`django_mcpatterns.core.observe.Tally.servers` gives them."""
         if self._forked:
             self._restore()
         rows: dict[str, dict[str, Any]] = {}

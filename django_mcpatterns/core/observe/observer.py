@@ -7,14 +7,7 @@ each request to its sinks (:mod:`.metrics`, :mod:`.traces`, the process tally
 of the status page, the debug toolbar's recorder) as a :class:`RoundTrip`:
 the server, the commands with their outcomes, the time it took.
 
-Outcomes (label values, a closed set: never a key)
-    ``hit``/``miss`` (reads, incr/decr), ``stored``/``not_stored``,
-    ``exists``/``not_found`` (cas, cas-deletes), ``deleted``, ``touched``,
-    ``ok`` (flush_all, stats, mn), ``error`` (memcached's error reply, or a
-    failure before anything was sent), ``unknown`` (a write was sent and no
-    reply came: it may have been applied) and ``unavailable`` (nothing sent:
-    the server is in its retry or dead wait), ``cancelled`` (an asyncio caller
-    gave up before the reply: a read, or a write not sent yet).
+The records and their outcomes are in :mod:`.records`.
 
 Pattern calls (``cache.sadd``...) reach the sinks through :meth:`Observer.begin`
 and :meth:`Observer.end`, which the pattern mixins' wrapper calls
@@ -31,47 +24,29 @@ import importlib
 import logging
 import threading
 import time
-from asyncio import CancelledError
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Any, NamedTuple, Protocol
+from typing import Any
 
-from .exceptions import ConfigurationError
-from .wire import (
-    DELETED,
-    EXISTS,
-    NOT_FOUND,
-    NOT_STORED,
-    STORED,
-    TOUCHED,
-    Delete,
-    ErrorReply,
-    FlushAll,
-    Get,
-    Incr,
-    MetaArithmetic,
-    MetaDelete,
-    MetaGet,
-    MetaNoop,
-    MetaReply,
-    MetaSet,
-    Request,
-    Stats,
-    Store,
-    Touch,
-    Version,
+from ..exceptions import ConfigurationError
+from ..wire import Request
+from .records import (
+    COMMAND_NAMES,
+    BaseSink,
+    PatternCall,
+    RoundTrip,
+    Sink,
+    command_name,
+    failure_outcome,
+    outcome,
 )
 
 __all__ = [
     "INSTRUMENTATIONS",
     "Observer",
-    "PatternCall",
-    "RoundTrip",
-    "Sink",
     "Tally",
+    "build_observer",
     "check_installed",
-    "command_name",
-    "outcome",
+    "tally",
 ]
 
 logger = logging.getLogger("django_mcpatterns.observe")
@@ -81,22 +56,6 @@ INSTRUMENTATIONS: dict[str, tuple[str, str]] = {
     "prometheus": ("prometheus_client", "prometheus"),
     "opentelemetry": ("opentelemetry.trace", "opentelemetry"),
 }
-
-OUTCOMES = (
-    "hit",
-    "miss",
-    "stored",
-    "not_stored",
-    "exists",
-    "not_found",
-    "deleted",
-    "touched",
-    "ok",
-    "error",
-    "unknown",
-    "unavailable",
-    "cancelled",
-)
 
 
 def check_installed(names: Sequence[str]) -> tuple[str, ...]:
@@ -142,172 +101,6 @@ def _importable(module: str) -> bool:
     return True
 
 
-# -- commands and their outcomes ---------------------------------------------------
-
-_WRITES = (Store, Delete, Touch, Incr, MetaSet, MetaDelete, MetaArithmetic, FlushAll)
-_META_NAMES: dict[type, str] = {
-    MetaGet: "mg",
-    MetaSet: "ms",
-    MetaDelete: "md",
-    MetaArithmetic: "ma",
-    MetaNoop: "mn",
-}
-_TEXT_NAMES: dict[type, str] = {
-    Delete: "delete",
-    Touch: "touch",
-    FlushAll: "flush_all",
-    Stats: "stats",
-    Version: "version",
-}
-_STATUS_OUTCOMES = {
-    STORED: "stored",
-    NOT_STORED: "not_stored",
-    EXISTS: "exists",
-    NOT_FOUND: "not_found",
-    DELETED: "deleted",
-    TOUCHED: "touched",
-}
-_META_OUTCOMES = {
-    b"EN": "miss",
-    b"NS": "not_stored",
-    b"EX": "exists",
-    b"NF": "not_found",
-    b"MN": "ok",
-}
-_META_HIT = {MetaGet: "hit", MetaSet: "stored", MetaDelete: "deleted", MetaArithmetic: "hit"}
-
-
-# Commands whose name does not depend on their fields.
-_NAMES: dict[type, str] = {**_META_NAMES, **_TEXT_NAMES}
-
-
-def command_name(request: Request[Any]) -> str:
-    """The command's name on the wire (``get``, ``cas``, ``mg``...), without encoding it."""
-    kind = type(request)
-    if kind is Get:
-        return "gets" if request.cas else "get"  # type: ignore[attr-defined]
-    if kind is Store:
-        return request.command  # type: ignore[attr-defined,no-any-return]
-    if kind is Incr:
-        return "decr" if request.decr else "incr"  # type: ignore[attr-defined]
-    name = _META_NAMES.get(kind) or _TEXT_NAMES.get(kind)
-    return name if name is not None else kind.__name__.lower()
-
-
-def outcome(request: Request[Any], reply: object) -> str:
-    """What ``reply`` says happened to ``request`` (one of :data:`OUTCOMES`).
-
-    A multi-key get is a ``hit`` when any key was found.
-    """
-    kind = type(request)
-    if kind is Get:
-        return "hit" if type(reply) is list and reply else ("miss" if reply == [] else "error")
-    if isinstance(reply, bytes):
-        return _STATUS_OUTCOMES.get(reply, "ok")
-    if isinstance(reply, MetaReply):
-        found = _META_OUTCOMES.get(reply.status)
-        return found if found is not None else _META_HIT.get(kind, "ok")
-    if kind is Incr:
-        return "hit" if isinstance(reply, int) else ("miss" if reply is None else "error")
-    if isinstance(reply, ErrorReply) or reply is None:
-        return "error"
-    return "ok"  # stats, version
-
-
-def _failure_outcome(request: Request[Any], sent: bool, error: BaseException | None) -> str:
-    if sent and isinstance(request, _WRITES):
-        return "unknown"
-    # The caller gave up (asyncio's timeout, a client gone): not the server's error.
-    return "cancelled" if isinstance(error, CancelledError) else "error"
-
-
-def _keys(request: Request[Any]) -> tuple[bytes, ...]:
-    if type(request) is Get:
-        return tuple(request.keys)
-    key = getattr(request, "key", None)
-    return (key,) if isinstance(key, bytes) else ()
-
-
-# -- what the sinks receive --------------------------------------------------------
-
-
-class RoundTrip(NamedTuple):
-    """One request (or pipelined batch) to one server and what came back.
-
-    ``operation`` is the command's name, or the names of a batch joined with
-    ``+`` (``ms+gets``: the text protocol's add-with-cas); ``commands`` holds
-    each command's ``(name, outcome)``.  ``nanoseconds`` is the time from
-    checkout to the last reply; ``error`` the exception when none came.
-    A named tuple: one is made per request, and a tuple is the cheapest record.
-    """
-
-    cache: str
-    server: str
-    operation: str
-    commands: tuple[tuple[str, str], ...]
-    nanoseconds: int
-    requests: tuple[Request[Any], ...]
-    error: BaseException | None = None
-
-    @property
-    def seconds(self) -> float:
-        return self.nanoseconds / 1e9
-
-    @property
-    def keys(self) -> tuple[bytes, ...]:
-        """The keys sent (for opt-in traces and the debug toolbar; never a metric label)."""
-        return tuple(key for request in self.requests for key in _keys(request))
-
-
-@dataclass
-class PatternCall:
-    """One call of a pattern method (``cache.sadd(...)``), for the sinks that track them.
-
-    ``state`` holds each sink with what it returned from :meth:`Sink.begin`,
-    handed back to its :meth:`Sink.end`.
-    """
-
-    cache: str
-    name: str
-    args: tuple[Any, ...]
-    started: int = field(default_factory=time.perf_counter_ns)
-    state: list[tuple[Sink, Any]] = field(default_factory=list)
-
-
-class Sink(Protocol):
-    """Where an :class:`Observer` sends what it sees; every method may be a no-op."""
-
-    def round_trip(self, trip: RoundTrip) -> None: ...
-
-    def event(self, cache: str, name: str) -> None: ...
-
-    def server_state(self, cache: str, server: str, up: bool) -> None: ...
-
-    def begin(self, call: PatternCall) -> Any: ...
-
-    def end(self, call: PatternCall, state: Any, result: Any, error: BaseException | None) -> None:
-        """Close what :meth:`begin` opened; ``state`` is what it returned."""
-
-
-class BaseSink:
-    """A sink that ignores everything; subclasses override what they track."""
-
-    def round_trip(self, trip: RoundTrip) -> None:
-        pass
-
-    def event(self, cache: str, name: str) -> None:
-        pass
-
-    def server_state(self, cache: str, server: str, up: bool) -> None:
-        pass
-
-    def begin(self, call: PatternCall) -> Any:
-        return None
-
-    def end(self, call: PatternCall, state: Any, result: Any, error: BaseException | None) -> None:
-        pass
-
-
 class Observer:
     """A cluster's instrumentation: fans each request, call and event out to the sinks.
 
@@ -350,7 +143,7 @@ class Observer:
             operation = _operation(commands)
         else:  # the hot path: one command
             batch = (request,)  # type: ignore[assignment]
-            operation = _NAMES.get(type(request)) or command_name(request)  # type: ignore[arg-type]
+            operation = COMMAND_NAMES.get(type(request)) or command_name(request)  # type: ignore[arg-type]
             commands = ((operation, outcome(request, replies)),)  # type: ignore[arg-type]
         trip = _new_trip(RoundTrip, (self.cache, server, operation, commands, elapsed, batch, None))
         for sink in self.sinks:
@@ -371,7 +164,7 @@ class Observer:
         (``cancelled`` when ``error`` is asyncio's cancellation of the caller)."""
         elapsed = time.perf_counter_ns() - started
         batch = tuple(request) if isinstance(request, tuple | list) else (request,)
-        commands = tuple((command_name(r), _failure_outcome(r, sent, error)) for r in batch)
+        commands = tuple((command_name(r), failure_outcome(r, sent, error)) for r in batch)
         trip = RoundTrip(self.cache, server, _operation(commands), commands, elapsed, batch, error)
         self._send(trip)
 
@@ -518,8 +311,8 @@ def build_observer(
 ) -> Observer | None:
     """The observer ``instrumentation`` asks for, or None (instrumentation off: free).
 
-    ``servers`` are :class:`~.servers.Server` objects (their ``node`` names the
-    server in metrics and spans).
+    ``servers`` are :class:`~django_mcpatterns.core.servers.Server` objects (their ``node`` names
+    the server in metrics and spans).
     """
     if not instrumentation:
         return None

@@ -35,8 +35,8 @@ from typing import Any
 from opentelemetry import context, trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
-from .observe import BaseSink, PatternCall, RoundTrip
-from .servers import Server
+from ..servers import Server
+from .records import BaseSink, PatternCall, RoundTrip
 
 __all__ = ["TRACER_NAME", "TraceSink"]
 

@@ -1,4 +1,5 @@
-"""The rate limiter: a slotted sliding window over any store (see ``core/ratelimit.py``)."""
+"""The rate limiter: a slotted sliding window over any store (see
+:mod:`django_mcpatterns.core.ratelimit`)."""
 
 from __future__ import annotations
 
@@ -8,16 +9,10 @@ from collections.abc import Callable
 
 from django_mcpatterns.core.exceptions import ConfigurationError, McPatternsError
 from django_mcpatterns.core.keys import Routed, key_bytes, placed
-from django_mcpatterns.core.ratelimit import (
-    DEFAULT_SLOTS,
-    Decision,
-    FailMode,
-    Rate,
-    Window,
-    parse_rate,
-)
 from django_mcpatterns.core.store import AsyncStore
-from django_mcpatterns.core.tallies import async_tally, async_untally
+
+from ._async_tally import tally, untally
+from ._model import DEFAULT_SLOTS, Decision, FailMode, Rate, Window, parse_rate
 
 __all__ = ["AsyncRateLimiter"]
 
@@ -74,7 +69,7 @@ class AsyncRateLimiter:
         slot = Routed(current.encode(), route)
         olds = [Routed(old.encode(), route) for old in older]
         try:
-            total, counts = await async_tally(self.store, slot, olds, cost, window.exptime(now))
+            total, counts = await tally(self.store, slot, olds, cost, window.exptime(now))
         except McPatternsError as exc:
             logger.warning("rate limit %r not decided (%s): failing %s", name, exc, self.fail)
             total, counts = None, []
@@ -82,7 +77,7 @@ class AsyncRateLimiter:
             return self._degraded()
         decision = window.decide(total, counts, cost, now)
         if not decision.allowed and cost:
-            await async_untally(self.store, slot, cost)
+            await untally(self.store, slot, cost)
         return decision
 
     async def peek(self, key: str | bytes) -> Decision:

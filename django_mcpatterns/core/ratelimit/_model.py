@@ -1,34 +1,7 @@
-"""Rate limiting: the pure parts (rates, the window's slots, decisions).
+"""Rate limiting: the pure parts (rates, the window's slots, decisions, the tally's requests).
 
-The algorithm is a *slotted sliding window* (``docs/ratelimit.md`` argues the
-choice).  A rate ``N/T`` splits time into slots of ``T / slots`` seconds; each
-slot has one memcached counter.  A decision at time ``t`` in slot ``k`` adds its
-cost to slot ``k`` with one atomic ``incr`` and reads slots ``k - slots`` ..
-``k - 1`` in the same round trip; it is admitted when the sum (its own cost
-included) is at most ``N``, and a refused decision takes its cost back.
-
-Why this shape:
-
-* **No double burst, ever.**  The slots read cover ``[(k - slots)·s, t]``, which
-  contains ``[t - T, t]``: every admission of the last ``T`` seconds is counted,
-  so no interval of length ``T`` (aligned or not) ever holds more than ``N``
-  admissions.  A fixed window (django-ratelimit's ``add`` + ``incr``) admits
-  ``2N`` across its edge; a token bucket/GCRA admits ``N`` at once and then one
-  per ``T/N``, so up to ``2N - 1`` in an interval of length ``T``.
-* **Exact under concurrency.**  ``incr`` is atomic: racing decisions see
-  distinct running totals, so exactly the first ``N`` units fit.  A refusal
-  undoes its ``incr``; until the undo lands it can only make another decision
-  stricter, never looser.
-* **One round trip.**  ``ma`` (autovivifying ``N``/``J``) and the ``mg`` of the
-  older slots go out in one write (all slots route by the limiter's key, so
-  they live on one server).  GCRA needs a read and a ``cas`` (two), and its
-  clamp ``max(TAT, now)`` cannot be an ``incr``.
-* **The price:** admissions are counted up to one slot (``T / slots``) longer
-  than ``T`` (a little stricter than a true sliding log), and ``slots + 1``
-  tiny items per key.
-
-This module imports nothing that does I/O; :mod:`.tallies` reads and bumps the
-slots, ``core/_async/ratelimit.py`` (and its generated sync form) decides.
+The algorithm and its argument are in :mod:`django_mcpatterns.core.ratelimit`.  This
+module does no I/O: ``_async_tally.py`` sends what :func:`tally_batch` makes.
 """
 
 from __future__ import annotations
@@ -36,13 +9,28 @@ from __future__ import annotations
 import functools
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Final, Literal
+from typing import Any, Final, Literal
 
-from .exceptions import ConfigurationError
-from .store import MAX_RELATIVE_EXPIRE
+from ..exceptions import ConfigurationError
+from ..keys import Routed, placed
+from ..store import MAX_RELATIVE_EXPIRE
+from ..wire import Get, Incr, MetaArithmetic, MetaGet, MetaReply, Request
 
-__all__ = ["DEFAULT_SLOTS", "Decision", "Rate", "Window", "parse_rate"]
+__all__ = [
+    "CREATE",
+    "DEFAULT_SLOTS",
+    "Decision",
+    "Rate",
+    "Tally",
+    "Window",
+    "count_of",
+    "counts_of",
+    "parse_rate",
+    "tally_batch",
+    "tally_replies",
+]
 
 DEFAULT_SLOTS: Final = 10
 """Slots per window: admissions are remembered up to ``T / 10`` longer than ``T``."""
@@ -67,8 +55,8 @@ class Rate:
 def parse_rate(rate: str | Rate) -> Rate:
     """Return the :class:`Rate` for ``"5/s"``, ``"100/m"``, ``"1000/h"``, ``"10/30s"``, ``"2/d"``.
 
-    Raise :class:`~.exceptions.ConfigurationError` (a ``ValueError``) naming the
-    accepted forms for anything else, and for a zero limit or period.
+    Raise :class:`~django_mcpatterns.core.exceptions.ConfigurationError` (a ``ValueError``) naming
+    the accepted forms for anything else, and for a zero limit or period.
     """
     if isinstance(rate, Rate):
         return rate
@@ -183,3 +171,66 @@ class Window:
         """The current slot's key and the older slots' (oldest first) for ``key`` at ``now``."""
         k = self.slot(now)
         return f"{key}:{k}", [f"{key}:{i}" for i in range(k - self.slots, k)]
+
+
+# -- the tally: one write bumps the slot and reads the older ones -----------------------
+
+Tally = tuple[int | None, list[int]]
+
+
+def count_of(value: Any) -> int:
+    """A slot counter's value as an int (memcached answers digits; a miss is 0)."""
+    if value is None:
+        return 0
+    if isinstance(value, bytes | bytearray):
+        return int(value)
+    return int(value)
+
+
+class Create:
+    """The text protocol's answer for a slot's first use: ``incr`` found no item."""
+
+
+CREATE: Final = Create()
+
+
+def counts_of(found: dict[Any, Any], keys: Sequence[Routed]) -> list[int]:
+    return [count_of(found.get(key)) for key in keys]
+
+
+def tally_batch(
+    protocol: str, current: Routed, older: Sequence[Routed], cost: int, expire: int
+) -> list[Request[Any]]:
+    """One write: bump the slot (creating it, in meta), read the older slots."""
+    kb = placed(current)[0]
+    olds = tuple(placed(key)[0] for key in older)
+    if protocol == "text":
+        return [Incr(kb, cost), Get(olds)] if olds else [Incr(kb, cost)]
+    bump = MetaArithmetic(kb, delta=cost, vivify=expire, initial=cost, value=True)
+    return [bump, *(MetaGet(old, value=True) for old in olds)]
+
+
+def tally_replies(replies: list[Any] | None, batch: list[Request[Any]]) -> tuple[Any, list[int]]:
+    """``(current, older)`` from the replies to :func:`tally_batch` (``CREATE``: add the slot)."""
+    bump, reads = batch[0], batch[1:]
+    if isinstance(bump, Incr):
+        olds = list(reads[0].keys) if reads and isinstance(reads[0], Get) else []
+    else:
+        olds = [read.key for read in reads if isinstance(read, MetaGet)]
+    if replies is None:
+        return None, [0] * len(olds)
+    counts = dict.fromkeys(olds, 0)
+    if isinstance(bump, Incr):
+        for item in replies[1] if len(replies) > 1 and isinstance(replies[1], list) else []:
+            counts[item.key] = count_of(item.data)
+        bumped = replies[0]
+        if bumped is None:
+            return CREATE, [counts[old] for old in olds]
+        return (bumped if isinstance(bumped, int) else None), [counts[old] for old in olds]
+    for old, reply in zip(olds, replies[1:], strict=True):
+        if isinstance(reply, MetaReply) and reply.status == b"VA" and reply.data:
+            counts[old] = count_of(reply.data)
+    bumped = replies[0]
+    if not isinstance(bumped, MetaReply) or bumped.status != b"VA" or bumped.data is None:
+        return None, [counts[old] for old in olds]
+    return count_of(bumped.data), [counts[old] for old in olds]

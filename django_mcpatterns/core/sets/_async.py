@@ -2,7 +2,7 @@
 
 ``AsyncAppendSets`` over an :class:`~django_mcpatterns.core.store.AsyncStore`
 (a loader may be a coroutine function or a plain callable, see
-:func:`~django_mcpatterns.core.syncio.async_call`); the generated ``AppendSets``
+:func:`~django_mcpatterns.core.concurrency.async_call`); the generated ``AppendSets``
 over a :class:`~django_mcpatterns.core.store.Store`.
 """
 
@@ -11,8 +11,17 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from django_mcpatterns.core._async.append import AsyncAppendCollections
-from django_mcpatterns.core.codec import (
+from django_mcpatterns.core.concurrency import async_call
+from django_mcpatterns.core.exceptions import (
+    CollectionTooLargeError,
+    EncodingError,
+    IncompleteSetError,
+)
+from django_mcpatterns.core.keys import PlainKey, key_bytes
+
+from ._async_append import AsyncAppendCollections
+from ._model import ReadRewrite
+from ._model_layout import (
     ADD,
     REMOVE,
     SET,
@@ -25,14 +34,8 @@ from django_mcpatterns.core.codec import (
     read_header,
     set_records,
 )
-from django_mcpatterns.core.exceptions import (
-    CollectionTooLargeError,
-    EncodingError,
-    IncompleteSetError,
-)
-from django_mcpatterns.core.keys import PlainKey, key_bytes
-from django_mcpatterns.core.setoptions import ReadRewrite
-from django_mcpatterns.core.setviews import (
+from ._model_shards import LayoutCache, shard_expire, shard_items, shard_key, shard_keys
+from ._model_views import (
     AsyncLoader,
     Fetched,
     LostShard,
@@ -41,14 +44,6 @@ from django_mcpatterns.core.setviews import (
     replay,
     unique_members,
 )
-from django_mcpatterns.core.shards import (
-    LayoutCache,
-    shard_expire,
-    shard_items,
-    shard_key,
-    shard_keys,
-)
-from django_mcpatterns.core.syncio import async_call
 
 __all__ = ["AsyncAppendSets"]
 
@@ -450,8 +445,8 @@ class AsyncAppendSets(AsyncAppendCollections):
 
         Shards are deleted on certainty only: the old generation once the root
         names the new one, the new one once the root certainly does not.  An
-        unknown outcome raises :class:`~.exceptions.OutcomeUnknownError` and
-        leaves both generations to expire (:func:`~.shards.shard_expire`).
+        unknown outcome raises :class:`~django_mcpatterns.core.exceptions.OutcomeUnknownError` and
+        leaves both generations to expire (:func:`~django_mcpatterns.core.sets.shard_expire`).
         """
         expire, header = await self._rewrite_expiry(kb, view.header, view.ttl)
         root, shards = self._layout(kb, view, header)

@@ -1,7 +1,17 @@
-"""Append-based lists, written once (see :mod:`django_mcpatterns.core.lists`).
+"""Append-based lists over any Store (``shared/reference/004_…``).
 
-``AsyncAppendLists`` over an :class:`~django_mcpatterns.core.store.AsyncStore`;
-the generated ``AppendLists`` over a :class:`~django_mcpatterns.core.store.Store`.
+A list is one raw item, with memcached's prepend-blacklist trick.  Values are
+appended with a timestamp; ``lrem`` *prepends* a removal (the blacklist, read
+before the items) that hides matching values pushed before it.  Compaction
+applies the removals.  The write path is :mod:`django_mcpatterns.core.sets`'s, the encodings are in
+:mod:`django_mcpatterns.core.sets`.
+
+Round trips in steady state: ``rpush``/``lrem`` 1, ``lrange``/``llen`` 1 (``gets``).
+
+Written once: ``AsyncAppendLists`` over an
+:class:`~django_mcpatterns.core.store.AsyncStore`, here; the generated ``AppendLists``
+over a :class:`~django_mcpatterns.core.store.Store`.  Lists as read are in
+``_model_lists.py``.
 """
 
 from __future__ import annotations
@@ -9,8 +19,12 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
-from django_mcpatterns.core._async.append import AsyncAppendCollections
-from django_mcpatterns.core.codec import (
+from django_mcpatterns.core.exceptions import CollectionTooLargeError
+from django_mcpatterns.core.keys import PlainKey, key_bytes
+
+from ._async_append import AsyncAppendCollections
+from ._model import ReadRewrite
+from ._model_layout import (
     LIST,
     Header,
     Member,
@@ -20,10 +34,7 @@ from django_mcpatterns.core.codec import (
     push_records,
     removal_record,
 )
-from django_mcpatterns.core.exceptions import CollectionTooLargeError
-from django_mcpatterns.core.keys import PlainKey, key_bytes
-from django_mcpatterns.core.listviews import ListView, carry_list
-from django_mcpatterns.core.setoptions import ReadRewrite
+from ._model_lists import ListView, carry_list
 
 __all__ = ["AsyncAppendLists"]
 
@@ -35,7 +46,8 @@ class AsyncAppendLists(AsyncAppendCollections):
     push and removal carries a microsecond timestamp from ``clock`` (strictly
     increasing per instance), so a removal hides only values pushed before it,
     across processes as far as their clocks agree.  Lists are one item: one
-    that would outgrow it raises :class:`~.exceptions.CollectionTooLargeError`.
+    that would outgrow it raises
+    :class:`~django_mcpatterns.core.exceptions.CollectionTooLargeError`.
     """
 
     def _init_state(self) -> None:

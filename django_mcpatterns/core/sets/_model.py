@@ -1,11 +1,11 @@
 """Thresholds and pure pieces of the append-based write path (sets and lists).
 
-The algorithms are written once, as asyncio code in ``core/_async/`` (sets,
-lists and what they share in ``append.py``) and generated into ``core/_sync/``;
+The algorithms are written once, as asyncio code in ``_async*.py`` (sets,
+lists and what they share in ``_async_append.py``) and generated into ``_sync*.py``;
 what both forms import without doing I/O lives here: :class:`SetOptions`, the
 ``Carry`` type of a rewrite that carries racing appends over, and
 :class:`ReadRewrite`, the guard around a rewrite that a read decided on.  See
-:mod:`.append` for the algorithm.
+:mod:`django_mcpatterns.core.sets` for the algorithm.
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
-from .exceptions import ConfigurationError, NodeUnavailableError
-from .keys import MAX_KEY_LENGTH
-from .memory import FLAGS_SUFFIX, ITEM_OVERHEAD, AsyncMemoryStore, MemoryStore
-from .store import AsyncStore, Store
+from ..exceptions import ConfigurationError, NodeUnavailableError
+from ..keys import MAX_KEY_LENGTH
+from ..memory import FLAGS_SUFFIX, ITEM_OVERHEAD, AsyncMemoryStore, MemoryStore
+from ..store import AsyncStore, Store
 
 __all__ = ["Carry", "ReadRewrite", "SetOptions"]
 
@@ -48,10 +48,10 @@ class SetOptions:
         write-heavy sets that are rarely read (the article's closing advice).
     ``max_shards``
         The largest set, in shard items; a write past it raises
-        :class:`~.exceptions.CollectionTooLargeError`.
+        :class:`~django_mcpatterns.core.exceptions.CollectionTooLargeError`.
     ``attempts``
         How often a write retries after losing races before it raises
-        :class:`~.exceptions.ContentionError`.
+        :class:`~django_mcpatterns.core.exceptions.ContentionError`.
     """
 
     item_size_max: int = 1024 * 1024

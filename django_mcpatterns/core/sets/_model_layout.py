@@ -1,6 +1,7 @@
 """Byte encodings of what the patterns store in memcached.
 
-Set and list items (:mod:`.sets`, :mod:`.lists`) are raw bytes: ``append`` keeps an item's flags,
+Set and list items (:mod:`django_mcpatterns.core.sets`, :mod:`django_mcpatterns.core.sets`) are raw
+bytes: ``append`` keeps an item's flags,
 so they can never be pickled values.  Their layout::
 
     set root   HEADER  SNAPSHOT  RECORD*          (records are appended)
@@ -25,9 +26,9 @@ Set records are ``+`` or ``-`` (add, remove) with the member's encoding and
 List records carry a microsecond timestamp: ``+<us>:<member>\\n`` pushes a value,
 ``-<us>:<count>:<member>\\n`` removes like Redis ``LREM``.
 
-Anything that does not parse raises :class:`~.exceptions.EncodingError`; an
+Anything that does not parse raises :class:`~django_mcpatterns.core.exceptions.EncodingError`; an
 item that is not a collection of the kind asked for (a plain cache value, a list
-read as a set) raises its subclass :class:`~.exceptions.WrongTypeError`.
+read as a set) raises its subclass :class:`~django_mcpatterns.core.exceptions.WrongTypeError`.
 
 A plain value under a set's key
     ``sadd``/``srem`` are blind appends (one request, nothing read), and
@@ -50,7 +51,7 @@ from array import array
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
-from .exceptions import EncodingError, WrongTypeError
+from ..exceptions import EncodingError, WrongTypeError
 
 Member = str | bytes | int
 

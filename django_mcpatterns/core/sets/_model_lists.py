@@ -1,7 +1,7 @@
-"""Lists as read: the pure part of the append-based lists (see :mod:`.lists`).
+"""Lists as read: the pure part of the append-based lists (see :mod:`django_mcpatterns.core.sets`).
 
-Both forms of the algorithm (``core/_async/lists.py`` and the generated
-``core/_sync/lists.py``) read a list into a :class:`ListView` and rewrite it
+Both forms of the algorithm (``_async_lists.py`` and the generated
+``_sync_lists.py``) read a list into a :class:`ListView` and rewrite it
 with :func:`carry_list` carrying racing writes over.
 """
 
@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .codec import Header, Member, Removal, list_header_offset
-from .store import CasToken
+from ..store import CasToken
+from ._model_layout import Header, Member, Removal, list_header_offset
 
 __all__ = ["ListView", "carry_list"]
 

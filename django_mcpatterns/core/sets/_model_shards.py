@@ -4,7 +4,7 @@ A set whose compacted form outgrows 70% of an item spills into *shards*, keyed
 by the root key and a random *generation* (so memcached's hashing spreads them
 over the servers); a member lives in shard ``member_hash(member) % count``.
 Shards are written once and never appended to: a rewrite writes a new
-generation and switches the root to it with ``cas`` (:mod:`.sets`).
+generation and switches the root to it with ``cas`` (:mod:`django_mcpatterns.core.sets`).
 
 Every shard expires at most :data:`SHARD_TTL_MARGIN` seconds after the root it
 was written for (:func:`shard_expire`): a deleted or expired set, an old
@@ -19,11 +19,11 @@ import hashlib
 import math
 from collections.abc import Collection, Sequence
 
-from .codec import SHARD, Header, Member, encode_snapshot, member_hash
-from .exceptions import CollectionTooLargeError
-from .keys import MAX_KEY_LENGTH
-from .setoptions import SetOptions
-from .store import MAX_RELATIVE_EXPIRE
+from ..exceptions import CollectionTooLargeError
+from ..keys import MAX_KEY_LENGTH
+from ..store import MAX_RELATIVE_EXPIRE
+from ._model import SetOptions
+from ._model_layout import SHARD, Header, Member, encode_snapshot, member_hash
 
 __all__ = [
     "SHARD_TTL_MARGIN",

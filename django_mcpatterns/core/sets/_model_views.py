@@ -1,7 +1,7 @@
-"""Sets as read: the pure part of the append-based sets (see :mod:`.sets`).
+"""Sets as read: the pure part of the append-based sets (see :mod:`django_mcpatterns.core.sets`).
 
-Both forms of the algorithm (``core/_async/sets.py`` and the generated
-``core/_sync/sets.py``) read a set into a :class:`SetView` by replaying its log
+Both forms of the algorithm (``_async.py`` and the generated
+``_sync.py``) read a set into a :class:`SetView` by replaying its log
 (:func:`replay`), and rewrite it with :func:`carry_appends` carrying racing
 appends over.  :class:`LostShard` is their internal signal for a shard that
 eviction took.
@@ -12,7 +12,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from .codec import (
+from ..concurrency import AsyncCompute, Compute
+from ..store import CasToken
+from ._model_layout import (
     Base,
     Header,
     Member,
@@ -21,8 +23,6 @@ from .codec import (
     decode_snapshot,
     parse_set_log,
 )
-from .store import CasToken
-from .syncio import AsyncCompute, Compute
 
 __all__ = [
     "AsyncLoader",

@@ -1,4 +1,19 @@
-"""Keep a held lock alive while the work it protects runs (see :mod:`..keepalive`)."""
+"""Keep a held lock alive while the work it protects runs.
+
+A recompute lock's TTL (``lock_timeout``) is what frees it when its holder
+crashes, so it should be short; a computation may still take longer.  While
+the computation runs, a daemon thread (sync) or a task (async) extends the
+lock every third of its TTL, so it never lapses under a live holder, and stops
+when the computation ends
+(or, at the latest, after a maximum hold time, so a hung computation cannot
+wedge its key forever).  The extension is a callable given the new TTL: it
+carries the owner's token itself (:func:`~django_mcpatterns.core.locks.rewrite_owned`), as this
+thread is not the one that acquired the lock.
+
+Written once here (:class:`AsyncKeepalive`); the sync ``Keepalive`` is generated
+from it, the thread/task difference is
+:mod:`~django_mcpatterns.core.concurrency`'s ``Ticker``/``AsyncTicker`` pair.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +22,7 @@ import time
 from collections.abc import Callable
 from types import TracebackType
 
-from django_mcpatterns.core.background import AsyncExtender, AsyncTicker
+from django_mcpatterns.core.concurrency import AsyncExtender, AsyncTicker
 from django_mcpatterns.core.exceptions import ClusterError
 
 logger = logging.getLogger("django_mcpatterns.stampede")

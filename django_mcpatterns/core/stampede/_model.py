@@ -1,8 +1,8 @@
 """The stampede's vocabulary: its policy, events, outcomes, lock keys and failure markers.
 
-Pure code (no I/O) shared by the sync :class:`~.stampede.Stampede` and the async
-:class:`~.stampede.AsyncStampede`, whose algorithm is written once in
-``core/_async/stampede.py`` (see :mod:`.stampede` for how it works).
+Pure code (no I/O) shared by the sync :class:`~django_mcpatterns.core.stampede.Stampede` and the
+async :class:`~django_mcpatterns.core.stampede.AsyncStampede`, whose algorithm is written once in
+``_async.py`` (see :mod:`django_mcpatterns.core.stampede` for how it works).
 """
 
 from __future__ import annotations
@@ -16,12 +16,12 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Final, Generic, Literal, TypeVar, overload
 
-from .background import Runner
-from .envelope import Envelope
-from .exceptions import ConfigurationError
-from .keys import MAX_KEY_LENGTH, Key, PlainKey, Routed, placed
-from .locks import Backoff
-from .store import CasToken
+from ..concurrency import Runner
+from ..exceptions import ConfigurationError
+from ..keys import MAX_KEY_LENGTH, Key, PlainKey, Routed, placed
+from ..locks import Backoff
+from ..store import CasToken
+from ..values.envelope import Envelope
 
 __all__ = [
     "FAILURE_PREFIX",
@@ -155,7 +155,7 @@ class StampedePolicy:
         Cold miss: seconds a caller waits for another one's computation.
     on_wait_timeout
         Once ``wait`` is over: ``"raise"``
-        (:class:`~.exceptions.LockTimeoutError`, the default) or ``"compute"``
+        (:class:`~django_mcpatterns.core.exceptions.LockTimeoutError`, the default) or ``"compute"``
         (compute and store it without the lock, alongside the holder).
     failure_backoff
         Seconds a failed computation is shared instead of retried (a failure
@@ -169,8 +169,8 @@ class StampedePolicy:
         (the error is logged and signalled) instead of raising.
     runner
         Recompute stale values off the request path: called with a zero-argument
-        job, e.g. a :class:`~.refresh.RefreshRunner` (bounded queue).  A runner
-        that raises (a full queue) drops the job: the lock is released and
+        job, e.g. a :class:`~django_mcpatterns.core.refresh.RefreshRunner` (bounded queue).  A
+        runner that raises (a full queue) drops the job: the lock is released and
         :class:`RefreshDropped` sent.  ``None``: the winner recomputes inline.
         Cold misses always compute inline.
     backoff
@@ -259,7 +259,7 @@ class _RecentFailures:
     """The exceptions behind this process's failure markers, by the failed owner's token.
 
     Lets a waiter in the same process chain the original exception to its
-    :class:`~.exceptions.ComputeFailedError`.  Bounded (exceptions hold their
+    :class:`~django_mcpatterns.core.exceptions.ComputeFailedError`.  Bounded (exceptions hold their
     tracebacks) and locked; :meth:`clear` empties it.
     """
 

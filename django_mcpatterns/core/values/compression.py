@@ -27,7 +27,7 @@ import threading
 import zlib
 from typing import Any, ClassVar
 
-from .exceptions import ConfigurationError
+from ..exceptions import ConfigurationError
 from .plugins import import_subclass
 
 __all__ = [

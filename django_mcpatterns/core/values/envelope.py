@@ -1,6 +1,6 @@
 """The soft-expiry envelope: a value with its soft expiry and its measured compute time.
 
-Stampede protection (:mod:`.stampede`) needs to know, on every read, whether a
+Stampede protection (:mod:`django_mcpatterns.core.stampede`) needs to know, on every read, whether a
 value is *fresh*, *stale but servable* or gone, and how long it takes to
 compute (for early recomputation).  That metadata travels with the value in
 one memcached item, so value and metadata can never disagree and one ``get``
@@ -20,16 +20,16 @@ Wire format
     spymemcached (0-1, 8-15) set, so their values are never mistaken for an
     envelope.  The version byte lets a later release change the
     layout: an envelope of an unknown version raises
-    :class:`~.exceptions.EncodingError`, it never reads as garbage or a miss.
+    :class:`~django_mcpatterns.core.exceptions.EncodingError`, it never reads as garbage or a miss.
 
 Why a serde layer
     Both stores decode every value through their serde
-    (:class:`~.cluster.Cluster` in its single-key and pipelined
-    fetches, :class:`~.memory.MemoryStore` in ``_deserialize``).  Wrapping it
+    (:class:`~django_mcpatterns.core.cluster.Cluster` in its single-key and pipelined
+    fetches, :class:`~django_mcpatterns.core.memory.MemoryStore` in ``_deserialize``).  Wrapping it
     with :class:`EnvelopeSerde` makes *every* read path unwrap envelopes:
     ``get``, ``get_many``, ``gets``, the Django and Flask backends and user code
     calling the store directly, so the envelope never leaks to users.  The one
-    reader that wants the metadata, :mod:`.stampede`, asks for it explicitly:
+    reader that wants the metadata, :mod:`django_mcpatterns.core.stampede`, asks for it explicitly:
     the stores' ``gets_envelope`` and ``get_many_envelopes`` decode with
     :meth:`EnvelopeSerde.deserialize_envelope`; no other read returns an
     :class:`Envelope`.
@@ -45,7 +45,7 @@ Plain reads honour the soft expiry
     (:mod:`.serializers`): it is neither counted, nor signalled, nor deleted,
     and its inner value is not even decoded.
 
-The invariant :mod:`.stampede` keeps: ``hard_expiry`` (the memcached TTL) is
+The invariant :mod:`django_mcpatterns.core.stampede` keeps: ``hard_expiry`` (the memcached TTL) is
 later than ``soft_expiry`` by the grace period, so a stale value remains
 servable while one caller recomputes it.
 """
@@ -61,8 +61,8 @@ from typing import Any, Final, Protocol
 
 from pymemcache.serde import pickle_serde
 
-from .chunks import Encoded
-from .exceptions import EncodingError
+from ..exceptions import EncodingError
+from .layout import Encoded
 
 __all__ = [
     "FLAG_ENVELOPE",
@@ -105,7 +105,8 @@ class Serde(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class Envelope:
-    """A cached value with the times :mod:`.stampede` decides by (Unix seconds).
+    """A cached value with the times :mod:`django_mcpatterns.core.stampede` decides by (Unix
+    seconds).
 
     ``soft_expiry``: after it the value is stale (still served while one caller
     recomputes); ``hard_expiry``: when memcached drops the item;
@@ -122,7 +123,8 @@ class Envelope:
 
     @property
     def pending(self) -> bool:
-        """Whether this is a lease placeholder (:mod:`.leases`): a miss with a fill under way."""
+        """Whether this is a lease placeholder (:mod:`django_mcpatterns.core.leases`): a miss with a
+        fill under way."""
         return self.soft_expiry == -math.inf
 
     def __reduce__(self) -> Any:

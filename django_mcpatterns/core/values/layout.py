@@ -1,6 +1,6 @@
-"""Values over memcached's item size limit, stored in chunks (``OPTIONS["large_values"]``).
+"""The chunk layout: values over memcached's item size limit, stored in chunks.
 
-What the chunked stores (``core/_async/chunks.py`` and its generated sync form)
+What the chunked stores (:mod:`django_mcpatterns.core.chunks`, ``large_values="chunk"``)
 write for a value whose encoded item would not fit in one memcached item::
 
     <key>                       a manifest, flags FLAG_CHUNKED (1 << 21), 41 bytes:
@@ -11,7 +11,7 @@ write for a value whose encoded item would not fit in one memcached item::
                                 i < count; <h> is a digest of the key, <gen> the
                                 manifest's generation
 
-Every chunk key is :class:`~.keys.Routed` by the key's own ring bytes, so the
+Every chunk key is :class:`~django_mcpatterns.core.keys.Routed` by the key's own ring bytes, so the
 chunks live on the key's server: a read is the manifest (one round trip), then
 every chunk in one multi-get (a second round trip).  The checksum makes that
 read all or nothing: a chunk lost to eviction or a restart, or a manifest
@@ -28,7 +28,7 @@ first).  Nothing written here outlives its TTL.
 
 Only the chunked store sees manifests: it reads inside :func:`manifests_read`
 (a context variable, so per thread and per asyncio task), and the serde
-refuses a manifest anywhere else (:mod:`.serializers`).  A pattern reading
+refuses a manifest anywhere else (:mod:`.serde`).  A pattern reading
 the key through the plain store, or a cache without ``large_values="chunk"``,
 gets a miss, never the manifest.
 """
@@ -42,18 +42,15 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any
 
-from .exceptions import EncodingError, ValueTooLargeError
-from .keys import Routed
+from ..exceptions import EncodingError, ValueTooLargeError
+from ..keys import Routed
 
 __all__ = [
     "CHUNKED_MAX_TTL",
     "FLAG_CHUNKED",
     "LARGE_VALUES",
-    "AsyncChunkedStore",  # noqa: F822 - from core/_async/chunks.py, on first use
     "ChunkManifest",
-    "ChunkedStore",  # noqa: F822 - from core/_sync/chunks.py, on first use
     "Encoded",
     "chunk_expire",
     "fits",
@@ -68,7 +65,7 @@ CHUNKED_MAX_TTL = 60 * 60 * 24 * 30  # memcached's longest relative exptime
 VERSION = 1
 _MANIFEST = struct.Struct(">BIQI8s16s")
 # memcached 1.6 counts 59 bytes of item header plus 4 for non-zero flags
-# (core/memory.py, item_size); chunk payloads keep a margin below the limit.
+# (core/memory/items.py, item_size); chunk payloads keep a margin below the limit.
 _ITEM_HEADER = 59 + 4
 _MARGIN = 64
 # A reader asks for at most this many chunks (64 GiB in 1 MiB items): the manifest is
@@ -167,19 +164,6 @@ def split(
     manifest = ChunkManifest(flags, len(data), len(pieces), generation, _digest(data))
     keys = manifest.keys(wire, ring)
     return manifest.encoded(), {k: Encoded(p, 0) for k, p in zip(keys, pieces, strict=True)}
-
-
-def __getattr__(name: str) -> Any:
-    # The stores live in core/_sync and core/_async, which import this module.
-    if name == "ChunkedStore":
-        from ._sync.chunks import ChunkedStore
-
-        return ChunkedStore
-    if name == "AsyncChunkedStore":
-        from ._async.chunks import AsyncChunkedStore
-
-        return AsyncChunkedStore
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def chunk_expire(expire: int) -> int:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib
 from typing import TypeVar
 
-from .exceptions import ConfigurationError
+from ..exceptions import ConfigurationError
 
 __all__ = ["import_subclass"]
 
