@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import dataclasses
 import random
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -52,9 +53,9 @@ from ..protocol.commands import StoreCommands
 from ..protocol.plans import MISS, Call, Each, FanOut, HomeToken, Plan, install
 from ..protocol.replies import not_supported, refused_in
 from ..protocol.wire import Get, Request, Value, Version
-from ..serializers import ValueRefused
+from ..store import Store
+from ..values.refusals import ValueRefused
 from .channel import Batch, Channel, NotSentError
-from .cluster import Cluster
 from .health import Admission, HealthSnapshot, NodeEvent
 from .links import answer
 from .node import Node, armed, forked
@@ -62,7 +63,7 @@ from .ops import FAILED, Decode, Parallel, Refuse, Requests, Run, Target
 from .options import ClusterOptions
 from .outcomes import NODE_ERRORS, answered, judge, probe_for, refusal_seen, unavailable
 from .servers import Server
-from .shared import Serde
+from .shared import Serde, Shared
 
 __all__ = ["AsyncCluster"]
 
@@ -88,31 +89,30 @@ class AsyncCluster(StoreCommands):
         clock: Callable[[], float] = time.monotonic,
         rng: Callable[[], float] = random.random,
     ) -> None:
-        cluster = Cluster(
-            servers, options, serde=serde, on_node_event=on_node_event, clock=clock, rng=rng
-        )
-        self._adopt(cluster)
-        cluster.__dict__["_aio"] = self
+        options = options or ClusterOptions()
+        shared = Shared(servers, options, serde, clock, rng)
+        self._adopt(shared, options, None)
+        shared.twin = self
+        self.listen(on_node_event=on_node_event)
 
     @classmethod
-    def twin_of(cls, cluster: Cluster) -> AsyncCluster:
-        """The async twin of ``cluster`` (prefer ``cluster.aio``, which makes it once)."""
+    def twin_of(cls, cluster: Any) -> AsyncCluster:
+        """The async twin of a ``Cluster`` (prefer ``cluster.aio``, which makes it once)."""
         twin = cls.__new__(cls)
-        twin._adopt(cluster)
+        twin._adopt(cluster.shared, cluster.options, cluster)
         return twin
 
-    def _adopt(self, cluster: Cluster) -> None:
-        shared = cluster.shared
-        self.sync = cluster
+    def _adopt(self, shared: Shared, options: ClusterOptions, sync: Any) -> None:
+        self._sync = sync
         self.shared = shared
-        self.options = cluster.options
+        self.options = options
         self.servers = shared.servers
         self.serde = shared.serde
         self.decoders = shared.decoders
         self.text = shared.text
         self.ring = shared.ring
         self.router = shared.router
-        self._strict_view = cluster.options.raise_errors
+        self._strict_view = options.raise_errors
         self._strict: AsyncCluster | None = None
         self._routes = shared.routes
         self._nodes = shared.nodes
@@ -125,6 +125,15 @@ class AsyncCluster(StoreCommands):
     def observer(self) -> Observer | None:
         """The observer shared with the sync twin, or None (not observed)."""
         return self.shared.observer
+
+    @property
+    def sync(self) -> Store:
+        """The sync twin: the ``Cluster`` this is the twin of (made now if this came first)."""
+        if self._sync is None:
+            main = self.shared.sync_view()
+            self._sync = main.strict() if self._strict_view else main
+        sync: Store = self._sync
+        return sync
 
     def copies(self, kb: bytes, ring: bytes) -> int:
         return self.router.copies(kb, ring)
@@ -389,7 +398,8 @@ class AsyncCluster(StoreCommands):
             return self
         if self._strict is None:
             view = copy.copy(self)
-            view._adopt(self.sync.strict())
+            options = dataclasses.replace(self.options, raise_errors=True)
+            view._adopt(self.shared, options, None)
             self._strict = view
         return self._strict
 
@@ -400,11 +410,14 @@ class AsyncCluster(StoreCommands):
         on_value_refused: Callable[[ValueRefused], object] | None = None,
     ) -> None:
         """As :meth:`Cluster.listen` (the twins share their listeners)."""
-        self.sync.listen(on_node_event=on_node_event, on_value_refused=on_value_refused)
+        if on_node_event is not None:
+            self.shared.node_listeners.add(on_node_event)
+        if on_value_refused is not None:
+            self.shared.refused_listeners.add(on_value_refused)
 
     def health(self) -> dict[str, HealthSnapshot]:
         """Every server's health, by node (shared with the sync twin)."""
-        return self.sync.health()
+        return {name: node.health.snapshot() for name, node in self._nodes.items()}
 
     async def close(self) -> None:
         """Close this event loop's connections once idle; node health is kept."""

@@ -34,7 +34,7 @@ import random
 import time
 from collections.abc import Callable, Mapping, Sequence
 from time import perf_counter_ns
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from ..keys import Key, placed
 from ..observe import Observer, Sink
@@ -43,7 +43,8 @@ from ..protocol.plans import MISS, Call, Each, FanOut, HomeToken, Plan, install
 from ..protocol.replies import not_supported, refused_in
 from ..protocol.wire import Version
 from ..registry import Registry
-from ..serializers import ValueRefused
+from ..values.refusals import ValueRefused
+from .aio import AsyncCluster
 from .health import Admission, HealthSnapshot, NodeEvent
 from .node import Node
 from .ops import FAILED, Decode, Parallel, Refuse, Requests, Run, Target
@@ -52,9 +53,6 @@ from .outcomes import NODE_ERRORS, answered, judge, probe_for, refusal_seen, una
 from .servers import Server, as_servers
 from .shared import Serde, Shared
 from .transport import Connection, answer, answering
-
-if TYPE_CHECKING:
-    from .aio import AsyncCluster
 
 __all__ = ["Cluster", "HealthSnapshot", "NodeEvent", "reset_shared_clusters", "shared_cluster"]
 
@@ -90,8 +88,17 @@ class Cluster(StoreCommands):
         rng: Callable[[], float] = random.random,
     ) -> None:
         options = options or ClusterOptions()
-        self._adopt(Shared(servers, options, serde, clock, rng), options)
+        shared = Shared(servers, options, serde, clock, rng)
+        self._adopt(shared, options)
+        shared.sync = self
         self.listen(on_node_event=on_node_event)
+
+    @classmethod
+    def of_shared(cls, shared: Shared) -> Cluster:
+        """The sync driver of an async twin built first (``AsyncCluster(servers, ...)``)."""
+        cluster = cls.__new__(cls)
+        cluster._adopt(shared, shared.options)
+        return cluster
 
     def _adopt(self, shared: Shared, options: ClusterOptions) -> None:
         self.shared = shared
@@ -381,12 +388,15 @@ class Cluster(StoreCommands):
         health (one view of a server per process, whichever API saw it fail),
         and has connections of its own: one per server and event loop.
         """
-        twin: AsyncCluster | None = self.__dict__.get("_aio")
-        if twin is None:
-            from .aio import AsyncCluster
-
-            twin = self.__dict__["_aio"] = AsyncCluster.twin_of(self)
-        return twin
+        if self is self.shared.sync:
+            if self.shared.twin is None:
+                self.shared.twin = AsyncCluster.twin_of(self)
+            twin: AsyncCluster = self.shared.twin
+            return twin
+        view_twin: AsyncCluster | None = self.__dict__.get("_aio")  # a view's (strict)
+        if view_twin is None:
+            view_twin = self.__dict__["_aio"] = AsyncCluster.twin_of(self)
+        return view_twin
 
     def listen(
         self,
@@ -439,6 +449,7 @@ class Cluster(StoreCommands):
 
 
 install(Cluster)
+Shared.sync_driver = Cluster.of_shared
 
 _shared: Registry[Cluster] = Registry(on_reset=Cluster.close)
 

@@ -17,12 +17,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ..chunks import LARGE_VALUES
 from ..exceptions import ConfigurationError
 from ..ketama import VARIANTS
 from ..keys import LONG_KEYS
 from ..observe import check_installed
-from ..serializers import DEFAULT_SERIALIZER, SerdeOptions
+from ..values.layout import LARGE_VALUES
+from ..values.serde import SerdeOptions
+from ..values.serializers import DEFAULT_SERIALIZER
 from .gutter import DEFAULT_GUTTER_TTL
 from .replicas import check_replicate
 

@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
-from ..envelope import with_envelopes
 from ..exceptions import ConfigurationError
 from ..ketama import Continuum
 from ..observe import Observer, build_observer
 from ..protocol.decoding import Decoders
-from ..serializers import ValueRefused
+from ..values.envelope import with_envelopes
+from ..values.refusals import ValueRefused
 from .health import NodeEvent, NodeHealth
 from .node import Node, watch_forks
 from .options import ClusterOptions
@@ -39,8 +39,14 @@ class Shared:
     """One cluster's servers, routing, values and reporting (see the module docstring).
 
     ``observer`` is None unless ``OPTIONS["instrumentation"]`` asks for one (or
-    a sink is added): one check per request.
+    a sink is added): one check per request.  ``sync`` and ``twin`` are the
+    cluster's sync driver and its async twin, each made on first need
+    (:meth:`sync_view`; ``Cluster.aio``).
     """
+
+    # How a sync Cluster is made for these servers (the sync driver sets it when imported:
+    # the async driver, which may be built first, never imports it).
+    sync_driver: ClassVar[Callable[[Shared], Any] | None] = None
 
     def __init__(
         self,
@@ -99,6 +105,19 @@ class Shared:
         remap = options.failover == "remap"
         self.router = Router(self.ring, self.nodes, self.gutter_nodes, locate, remap, routes)
         self.routes = routes
+        self.sync: Any = None
+        self.twin: Any = None
+
+    def sync_view(self) -> Any:
+        """The cluster's sync driver (a ``Cluster``), made now if the async twin came first."""
+        if self.sync is None:
+            make = Shared.sync_driver
+            if make is None:
+                raise RuntimeError(
+                    "the sync driver is not loaded: import django_mcpatterns.core.cluster"
+                )
+            self.sync = make(self)
+        return self.sync
 
     def _node(self, server: Server) -> Node:
         """One server's pool and health (a ring server's or a gutter server's)."""

@@ -19,8 +19,7 @@ from typing import Any, TypeVar
 
 from ..exceptions import NeedsMetaProtocolError
 from ..keys import Key, KeyT, placed
-from ..store import MAX_RELATIVE_EXPIRE, CasToken
-from ..tokens import Claimed
+from ..store import MAX_RELATIVE_EXPIRE, CasToken, Claimed
 from .decoding import (
     NO_CAS,
     Decoders,

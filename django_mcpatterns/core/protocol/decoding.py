@@ -13,12 +13,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..envelope import STALE
 from ..exceptions import ProtocolError
 from ..keys import Key
-from ..serializers import is_refused
-from ..store import CasToken
-from ..tokens import Claimed
+from ..store import CasToken, Claimed
+from ..values.envelope import STALE
+from ..values.refusals import is_refused
 from .meta import MetaDelete
 from .plans import MISS
 from .replies import cas_stored, first_value, meta_cas, reply_error, written

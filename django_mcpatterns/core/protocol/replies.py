@@ -22,7 +22,7 @@ from ..exceptions import (
     ServerError,
     ValueTooLargeError,
 )
-from ..observe import command_name
+from ..observe.records import command_name
 from ..store import CasToken
 from .meta import MetaArithmetic, MetaDelete, MetaGet, MetaNoop, MetaSet
 from .wire import (
