@@ -42,7 +42,7 @@ import copy
 import dataclasses
 import random
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from functools import partial
 from time import perf_counter_ns
 from typing import Any, TypeVar
@@ -144,17 +144,24 @@ class AsyncCluster(StoreCommands):
 
     # -- running plans --
 
-    async def run(self, plan: Plan[R]) -> R:
-        """Run a command's plan (:mod:`..protocol.plans`) and return its result."""
+    def run(self, plan: Plan[R]) -> Coroutine[Any, Any, R]:
+        """Run a command's plan (:mod:`..protocol.plans`): the coroutine of its result.
+
+        A healthy server's Call is one coroutine, the round trip itself.
+        """
         if type(plan) is not Call:
-            result: Any = await self._drive(plan)
-            return result  # type: ignore[no-any-return]
+            return self._drive(plan)
         if self._routes is None:
             node = self._nodes[self._locate(plan.ring)]
             admission = node.health.open
             if admission is not None:  # the hot path: a healthy server, nothing to route
-                result = await self._trip(node, plan.request, plan.decode, plan.failed, admission)
-                return plan.failed if result is MISS else result
+                return self._trip(
+                    node, plan.request, plan.decode, plan.failed, admission, miss=True
+                )
+        return self._routed(plan)
+
+    async def _routed(self, plan: Call[R]) -> R:
+        """A Call whose server is not healthy, or under replicas or the gutter."""
         result = await self._drive(self.router.single(plan, self._strict_view))
         return plan.failed if result is MISS else result
 
@@ -201,16 +208,20 @@ class AsyncCluster(StoreCommands):
         failed: Any,
         admission: Admission,
         loud: bool = True,
+        miss: bool = False,
     ) -> Any:
         """Queue ``request`` on ``node``'s channel, await and decode its reply (as Cluster._trip).
 
         A lone ``get``/``gets`` joins the loop iteration's batch of reads.
+        ``miss``: a decoded :data:`~..protocol.plans.MISS` answers ``failed`` (a Call's).
         """
         if not armed[0]:
             forked()  # forked without Python's at-fork hooks (uWSGI's)
         loop = asyncio.get_running_loop()
         links = node.links
-        channel = links.current(loop)
+        channel = links.channels.get(loop)  # links.current(loop), inlined: the hot path
+        if channel is not None and channel.broken is not None:
+            channel = None
         sent = channel is not None  # from here on the command may reach memcached
         observer = self.shared.observer
         started = perf_counter_ns() if observer is not None else 0
@@ -218,8 +229,17 @@ class AsyncCluster(StoreCommands):
             if channel is None:
                 channel = await links.channel(loop)
                 sent = True
-            waiters, read = _queue(channel, request)
-            reply = await _reply(waiters, read, request)
+            if type(request) is Get and len(request.keys) == 1:  # the hot path: one key's read
+                kb = request.keys[0]
+                batch = await channel.fetch_one(kb, request.cas, request)
+                if type(batch) is Batch:
+                    item = batch.values.get(kb)
+                    reply: Any = [] if item is None else [item]
+                else:
+                    reply = batch  # memcached's error reply: the decoder judges it
+            else:
+                waiters, read = _queue(channel, request)
+                reply = await _reply(waiters, read, request)
             if observer is not None:  # the reply as memcached gave it, before decoding
                 observer.request(node.name, request, reply, started)
                 observer = None
@@ -241,6 +261,8 @@ class AsyncCluster(StoreCommands):
             refused = refused_in(node.name, request, reply)  # type: ignore[arg-type]
             if refused is not None:  # memcached < 1.6 answered ERROR to a meta command
                 raise refused
+        elif miss and result is MISS:
+            return failed
         return result
 
     async def _parallel(self, targets: list[Target], loud: bool) -> list[Any]:
@@ -265,7 +287,7 @@ class AsyncCluster(StoreCommands):
         try:
             while pending:  # 1. queue every server's requests (no await but to connect)...
                 i, target = pending[0]
-                node = target.node
+                node = target[0]
                 links = node.links
                 channel = links.current(loop)
                 sent = channel is not None
@@ -274,7 +296,7 @@ class AsyncCluster(StoreCommands):
                     if channel is None:
                         channel = await links.channel(loop)
                         sent = True
-                    waiters, read = _queue(channel, target.request)
+                    waiters, read = _queue(channel, target[1])
                 except asyncio.CancelledError:
                     raise
                 except BaseException as exc:
@@ -287,7 +309,7 @@ class AsyncCluster(StoreCommands):
                 del pending[0]
             while queued:  # 2. ...then await every reply
                 i, target, channel, waiters, read, started = queued[0]
-                node, request, decode = target.node, target.request, target.decode
+                node, request, _, decode = target
                 replied = False
                 try:
                     reply = await _reply(waiters, read, request)
@@ -306,13 +328,13 @@ class AsyncCluster(StoreCommands):
                 del queued[0]
         except asyncio.CancelledError as exc:
             if observer is not None:  # sent: every queued server's; not sent: the pending
-                for _, target, _, _, _, started in queued:
-                    observer.failed(target.node.name, target.request, exc, True, started)
-                for _, target in pending:
-                    observer.failed(target.node.name, target.request, exc, False, 0)
-            for target in [t for _, t, *_ in queued] + [t for _, t in pending]:
-                if target.admission.probe:
-                    target.node.health.released()
+                for _, (node, request, *_), _, _, _, started in queued:
+                    observer.failed(node.name, request, exc, True, started)
+                for _, (node, request, *_) in pending:
+                    observer.failed(node.name, request, exc, False, 0)
+            for node, _, admission, _ in [t for _, t, *_ in queued] + [t for _, t in pending]:
+                if admission.probe:
+                    node.health.released()
             raise
         if errors:
             raise errors[0]
@@ -330,7 +352,7 @@ class AsyncCluster(StoreCommands):
         replied: bool = False,
     ) -> None:
         """A target of :meth:`_parallel` failed: FAILED, or an error kept for the caller."""
-        node, request, admission = target.node, target.request, target.admission
+        node, request, admission, _ = target
         try:
             await self._failed(
                 node, channel, request, exc, admission, sent, loud, started, None, replied
@@ -426,7 +448,7 @@ class AsyncCluster(StoreCommands):
             node.links.close(loop)
 
 
-install(AsyncCluster)
+install(AsyncCluster, asynchronous=True)
 
 
 def _queue(channel: Channel, request: Requests) -> tuple[Waiters, Get | None]:
@@ -450,15 +472,21 @@ async def _reply(waiters: Waiters, read: Get | None, request: Requests) -> Any:
     if read is None:
         replies: list[Any] = await waiters[0]
         return replies if type(request) is tuple else replies[0]
-    values: dict[bytes, Value] = {}
+    answered: list[dict[bytes, Value]] = []
     error: Any = None
     for waiter in waiters:  # every one awaited: none is left unretrieved
         batch = await waiter
         if type(batch) is Batch:
-            values.update(batch.values)
+            answered.append(batch.values)
         elif error is None:
             error = batch  # memcached's error reply: the decoder judges it
-    found = error if error is not None else [values[kb] for kb in read.keys if kb in values]
+    if error is not None:
+        found: Any = error
+    elif len(answered) == 1:
+        (values,) = answered
+        found = [values[kb] for kb in read.keys if kb in values]
+    else:  # each key is in one batch: the newest asking for it
+        found = [v[kb] for kb in read.keys for v in answered if kb in v]
     return [found] if type(request) is tuple else found
 
 

@@ -96,14 +96,19 @@ class Batch(_Item):
     iteration; then in flight until its reply is parsed.
     """
 
-    __slots__ = ("cas", "keys", "sent_under", "values")
+    __slots__ = ("cas", "keys", "read", "sent_under", "values")
 
-    def __init__(self) -> None:
-        super().__init__(())
+    def __init__(self, read: Get | None = None) -> None:
+        # _Item's fields set here, not through super(): a batch is made per loop iteration.
+        self.requests: Sequence[Request[Any]] = ()
+        self.data = b""
+        self.replies = []
+        self.waiters = []
         self.keys: dict[bytes, None] = {}  # an ordered set
         self.cas = False
         self.values: dict[bytes, Value] = {}
         self.sent_under = -1  # the completion stamp when written; -1: open
+        self.read = read  # the first caller's own get, sent as it is if no key joins
 
     def joinable(self, cas: bool) -> bool:
         """Whether a read of one of its keys, issued now, may share its reply.
@@ -117,8 +122,11 @@ class Batch(_Item):
 
     def seal(self) -> None:
         self.sent_under = completed[0]
-        self.requests = (Get(list(self.keys), self.cas),)
-        self.data = self.requests[0].encode()  # keys of placed(): valid bytes
+        read = self.read
+        if read is None or len(self.keys) != 1 or read.cas != self.cas:
+            read = Get(list(self.keys), self.cas)
+        self.requests = (read,)
+        self.data = read.encode()  # keys of placed(): valid bytes
 
     def resolve(self) -> None:
         (reply,) = self.replies
@@ -212,13 +220,15 @@ class Channel(asyncio.Protocol):
         self._enqueue(item)
         return waiter
 
-    def fetch_one(self, kb: bytes, cas: bool) -> asyncio.Future[Batch | ErrorReply]:
-        """:meth:`fetch` of one key (the hot path of ``get``)."""
+    def fetch_one(
+        self, kb: bytes, cas: bool, read: Get | None = None
+    ) -> asyncio.Future[Batch | ErrorReply]:
+        """:meth:`fetch` of one key (the hot path of ``get``); ``read``: the caller's request."""
         batch = self._in_flight.get(kb)
         if batch is None or not batch.joinable(cas):
             batch = self._open_batch
             if batch is None:
-                batch = self._open_batch = Batch()
+                batch = self._open_batch = Batch(read)
                 self._enqueue(batch)
             batch.keys[kb] = None
             self._in_flight[kb] = batch

@@ -169,7 +169,7 @@ class Cluster(StoreCommands):
         if kind is Call:
             return self.run(op)
         if kind is Parallel:
-            return self._parallel(op.targets, op.loud)
+            return self._parallel(op.targets, op.loud, op.together)
         if kind is Refuse:
             return self._refuse(op.node, op.failed, op.request)
         if kind is FanOut:
@@ -227,7 +227,7 @@ class Cluster(StoreCommands):
                 raise refused
         return result
 
-    def _parallel(self, targets: list[Target], loud: bool) -> list[Any]:
+    def _parallel(self, targets: list[Target], loud: bool, together: bool = False) -> list[Any]:
         """Each target's :meth:`_trip`, every request written before any reply is read.
 
         A server failure is that target's ``FAILED`` (recorded in its health);
@@ -239,7 +239,7 @@ class Cluster(StoreCommands):
         observer = self.shared.observer
         pending: list[tuple[int, Target, Connection, int]] = []
         for i, target in enumerate(targets):  # 1. write every server's requests...
-            node, request = target.node, target.request
+            node, request = target[0], target[1]
             client = None
             sent = False
             started = perf_counter_ns() if observer is not None else 0
@@ -253,9 +253,10 @@ class Cluster(StoreCommands):
                 self._settle(target, client, exc, sent, loud, started, errors)
             else:
                 pending.append((i, target, client, started))
-        ready = answering([client for _, _, client, _ in pending], self.options.timeout)
+        clients = [client for _, _, client, _ in pending]
+        ready = answering(clients, self.options.timeout) if together else clients
         for i, target, client, started in pending:  # 2. ...then read every reply
-            node, request, decode = target.node, target.request, target.decode
+            node, request, _, decode = target
             batch = request if isinstance(request, tuple) else (request,)
             replied = False
             try:
@@ -288,7 +289,7 @@ class Cluster(StoreCommands):
     ) -> None:
         """A target of :meth:`_parallel` failed: FAILED, or an error kept for the caller."""
         try:
-            node, request, admission = target.node, target.request, target.admission
+            node, request, admission, _ = target
             self._failed(node, client, request, exc, admission, sent, loud, started, None, replied)
         except BaseException as error:
             errors.append(error)
@@ -448,7 +449,7 @@ class Cluster(StoreCommands):
             node.drop_idle()
 
 
-install(Cluster)
+install(Cluster, asynchronous=False)
 Shared.sync_driver = Cluster.of_shared
 
 _shared: Registry[Cluster] = Registry(on_reset=Cluster.close)

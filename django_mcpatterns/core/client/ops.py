@@ -62,16 +62,9 @@ class Run:
         self.loud = loud
 
 
-class Target:
-    """One server's part of a :class:`Parallel`: its request(s), admission and decoder."""
-
-    __slots__ = ("admission", "decode", "node", "request")
-
-    def __init__(self, node: Node, request: Requests, admission: Admission, decode: Decode) -> None:
-        self.node = node
-        self.request = request
-        self.admission = admission
-        self.decode = decode
+# One server's part of a Parallel: ``(node, request(s), admission, decoder)`` (a tuple:
+# a fan-out makes one per server).
+Target: TypeAlias = "tuple[Node, Requests, Admission, Decode]"
 
 
 class Parallel:
@@ -80,13 +73,18 @@ class Parallel:
     An error for the caller is raised once every reply has been read, so no
     connection is left mid-reply; ``loud``: the strict view's server failures
     are such errors too (a fan-out), where otherwise they are FAILED (replicas).
+    ``together``: the replies are waited for together, a stalled server costing
+    one timeout for all (a replicated write: a few servers, a selector's
+    system calls); otherwise each in turn (a fan-out: no system call beyond
+    each server's send and receive).
     """
 
-    __slots__ = ("loud", "targets")
+    __slots__ = ("loud", "targets", "together")
 
-    def __init__(self, targets: list[Target], loud: bool = False) -> None:
+    def __init__(self, targets: list[Target], loud: bool = False, together: bool = False) -> None:
         self.targets = targets
         self.loud = loud
+        self.together = together
 
 
 class Refuse:

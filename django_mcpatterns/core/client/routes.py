@@ -287,22 +287,21 @@ class Routes:
         for node in nodes:
             admission = yield from self.admit(node)
             if admission is not None:
-                targets.append(Target(node, request, admission, decode))
+                targets.append((node, request, admission, decode))
                 continue
             missed.append(node)
             if self.gutter_ring is not None and not strict:
                 spare = self.gutter_node(kb)
                 spare_admission = spare.health.admit()
-                if spare_admission is not None and all(t.node is not spare for t in targets):
+                if spare_admission is not None and all(t[0] is not spare for t in targets):
                     clamped = clamp(request, self.gutter_ttl)
-                    targets.append(Target(spare, clamped, spare_admission, decode))
+                    targets.append((spare, clamped, spare_admission, decode))
         try:
-            results = yield Parallel(targets)
+            results = yield Parallel(targets, together=True)
         except BaseException:  # failed, or the caller gave up (cancelled), with the write in flight
-            self.abandoned(kb, [t.node for t in targets if t.node not in self.gutter_set] + missed)
+            self.abandoned(kb, [t[0] for t in targets if t[0] not in self.gutter_set] + missed)
             raise
-        for target, result in zip(targets, results, strict=True):
-            node = target.node
+        for (node, *_), result in zip(targets, results, strict=True):
             if result is FAILED and node not in self.gutter_set:
                 missed.append(node)
         for node in missed:

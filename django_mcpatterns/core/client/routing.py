@@ -182,7 +182,7 @@ class Router:
             requests = tuple(exchange.requests(kbs))
             if node in gutter:
                 requests = tuple(clamp(request, routes.gutter_ttl) for request in requests)  # type: ignore[union-attr]
-            targets.append(Target(node, requests, granted[node], partial(_result, exchange, kbs)))
+            targets.append((node, requests, granted[node], partial(_result, exchange, kbs)))
         results: list[Any] = []
         lost: set[str] = set()  # servers that failed this call (their spread keys are reread)
         answers = yield Parallel(targets, loud=True)

@@ -184,7 +184,10 @@ class Connection:
         timeout = self.timeout
         deadline = time.monotonic() + timeout if timeout else None
         try:
-            _send_all(sock, request.encode(), deadline)
+            data = request.encode()
+            sent = sock.send(data)
+            if sent != len(data):  # a short request goes in one send
+                _send_rest(sock, data, sent, deadline)
             data = sock.recv(_RECV_SIZE)  # a short reply: all of it, usually
             if not data:
                 raise _closed()
@@ -197,7 +200,7 @@ class Connection:
         except BlockingIOError as exc:
             raise _timed_out(exc) from exc
         reader.drained()
-        stamp_completed()
+        completed[0] = next(_stamps)  # stamp_completed(), inlined: the hot path
         answer: T | ErrorReply = reply  # NEED_DATA is looped away
         return answer
 
@@ -221,8 +224,12 @@ def _send_all(sock: Any, data: bytes, deadline: float | None) -> None:
     deadline between sends.
     """
     sent = sock.send(data)
-    if sent == len(data):
-        return
+    if sent != len(data):
+        _send_rest(sock, data, sent, deadline)
+
+
+def _send_rest(sock: Any, data: bytes, sent: int, deadline: float | None) -> None:
+    """The rest of a partial send, checking ``deadline`` between sends."""
     rest = memoryview(data)[sent:]
     while rest:
         if deadline is not None and time.monotonic() > deadline:
@@ -327,6 +334,12 @@ class Pool:
         return tuple(self._used)
 
     def get(self) -> Connection:
+        with self._lock:
+            free = self._free
+            if free and not self._idle_timeout:  # the hot path: an idle connection, no expiry
+                connection = free.popleft()[0]
+                self._used[connection] = None
+                return connection
         stale: list[Connection] = []
         with self._lock:
             try:

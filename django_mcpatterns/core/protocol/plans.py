@@ -253,14 +253,13 @@ class command(Generic[P, R]):
         raise TypeError(f"{owner.__name__} runs no plans: subclass StoreCommands with a run()")
 
 
-def install(driver: type[Any]) -> None:
-    """Give ``driver`` a method per :class:`command` of its bases, sync or async as its ``run``.
+def install(driver: type[Any], asynchronous: bool) -> None:
+    """Give ``driver`` a method per :class:`command` of its bases (``asynchronous``: coroutines).
 
     Each method has its plan's exact signature (made with ``exec``, as
     :mod:`dataclasses` makes ``__init__``): ``cluster.get(key)`` costs one
     call more than the plan, with no ``*args`` packing on the hot path.
     """
-    asynchronous = inspect.iscoroutinefunction(driver.run)
     for klass in reversed(driver.__mro__):
         for name, value in vars(klass).items():
             if isinstance(value, command) and name not in vars(driver):
