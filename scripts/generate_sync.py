@@ -14,11 +14,19 @@ Renames, besides unasync's own (``__aenter__`` -> ``__enter__``, ...):
 * ``_async`` -> ``_sync`` (import paths);
 * ``AsyncName`` -> ``Name`` (``AsyncStore`` -> ``Store``, ``AsyncAppendSets`` -> ``AppendSets``);
 * ``async_name`` -> ``name`` (``async_sleep`` -> ``sleep``: the few operations that differ
-  live in hand-written pairs, see ``django_mcpatterns/core/syncio.py``).
+  live in hand-written pairs, see ``django_mcpatterns/core/syncio.py``);
+* in the façade (the pattern methods on cache objects, ``django_mcpatterns/patterns/``,
+  and the Django cache API, ``django_mcpatterns/_async/``), names follow Django's
+  a-prefix: a method defined as ``async def asadd`` is generated as ``def sadd``, and the
+  host's asyncio attributes (each ``aname`` or ``_aname`` that
+  ``django_mcpatterns/patterns/host.py`` defines beside ``name`` or ``_name``:
+  ``astore``, ``avalues``...) become their sync twins.
 """
 
 from __future__ import annotations
 
+import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -33,6 +41,11 @@ TARGET = PACKAGE / "core" / "_sync"
 # Each (source, target) directory pair: the framework-free patterns, and the
 # Django glue written once in asyncio (stampede_guard's page flow).
 DIRECTORIES = ((SOURCE, TARGET), (PACKAGE / "_async", PACKAGE / "_sync"))
+# Folders whose _async*.py sources are generated beside them as _sync*.py.
+BESIDE = (PACKAGE / "patterns",)
+# Sources written with Django's a-prefixed names (see the module docstring).
+A_PREFIXED = (PACKAGE / "patterns", PACKAGE / "_async")
+HOST = PACKAGE / "patterns" / "host.py"
 HEADER = "# Generated from {source} by scripts/generate_sync.py: do not edit.\n"
 RUFF = Path(sys.executable).with_name("ruff")
 
@@ -40,8 +53,8 @@ RUFF = Path(sys.executable).with_name("ruff")
 class _Rule(unasync.Rule):  # type: ignore[misc]
     """unasync's rule, with this project's renames."""
 
-    def __init__(self) -> None:
-        super().__init__("/_async/", "/_sync/", {"_async": "_sync"})
+    def __init__(self, renames: dict[str, str] | None = None) -> None:
+        super().__init__("/_async/", "/_sync/", {"_async": "_sync", **(renames or {})})
 
     def _unasync_name(self, name: str) -> str:
         if name in self.token_replacements:
@@ -67,32 +80,72 @@ def _ruff(args: list[str], source: str, filename: Path) -> str:
     return done.stdout
 
 
+def host_pairs() -> dict[str, str]:
+    """``aname`` -> ``name`` (``_aname`` -> ``_name``) for each pair the pattern host defines."""
+    defined = {
+        node.name
+        for node in ast.walk(ast.parse(HOST.read_text(encoding="utf-8")))
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+    }
+    pairs = {}
+    for name in defined:
+        sync = "_" + name[2:] if name.startswith("_a") else name[1:]
+        if name.lstrip("_").startswith("a") and sync in defined:
+            pairs[name] = sync
+    return pairs
+
+
+def a_forms(text: str) -> dict[str, str]:
+    """The façade's renames for a source: its ``async def a<name>`` methods, the host's pairs."""
+    methods = re.findall(r"\basync def (a[a-z]\w*)", text)
+    return {**host_pairs(), **{name: name[1:] for name in methods}}
+
+
+def target_of(source: Path, target_dir: Path) -> Path:
+    if source.parent in BESIDE:
+        return source.with_name("_sync" + source.name.removeprefix("_async"))
+    return target_dir / source.name
+
+
 def generate(source: Path, target_dir: Path = TARGET) -> str:
     """The sync module that ``source`` (a file in an ``_async/`` directory) makes."""
-    tokens = tokenize_rt.src_to_tokens(source.read_text(encoding="utf-8"))
-    text = tokenize_rt.tokens_to_src(_Rule()._unasync_tokens(tokens))
+    text = source.read_text(encoding="utf-8")
+    renames = a_forms(text) if source.parent in A_PREFIXED else {}
+    tokens = tokenize_rt.src_to_tokens(text)
+    text = tokenize_rt.tokens_to_src(_Rule(renames)._unasync_tokens(tokens))
     text = HEADER.format(source=source.relative_to(PACKAGE).as_posix()) + text
-    target = target_dir / source.name
+    target = target_of(source, target_dir)
     text = _ruff(["check", "--fix", "--select", "I,F401", "--quiet", "--exit-zero"], text, target)
     return _ruff(["format", "--quiet"], text, target)
 
 
-def expected() -> dict[Path, str]:
-    """Every generated file and the text it must have."""
-    return {
-        target / source.name: generate(source, target)
+def sources() -> list[tuple[Path, Path]]:
+    """Every source with its target directory."""
+    found = [
+        (source, target)
         for source_dir, target in DIRECTORIES
         for source in sorted(source_dir.glob("*.py"))
-    }
+    ]
+    found += [(source, folder) for folder in BESIDE for source in sorted(folder.glob("_async*.py"))]
+    return found
+
+
+def generated_files() -> list[Path]:
+    """The files in generated places now (to find leftovers of removed sources)."""
+    found = [path for _, target in DIRECTORIES for path in target.glob("*.py")]
+    return found + [path for folder in BESIDE for path in folder.glob("_sync*.py")]
+
+
+def expected() -> dict[Path, str]:
+    """Every generated file and the text it must have."""
+    return {target_of(source, target): generate(source, target) for source, target in sources()}
 
 
 def stale() -> list[Path]:
     """The generated files that are missing, out of date, or left from a removed source."""
     wanted = expected()
     wrong = [path for path, text in wanted.items() if not path.exists() or path.read_text() != text]
-    leftovers = [
-        path for _, target in DIRECTORIES for path in target.glob("*.py") if path not in wanted
-    ]
+    leftovers = [path for path in generated_files() if path not in wanted]
     return sorted(wrong + leftovers)
 
 
@@ -109,9 +162,9 @@ def main(argv: list[str]) -> int:
     wanted = expected()
     for _, target in DIRECTORIES:
         target.mkdir(exist_ok=True)
-        for path in target.glob("*.py"):
-            if path not in wanted:
-                path.unlink()
+    for path in generated_files():
+        if path not in wanted:
+            path.unlink()
     for path, text in wanted.items():
         if not path.exists() or path.read_text() != text:
             path.write_text(text)
