@@ -1,4 +1,4 @@
-"""Rate limits on cache objects, asyncio source: ``aratelimit``.
+"""Rate limits on cache objects: ``ratelimit`` and ``aratelimit``.
 
 The algorithm is :mod:`django_mcpatterns.core.ratelimit` (a slotted sliding
 window); this method names its items with the backend's key rules.

@@ -1,4 +1,4 @@
-"""Namespaces on cache objects, asyncio source: ``ns.aget``, ``ns.aget_or_compute``...
+"""Namespaces on cache objects: ``ns.get``, ``ns.get_or_compute``... and their a-forms.
 
 The algorithm is :mod:`django_mcpatterns.core.namespaces`; a cache namespace makes
 its keys with the cache's rules and turns the framework's ``timeout`` into

@@ -1,4 +1,4 @@
-"""Sets and lists on cache objects, asyncio source: ``asadd``, ``asmembers``, ``arpush``...
+"""Sets and lists on cache objects: ``sadd``, ``smembers``, ``rpush``... and their a-forms.
 
 The algorithms are :class:`~django_mcpatterns.core.sets.AppendSets` and
 :class:`~django_mcpatterns.core.lists.AppendLists`; these methods only make keys

@@ -1,5 +1,5 @@
 # Generated from patterns/_async_limits.py by scripts/generate_sync.py: do not edit.
-"""Rate limits on cache objects, asyncio source: ``aratelimit``.
+"""Rate limits on cache objects: ``ratelimit`` and ``aratelimit``.
 
 The algorithm is :mod:`django_mcpatterns.core.ratelimit` (a slotted sliding
 window); this method names its items with the backend's key rules.

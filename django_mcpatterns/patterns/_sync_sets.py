@@ -1,5 +1,5 @@
 # Generated from patterns/_async_sets.py by scripts/generate_sync.py: do not edit.
-"""Sets and lists on cache objects, asyncio source: ``asadd``, ``asmembers``, ``arpush``...
+"""Sets and lists on cache objects: ``sadd``, ``smembers``, ``rpush``... and their a-forms.
 
 The algorithms are :class:`~django_mcpatterns.core.sets.AppendSets` and
 :class:`~django_mcpatterns.core.lists.AppendLists`; these methods only make keys

@@ -1,5 +1,5 @@
 # Generated from patterns/_async_stampede.py by scripts/generate_sync.py: do not edit.
-"""Stampede protection on cache objects, asyncio source: ``aget_or_compute`` and friends.
+"""Stampede protection on cache objects: ``get_or_compute`` and friends, and their a-forms.
 
 The algorithm is :mod:`django_mcpatterns.core.stampede`; these methods make keys
 with the backend's rules and turn the framework's ``timeout`` (``_pattern_expire``:

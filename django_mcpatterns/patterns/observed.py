@@ -45,7 +45,9 @@ _inside: contextvars.ContextVar[bool] = contextvars.ContextVar(
 
 def observer_of(host: Any) -> Observer | None:
     """The observer of ``host``'s store, or None (instrumentation off, embedded store)."""
-    observer: Observer | None = getattr(host.store, "observer", None)
+    binding = getattr(host, "binding", None)
+    store = host.store if binding is None else binding.store
+    observer: Observer | None = getattr(store, "observer", None)
     return observer
 
 
