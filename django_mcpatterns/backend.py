@@ -38,6 +38,7 @@ from .core.cluster import Cluster, NodeEvent
 from .core.exceptions import ConfigurationError
 from .core.memory import AsyncMemoryStore, MemoryStore
 from .core.serializers import ValueRefused
+from .core.sets import SetOptions
 from .core.store import Store
 from .patterns import PatternMethods
 from .patterns.observed import observe_event
@@ -86,7 +87,7 @@ class StoreCache(PatternMethods, CacheMethods, AsyncCacheMethods):
             **listeners,
         )
 
-    def _bound_set_options(self, store: Store) -> Any:
+    def _bound_set_options(self, store: Store) -> SetOptions:
         return self._set_options()
 
 

@@ -61,7 +61,7 @@ from ..core.exceptions import (
 from ..core.keys import key_bytes, shorten
 from ..core.locks import Backoff
 from ..core.memory import AsyncMemoryStore, MemoryStore
-from ..core.serializers import with_derived_keys
+from ..core.sets import SetOptions
 from ..core.store import MAX_RELATIVE_EXPIRE, Store
 from ..patterns import DEFAULT, PatternMethods
 from ..patterns.observed import observe_event
@@ -114,6 +114,7 @@ class PatternsCache(PatternMethods, BaseCache):
         clock: Callable[[], float] = time.time,
         sleep: Callable[[float], object] = time.sleep,
         rng: Callable[[], float] = random.random,
+        secret_key: str | bytes | None = None,
     ) -> None:
         super().__init__(
             # Flask-Caching annotates int; cachelib, which gets it, converts a timedelta.
@@ -124,10 +125,13 @@ class PatternsCache(PatternMethods, BaseCache):
         self._clock = clock
         self._sleep = sleep
         self._rng = rng
+        self._secret_key = secret_key
 
     def _conventions(self, **given: Any) -> Conventions:
         """Flask-Caching's conventions for this cache's binding (see :mod:`..binding`)."""
         return Conventions(
+            # signed=True without a key: one derived from the app's SECRET_KEY.
+            secrets=lambda: [self._secret_key],
             # Prefixes match the caller's key: after CACHE_KEY_PREFIX.
             key_scope=re.escape(self.key_prefix),
             on_value_refused=send_value_refused,
@@ -135,7 +139,7 @@ class PatternsCache(PatternMethods, BaseCache):
             **given,
         )
 
-    def _bound_set_options(self, store: Store) -> Any:
+    def _bound_set_options(self, store: Store) -> SetOptions:
         return self._set_options()
 
     # -- the patterns' hooks ----------------------------------------------------
@@ -346,6 +350,8 @@ class KetamaMemcachedCache(PatternsCache):
     (``ketama``, ``failover``, timeouts...) and the socket options (``no_delay``...).
     Every backend of the process naming the same servers and options shares
     one :class:`Cluster`: its connection pools and its servers' health.
+    ``secret_key`` (the factory passes the app's ``SECRET_KEY``) is what a
+    signing key is derived from for ``signed=True`` without one.
     """
 
     def __init__(
@@ -358,6 +364,7 @@ class KetamaMemcachedCache(PatternsCache):
         clock: Callable[[], float] = time.time,
         sleep: Callable[[float], object] = time.sleep,
         rng: Callable[[], float] = random.random,
+        secret_key: str | bytes | None = None,
         **options: Any,
     ) -> None:
         super().__init__(
@@ -367,6 +374,7 @@ class KetamaMemcachedCache(PatternsCache):
             clock=clock,
             sleep=sleep,
             rng=rng,
+            secret_key=secret_key,
         )
         self.binding = bind_cluster(
             DEFAULT_SERVERS if servers is None else servers,
@@ -384,7 +392,8 @@ class KetamaMemcachedCache(PatternsCache):
         return cls(
             config["CACHE_MEMCACHED_SERVERS"],
             key_prefix=config["CACHE_KEY_PREFIX"],
-            **_with_signing_key(kwargs, config),
+            secret_key=config.get("SECRET_KEY"),
+            **kwargs,
         )
 
     binding: ClusterBinding
@@ -424,6 +433,7 @@ class LocMemPatternsCache(PatternsCache):
         clock: Callable[[], float] = time.time,
         sleep: Callable[[float], object] = time.sleep,
         rng: Callable[[], float] = random.random,
+        secret_key: str | bytes | None = None,
         **options: Any,
     ) -> None:
         super().__init__(
@@ -433,6 +443,7 @@ class LocMemPatternsCache(PatternsCache):
             clock=clock,
             sleep=sleep,
             rng=rng,
+            secret_key=secret_key,
         )
         # Checked, then set aside (as the Django backend does): no wire to measure.
         self.binding = bind_embedded(
@@ -444,7 +455,9 @@ class LocMemPatternsCache(PatternsCache):
         cls, app: Flask, config: dict[str, Any], args: list[Any], kwargs: dict[str, Any]
     ) -> LocMemPatternsCache:
         _refuse_cache_args(args)
-        return cls(key_prefix=config["CACHE_KEY_PREFIX"], **_with_signing_key(kwargs, config))
+        return cls(
+            key_prefix=config["CACHE_KEY_PREFIX"], secret_key=config.get("SECRET_KEY"), **kwargs
+        )
 
     binding: EmbeddedBinding
 
@@ -484,11 +497,6 @@ def _checked_prefix(prefix: str | None) -> str:
         except InvalidKeyError as exc:
             raise ConfigurationError(f"CACHE_KEY_PREFIX: {exc}", option="CACHE_KEY_PREFIX") from exc
     return prefix
-
-
-def _with_signing_key(options: Mapping[str, Any], config: Mapping[str, Any]) -> dict[str, Any]:
-    """``CACHE_OPTIONS``, with a key derived from the app's ``SECRET_KEY`` for ``signed=True``."""
-    return with_derived_keys(options, lambda: [config.get("SECRET_KEY")])
 
 
 def _refuse_cache_args(args: list[Any]) -> None:
