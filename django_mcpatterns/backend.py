@@ -37,9 +37,9 @@ from .core.aio import AsyncCluster
 from .core.cluster import Cluster, NodeEvent
 from .core.exceptions import ConfigurationError
 from .core.memory import AsyncMemoryStore, MemoryStore
-from .core.serializers import ValueRefused
 from .core.sets import SetOptions
 from .core.store import Store
+from .core.values import ValueRefused
 from .patterns import PatternMethods
 from .patterns.observed import observe_event
 

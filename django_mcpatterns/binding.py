@@ -37,19 +37,17 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Generic, Literal, TypeVar
 
-from .core._async.chunks import AsyncChunkedStore
-from .core._sync.chunks import ChunkedStore
 from .core.aio import AsyncCluster
+from .core.chunks import AsyncChunkedStore, ChunkedStore
 from .core.cluster import Cluster, NodeEvent, shared_cluster
 from .core.exceptions import ConfigurationError
-from .core.lists import AppendLists, AsyncAppendLists
 from .core.memory import AsyncMemoryStore, MemoryStore, memory_options, shared_memory_store
 from .core.observe import check_installed
 from .core.options import INSTRUMENTATION_OPTIONS, ClusterOptions
-from .core.serializers import SerdeOptions, ValueRefused, with_derived_keys
 from .core.servers import Server, parse_servers
-from .core.sets import AppendSets, AsyncAppendSets, SetOptions
+from .core.sets import AppendLists, AppendSets, AsyncAppendLists, AsyncAppendSets, SetOptions
 from .core.store import AsyncStore, Store
+from .core.values import SerdeOptions, ValueRefused, with_derived_keys
 
 __all__ = [
     "DEFAULT_ITEM_SIZE",

@@ -9,8 +9,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from django_mcpatterns.core.limiters import AsyncRateLimiter
-from django_mcpatterns.core.ratelimit import DEFAULT_SLOTS, Decision, FailMode, Rate
+from django_mcpatterns.core.ratelimit import (
+    DEFAULT_SLOTS,
+    AsyncRateLimiter,
+    Decision,
+    FailMode,
+    Rate,
+)
 
 from .host import PatternHost
 

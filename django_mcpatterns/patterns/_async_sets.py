@@ -14,8 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from django_mcpatterns.core.codec import Member
-from django_mcpatterns.core.sets import AsyncLoader
+from django_mcpatterns.core.sets import AsyncLoader, Member
 
 from .host import DEFAULT, PatternHost
 

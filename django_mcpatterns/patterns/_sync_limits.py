@@ -10,8 +10,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from django_mcpatterns.core.limiters import RateLimiter
-from django_mcpatterns.core.ratelimit import DEFAULT_SLOTS, Decision, FailMode, Rate
+from django_mcpatterns.core.ratelimit import (
+    DEFAULT_SLOTS,
+    Decision,
+    FailMode,
+    Rate,
+    RateLimiter,
+)
 
 from .host import PatternHost
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
+from django_mcpatterns.core.concurrency import Compute
 from django_mcpatterns.core.namespaces import Part
 from django_mcpatterns.core.stampede import Fetched, StampedePolicy
-from django_mcpatterns.core.syncio import Compute
 
 from .host import DEFAULT, NamespaceHost, PatternHost
 

@@ -15,8 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from django_mcpatterns.core.codec import Member
-from django_mcpatterns.core.sets import Loader
+from django_mcpatterns.core.sets import Loader, Member
 
 from .host import DEFAULT, PatternHost
 

@@ -15,10 +15,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from django_mcpatterns.core.envelope import Envelope
+from django_mcpatterns.core.concurrency import Compute
 from django_mcpatterns.core.leases import get_or_set
 from django_mcpatterns.core.stampede import Fetched, StampedePolicy
-from django_mcpatterns.core.syncio import Compute
+from django_mcpatterns.core.values import Envelope
 
 from .host import DEFAULT, PatternHost
 

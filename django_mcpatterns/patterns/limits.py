@@ -12,12 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from django_mcpatterns.core.cached_counters import (
-    AsyncCachedCounter,
-    AsyncChange,
-    CachedCounter,
-    Change,
-)
+from django_mcpatterns.core.counters import AsyncCachedCounter, AsyncChange, CachedCounter, Change
 
 from ._async_limits import AsyncLimitMethods
 from ._sync_limits import LimitMethods
