@@ -53,7 +53,7 @@ from ..protocol.commands import StoreCommands
 from ..protocol.plans import MISS, Call, Each, FanOut, HomeToken, Plan, install
 from ..protocol.replies import not_supported, refused_in
 from ..protocol.wire import Get, Request, Value, Version
-from ..store import Store
+from ..store import AsyncStore, AsyncTokenStore, Store
 from ..values.refusals import ValueRefused
 from .channel import Batch, Channel, NotSentError
 from .health import Admission, HealthSnapshot, NodeEvent
@@ -72,7 +72,7 @@ R = TypeVar("R")
 Waiters = list["asyncio.Future[Any]"]
 
 
-class AsyncCluster(StoreCommands):
+class AsyncCluster(StoreCommands, AsyncStore, AsyncTokenStore):
     """The :class:`~..store.AsyncStore` protocol on a cluster of memcached servers.
 
     Takes Cluster's constructor; :meth:`twin_of` (or ``Cluster.aio``) makes the

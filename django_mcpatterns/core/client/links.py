@@ -6,9 +6,10 @@ import asyncio
 from typing import Any
 
 from ..exceptions import ProtocolError
+from ..loops import at_shutdown
 from ..protocol.wire import ErrorReply, Request
 from .channel import Channel, open_channel
-from .transport import SocketOptions
+from .transport import ConnectionClosedError, SocketOptions
 
 __all__ = ["Links", "answer"]
 
@@ -63,7 +64,16 @@ class Links:
             if abandoned is not None:
                 abandoned.abandon()  # its loop is gone: nothing can use it
         self.channels[loop] = channel
+        await at_shutdown(self, self._shut)
         return channel
+
+    async def _shut(self) -> None:
+        """End the channel of a loop that shuts down (:mod:`..loops`), rather than leave it
+        to the garbage collector."""
+        channel = self.channels.pop(asyncio.get_running_loop(), None)
+        if channel is not None:
+            channel.fail(ConnectionClosedError("its event loop shut down"))
+            await asyncio.sleep(0)  # the transport's connection_lost closes the socket
 
     def close(self, loop: asyncio.AbstractEventLoop) -> None:
         """Close this loop's channel (once idle: requests held are answered first)."""
