@@ -42,26 +42,24 @@ import copy
 import dataclasses
 import random
 import time
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+from asyncio import get_running_loop
+from collections.abc import Callable, Coroutine, Sequence
 from functools import partial
 from time import perf_counter_ns
 from typing import Any, TypeVar
 
-from ..keys import Key
-from ..observe import Observer
-from ..protocol.commands import StoreCommands
 from ..protocol.plans import MISS, Call, Each, FanOut, HomeToken, Plan, install
 from ..protocol.replies import not_supported, refused_in
 from ..protocol.wire import Get, Request, Value, Version
 from ..store import AsyncStore, AsyncTokenStore, Store
-from ..values.refusals import ValueRefused
 from .channel import Batch, Channel, NotSentError
-from .health import Admission, HealthSnapshot, NodeEvent
+from .driver import Driver
+from .health import Admission, NodeEvent
 from .links import answer
 from .node import Node, armed, forked
 from .ops import FAILED, Decode, Parallel, Refuse, Requests, Run, Target
 from .options import ClusterOptions
-from .outcomes import NODE_ERRORS, answered, judge, probe_for, refusal_seen, unavailable
+from .outcomes import NODE_ERRORS, answered, judge, probe_for, refusal_seen
 from .servers import Server
 from .shared import Serde, Shared
 
@@ -72,7 +70,7 @@ R = TypeVar("R")
 Waiters = list["asyncio.Future[Any]"]
 
 
-class AsyncCluster(StoreCommands, AsyncStore, AsyncTokenStore):
+class AsyncCluster(Driver, AsyncStore, AsyncTokenStore):
     """The :class:`~..store.AsyncStore` protocol on a cluster of memcached servers.
 
     Takes Cluster's constructor; :meth:`twin_of` (or ``Cluster.aio``) makes the
@@ -102,29 +100,10 @@ class AsyncCluster(StoreCommands, AsyncStore, AsyncTokenStore):
         twin._adopt(cluster.shared, cluster.options, cluster)
         return twin
 
-    def _adopt(self, shared: Shared, options: ClusterOptions, sync: Any) -> None:
-        self._sync = sync
-        self.shared = shared
-        self.options = options
-        self.servers = shared.servers
-        self.serde = shared.serde
-        self.decoders = shared.decoders
-        self.text = shared.text
-        self.ring = shared.ring
-        self.router = shared.router
-        self._strict_view = options.raise_errors
+    def _adopt(self, shared: Shared, options: ClusterOptions, sync: Any = None) -> None:
+        super()._adopt(shared, options)
+        self._sync = sync  # the sync twin, when this is the twin of a given Cluster
         self._strict: AsyncCluster | None = None
-        self._routes = shared.routes
-        self._nodes = shared.nodes
-        self._locate = shared.router.locate
-
-    def __repr__(self) -> str:
-        return f"<AsyncCluster {', '.join(self._nodes)} ketama={self.options.ketama}>"
-
-    @property
-    def observer(self) -> Observer | None:
-        """The observer shared with the sync twin, or None (not observed)."""
-        return self.shared.observer
 
     @property
     def sync(self) -> Store:
@@ -134,13 +113,6 @@ class AsyncCluster(StoreCommands, AsyncStore, AsyncTokenStore):
             self._sync = main.strict() if self._strict_view else main
         sync: Store = self._sync
         return sync
-
-    def copies(self, kb: bytes, ring: bytes) -> int:
-        return self.router.copies(kb, ring)
-
-    def replicated_keys(self, given: Mapping[bytes, Key]) -> list[bytes]:
-        routes = self._routes
-        return routes.replicated_keys(given) if routes is not None else []
 
     # -- running plans --
 
@@ -217,7 +189,7 @@ class AsyncCluster(StoreCommands, AsyncStore, AsyncTokenStore):
         """
         if not armed[0]:
             forked()  # forked without Python's at-fork hooks (uWSGI's)
-        loop = asyncio.get_running_loop()
+        loop = get_running_loop()
         links = node.links
         channel = links.channels.get(loop)  # links.current(loop), inlined: the hot path
         if channel is not None and channel.broken is not None:
@@ -403,15 +375,6 @@ class AsyncCluster(StoreCommands, AsyncStore, AsyncTokenStore):
             return None
         return not_supported(node.name, refused, "closed the connection on")
 
-    def _refuse(self, node: Node, failed: Any, request: Requests | None) -> Any:
-        """Fail fast: the server is in its retry or dead wait (the strict view raises)."""
-        observer = self.shared.observer
-        if observer is not None and request is not None:
-            observer.skipped(node.name, request)
-        if self._strict_view:
-            raise unavailable(node, None)
-        return failed
-
     # -- views, listeners, introspection --
 
     def strict(self) -> AsyncCluster:
@@ -424,22 +387,6 @@ class AsyncCluster(StoreCommands, AsyncStore, AsyncTokenStore):
             view._adopt(self.shared, options, None)
             self._strict = view
         return self._strict
-
-    def listen(
-        self,
-        *,
-        on_node_event: Callable[[NodeEvent], object] | None = None,
-        on_value_refused: Callable[[ValueRefused], object] | None = None,
-    ) -> None:
-        """As :meth:`Cluster.listen` (the twins share their listeners)."""
-        if on_node_event is not None:
-            self.shared.node_listeners.add(on_node_event)
-        if on_value_refused is not None:
-            self.shared.refused_listeners.add(on_value_refused)
-
-    def health(self) -> dict[str, HealthSnapshot]:
-        """Every server's health, by node (shared with the sync twin)."""
-        return {name: node.health.snapshot() for name, node in self._nodes.items()}
 
     async def close(self) -> None:
         """Close this event loop's connections once idle; node health is kept."""

@@ -32,13 +32,11 @@ import copy
 import dataclasses
 import random
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from time import perf_counter_ns
 from typing import Any, TypeVar
 
-from ..keys import Key, placed
 from ..observe import Observer, Sink
-from ..protocol.commands import StoreCommands
 from ..protocol.plans import MISS, Call, Each, FanOut, HomeToken, Plan, install
 from ..protocol.replies import not_supported, refused_in
 from ..protocol.wire import Version
@@ -46,6 +44,7 @@ from ..registry import Registry
 from ..store import Store, TokenStore
 from ..values.refusals import ValueRefused
 from .aio import AsyncCluster
+from .driver import Driver
 from .health import Admission, HealthSnapshot, NodeEvent
 from .node import Node
 from .ops import FAILED, Decode, Parallel, Refuse, Requests, Run, Target
@@ -60,7 +59,7 @@ __all__ = ["Cluster", "HealthSnapshot", "NodeEvent", "reset_shared_clusters", "s
 R = TypeVar("R")
 
 
-class Cluster(StoreCommands, Store, TokenStore):
+class Cluster(Driver, Store, TokenStore):
     """The Store protocol (see :mod:`..store`) on a cluster of memcached servers.
 
     ``servers`` are ``Server`` objects or specs (``"host:port[:weight]"``,
@@ -102,35 +101,8 @@ class Cluster(StoreCommands, Store, TokenStore):
         return cluster
 
     def _adopt(self, shared: Shared, options: ClusterOptions) -> None:
-        self.shared = shared
-        self.options = options
-        self.servers = shared.servers
-        self.serde = shared.serde
-        self.decoders = shared.decoders
-        self.text = shared.text
-        self.ring = shared.ring
-        self.router = shared.router
-        self._strict_view = options.raise_errors
+        super()._adopt(shared, options)
         self._strict: Cluster | None = None
-        # Read on the hot path: plain attributes, not the shared object's.
-        self._routes = shared.routes
-        self._nodes = shared.nodes
-        self._locate = shared.router.locate
-
-    def __repr__(self) -> str:
-        return f"<Cluster {', '.join(self._nodes)} ketama={self.options.ketama}>"
-
-    @property
-    def observer(self) -> Observer | None:
-        """The observer of this cluster (and of its views and twin), or None (not observed)."""
-        return self.shared.observer
-
-    def copies(self, kb: bytes, ring: bytes) -> int:
-        return self.router.copies(kb, ring)
-
-    def replicated_keys(self, given: Mapping[bytes, Key]) -> list[bytes]:
-        routes = self._routes
-        return routes.replicated_keys(given) if routes is not None else []
 
     # -- running plans --
 
@@ -354,15 +326,6 @@ class Cluster(StoreCommands, Store, TokenStore):
         if node.health.failures:
             answered(node, self.shared.observer)
 
-    def _refuse(self, node: Node, failed: Any, request: Requests | None) -> Any:
-        """Fail fast: the server is in its retry or dead wait (the strict view raises)."""
-        observer = self.shared.observer
-        if observer is not None and request is not None:
-            observer.skipped(node.name, request)
-        if self._strict_view:
-            raise unavailable(node, None)
-        return failed
-
     # -- views, listeners, introspection --
 
     def strict(self) -> Cluster:
@@ -400,22 +363,6 @@ class Cluster(StoreCommands, Store, TokenStore):
             view_twin = self.__dict__["_aio"] = AsyncCluster.twin_of(self)
         return view_twin
 
-    def listen(
-        self,
-        *,
-        on_node_event: Callable[[NodeEvent], object] | None = None,
-        on_value_refused: Callable[[ValueRefused], object] | None = None,
-    ) -> None:
-        """Also tell these of node events and of items the default serde refuses.
-
-        Listeners add up, each once however often it is given (compared with
-        ``==``: pass the same function, not a new ``partial`` each time).
-        """
-        if on_node_event is not None:
-            self.shared.node_listeners.add(on_node_event)
-        if on_value_refused is not None:
-            self.shared.refused_listeners.add(on_value_refused)
-
     def observe(self, sink: Sink) -> Observer:
         """Also send every request, pattern call and event to ``sink`` (:mod:`..observe`).
 
@@ -425,24 +372,6 @@ class Cluster(StoreCommands, Store, TokenStore):
         observer = self.shared.observe()
         observer.add(sink)
         return observer
-
-    def health(self) -> dict[str, HealthSnapshot]:
-        """Return every server's health, by node."""
-        return {name: node.health.snapshot() for name, node in self._nodes.items()}
-
-    def gutter_health(self) -> dict[str, HealthSnapshot]:
-        """Return every gutter server's health, by node (empty without the gutter policy)."""
-        gutter = self.shared.gutter_nodes
-        return {name: node.health.snapshot() for name, node in gutter.items()}
-
-    def replicas(self, key: Key) -> list[str]:
-        """Return the servers that hold ``key``: its home first, then its copies."""
-        kb, ring = placed(key)
-        return self.ring.get_nodes(ring, self.router.copies(kb, ring))
-
-    def journal(self) -> dict[str, int]:
-        """Return how many keys each server still has to delete before it serves (replicas.py)."""
-        return self._routes.journal.pending() if self._routes is not None else {}
 
     def close(self) -> None:
         """Close idle connections.  Node health and busy connections are kept."""

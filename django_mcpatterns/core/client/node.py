@@ -30,8 +30,9 @@ from typing import Any, Protocol
 
 from .health import NodeHealth
 from .links import Links
+from .pool import Pool
 from .servers import Server
-from .transport import Connection, Pool, SocketOptions
+from .transport import Connection, SocketOptions
 
 __all__ = ["Node", "after_fork", "forked", "watch_forks"]
 

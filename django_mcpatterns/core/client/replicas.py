@@ -45,7 +45,7 @@ from typing import Any
 from ..exceptions import ConfigurationError
 from ..protocol.meta import MetaArithmetic, MetaDelete, MetaGet, MetaSet
 from ..protocol.plans import CopyToken
-from ..protocol.wire import Delete, Get, Incr, Request, Store
+from ..protocol.wire import DELETED, STORED, TOUCHED, Delete, Get, Incr, MetaReply, Request, Store
 
 logger = logging.getLogger("django_mcpatterns.replicas")
 
@@ -58,10 +58,13 @@ __all__ = [
     "Fate",
     "Journal",
     "ReplicaPolicy",
+    "changed",
     "check_replicate",
+    "copy_tokens",
     "fate",
     "is_write",
     "mirror",
+    "mirrored_batch",
     "request_key",
 ]
 
@@ -286,3 +289,39 @@ class Journal:
     def after_fork(self) -> None:
         """A forked child inherits the parent's entries (its copies are as stale) and a new lock."""
         self._lock = threading.Lock()
+
+
+# -- what a home's reply means for the copies (routes.py's plans) ---------------
+
+
+def copy_tokens(reply: Any) -> Any:
+    """A ``gets`` reply from a copy, its tokens as CopyTokens carrying their item."""
+    if type(reply) is not list:
+        return reply
+    return [v._replace(cas=CopyToken(v.cas, v.data, v.flags)) if v.cas else v for v in reply]
+
+
+def mirrored_batch(batch: tuple[Request[Any], ...], replies: Any) -> Store | None:
+    """The ``set`` copying a batch's one store (``_text_cas``: the store, then a ``gets``).
+
+    None (the copies are deleted instead) unless the batch's only write is a
+    whole-value store that the home applied.
+    """
+    if type(replies) is not list or len(replies) != len(batch):
+        return None
+    writes = [(r, reply) for r, reply in zip(batch, replies, strict=True) if is_write(r)]
+    if len(writes) != 1:
+        return None
+    request, reply = writes[0]
+    if fate(request) not in (Fate.HOME_THEN_MIRROR, Fate.EVERYWHERE) or not changed(reply):
+        return None
+    return mirror(request)
+
+
+def changed(reply: Any) -> bool:
+    """Whether a write's reply says the server changed the item (stored, deleted...)."""
+    if isinstance(reply, MetaReply):
+        return reply.status == b"HD"
+    if type(reply) is list:  # a batch: any of its writes
+        return any(changed(r) for r in reply)
+    return reply in (STORED, DELETED, TOUCHED)

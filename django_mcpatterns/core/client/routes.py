@@ -23,13 +23,24 @@ from ..exceptions import NodeUnavailableError, OutcomeUnknownError, ReplicatedKe
 from ..ketama import Continuum
 from ..keys import Key, Routed
 from ..protocol.plans import CopyToken
-from ..protocol.wire import DELETED, STORED, TOUCHED, Delete, Get, MetaReply, Request, Store, Value
+from ..protocol.wire import Delete, Get, Request, Value
 from .gutter import allowed as gutter_allows
 from .gutter import clamp
 from .health import Admission
 from .node import Node
 from .ops import FAILED, UNROUTED, Decode, NodePlan, Parallel, Refuse, Requests, Run, Target
-from .replicas import Fate, Journal, ReplicaPolicy, fate, is_write, mirror, request_key
+from .replicas import (
+    Fate,
+    Journal,
+    ReplicaPolicy,
+    changed,
+    copy_tokens,
+    fate,
+    is_write,
+    mirror,
+    mirrored_batch,
+    request_key,
+)
 
 __all__ = ["REPLAY_BATCH", "Routes"]
 
@@ -241,7 +252,7 @@ class Routes:
             return reply if decode is None else decode(reply)
 
         def marked(reply: Any) -> Any:
-            return peek(_marked(reply))
+            return peek(copy_tokens(reply))
 
         for node in order:
             admission = yield from self.admit(node)
@@ -366,9 +377,9 @@ class Routes:
                     self.abandoned(kb, copies)
                     raise
             return (yield Refuse(home, failed))
-        if seen and _changed(seen[0]):
+        if seen and changed(seen[0]):
             if isinstance(request, tuple):  # text add_cas/recas: a store, then its gets
-                stored = _mirrored_batch(request, seen[0])
+                stored = mirrored_batch(request, seen[0])
             else:
                 stored = mirror(request) if where is Fate.HOME_THEN_MIRROR else None
             copy: Request[Any] = stored or Delete(kb)  # the value, else no value
@@ -395,7 +406,7 @@ class Routes:
         """A ``gets`` answered by a live copy: its tokens are marked as a copy's."""
 
         def marked(reply: Any) -> Any:
-            reply = _marked(reply)
+            reply = copy_tokens(reply)
             return reply if decode is None else decode(reply)
 
         for node in copies:
@@ -408,38 +419,5 @@ class Routes:
         return (yield Refuse(home, failed))
 
 
-def _marked(reply: Any) -> Any:
-    """A ``gets`` reply from a copy, its tokens as CopyTokens carrying their item."""
-    if type(reply) is not list:
-        return reply
-    return [v._replace(cas=CopyToken(v.cas, v.data, v.flags)) if v.cas else v for v in reply]
-
-
-def _mirrored_batch(batch: tuple[Request[Any], ...], replies: Any) -> Store | None:
-    """The ``set`` copying a batch's one store (``_text_cas``: the store, then a ``gets``).
-
-    None (the copies are deleted instead) unless the batch's only write is a
-    whole-value store that the home applied.
-    """
-    if type(replies) is not list or len(replies) != len(batch):
-        return None
-    writes = [(r, reply) for r, reply in zip(batch, replies, strict=True) if is_write(r)]
-    if len(writes) != 1:
-        return None
-    request, reply = writes[0]
-    if fate(request) not in (Fate.HOME_THEN_MIRROR, Fate.EVERYWHERE) or not _changed(reply):
-        return None
-    return mirror(request)
-
-
 def _first_item(reply: Any) -> Value | None:
     return reply[0] if type(reply) is list and reply else None
-
-
-def _changed(reply: Any) -> bool:
-    """Whether a write's reply says the server changed the item (stored, deleted...)."""
-    if isinstance(reply, MetaReply):
-        return reply.status == b"HD"
-    if type(reply) is list:  # a batch: any of its writes
-        return any(_changed(r) for r in reply)
-    return reply in (STORED, DELETED, TOUCHED)

@@ -7,39 +7,38 @@
 its own round-trip primitive.  Adding a command means a method here, the
 embedded store's (:mod:`..memory`) and tests; nothing in the drivers.
 
-Arguments are checked and values encoded before anything is sent: a bad key,
-expire or delta, or a value the serde cannot encode, raises before any I/O.
+Arguments are checked and values encoded before anything is sent
+(:mod:`.arguments`): a bad key, expire or delta, or a value the serde cannot
+encode, raises before any I/O.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
+from collections.abc import Generator, Iterable, Mapping, Sequence
 from functools import partial
 from typing import Any, TypeVar
 
 from ..exceptions import NeedsMetaProtocolError
 from ..keys import Key, KeyT, placed
-from ..store import MAX_RELATIVE_EXPIRE, CasToken, Claimed
+from ..store import CasToken, Claimed
+from . import steps
+from .arguments import EXPIRED, cas_token, encoded, expire_time, raw
+from .arguments import delta as delta_of
 from .decoding import (
     NO_CAS,
     Decoders,
-    DeleteMany,
     StoreMany,
     claimed,
     hits,
-    swapped,
-    text_cas_token,
 )
 from .meta import MetaDelete, MetaGet, MetaSet
-from .plans import Call, CopyToken, Each, FanOut, HomeToken, Plan, command, immediately, then
+from .plans import Call, Each, FanOut, Plan, command, immediately, then
 from .replies import (
     bumped_meta,
     bumped_text,
     cas_stored,
     count,
     deleted,
-    first_value,
-    identity,
     meta_cas,
     meta_deleted,
     no_meta,
@@ -52,14 +51,11 @@ from .replies import (
 )
 from .wire import Delete, FlushAll, Get, Incr, Request, Stats, Store, StoreCommand, Touch
 
-__all__ = ["EXPIRED", "StoreCommands", "cas_token", "encoded", "expire_time"]
+__all__ = ["StoreCommands"]
 
 Serde = Any  # pymemcache's protocol: serialize(key, value), deserialize(key, data, flags)
 Steps = Generator[Any, Any, Any]  # a plan of several steps (see plans.py)
 R = TypeVar("R")
-
-MAX_DELTA = 2**64  # incr/decr deltas are unsigned 64-bit (protocol.txt)
-EXPIRED = MAX_RELATIVE_EXPIRE + 1  # an absolute Unix time long past
 
 
 class StoreCommands:
@@ -162,11 +158,11 @@ class StoreCommands:
 
     @command
     def append(self, key: Key, value: bytes) -> Plan[bool]:
-        return self._store("append", key, _raw(value), 0)
+        return self._store("append", key, raw(value), 0)
 
     @command
     def prepend(self, key: Key, value: bytes) -> Plan[bool]:
-        return self._store("prepend", key, _raw(value), 0)
+        return self._store("prepend", key, raw(value), 0)
 
     def _store(self, verb: StoreCommand, key: Key, value: Any, expire: int) -> Call[bool]:
         kb, ring = placed(key)
@@ -184,17 +180,17 @@ class StoreCommands:
             request = Store("cas", kb, data, flags, exptime, cas_token(token))
             return Call(ring, request, cas_stored, False)
 
-        return _on_home(kb, cas, swap, False)
+        return steps.on_home(kb, cas, swap, False)
 
     @command
     def incr(self, key: Key, delta: int = 1) -> Plan[int | None]:
         kb, ring = placed(key)
-        return Call(ring, Incr(kb, _delta(delta)), count, None)
+        return Call(ring, Incr(kb, delta_of(delta)), count, None)
 
     @command
     def decr(self, key: Key, delta: int = 1) -> Plan[int | None]:
         kb, ring = placed(key)
-        return Call(ring, Incr(kb, _delta(delta), decr=True), count, None)
+        return Call(ring, Incr(kb, delta_of(delta), decr=True), count, None)
 
     @command
     def delete(self, key: Key) -> Plan[bool]:
@@ -223,13 +219,13 @@ class StoreCommands:
         if not replicated:
             fanned = FanOut(store_many, given, write=True)
             return then(fanned, lambda parts: [given[kb] for part in parts for kb in part])
-        return _set_many(store_many, given, replicated)
+        return steps.set_many(store_many, given, replicated)
 
     @command
     def delete_many(self, keys: Iterable[Key]) -> Plan[None]:
         given = {placed(key)[0]: key for key in keys}
         replicated = self.replicated_keys(given)
-        return _delete_many(given, replicated)
+        return steps.delete_many(given, replicated)
 
     # -- owner primitives: one meta command, or text commands in one write (store.py) --
 
@@ -266,7 +262,7 @@ class StoreCommands:
         kb, ring = placed(key)
         data, flags = encoded(self.serde, kb, value)
         if self.text:
-            return _text_cas(ring, Store("add", kb, data, flags, expire_time(expire)))
+            return steps.text_cas(ring, Store("add", kb, data, flags, expire_time(expire)))
         request = MetaSet(
             kb, data=data, mode="E", ttl=expire_time(expire), client_flags=flags, return_cas=True
         )
@@ -282,10 +278,12 @@ class StoreCommands:
         def swap(token: CasToken) -> Plan[CasToken | None]:
             checked = cas_token(token)
             if text:
-                return _text_cas(ring, Store("cas", kb, data, flags, expire_time(expire), checked))
-            return Call(ring, _meta_swap(kb, data, flags, checked, expire), meta_cas, None)
+                return steps.text_cas(
+                    ring, Store("cas", kb, data, flags, expire_time(expire), checked)
+                )
+            return Call(ring, steps.meta_swap(kb, data, flags, checked, expire), meta_cas, None)
 
-        return _on_home(kb, cas, swap, None)
+        return steps.on_home(kb, cas, swap, None)
 
     @command
     def delete_cas(self, key: Key, cas: CasToken) -> Plan[bool]:
@@ -296,10 +294,10 @@ class StoreCommands:
         def delete(token: CasToken) -> Plan[bool]:
             checked = cas_token(token)
             if text:
-                return _expire_version(kb, ring, checked)
+                return steps.expire_version(kb, ring, checked)
             return Call(ring, MetaDelete(kb, cas=int(checked)), meta_deleted, False)
 
-        return _on_home(kb, cas, delete, False)
+        return steps.on_home(kb, cas, delete, False)
 
     # -- server-side stampede tokens (tokens.TokenStore; meta mode only) --
 
@@ -315,7 +313,7 @@ class StoreCommands:
         kb, ring = placed(key)
         if self.text or self.copies(kb, ring) > 1:
             return immediately(None)
-        batch = _claim_requests(self.serde, kb, recache, placeholder, placeholder_ttl)
+        batch = steps.claim_requests(self.serde, kb, recache, placeholder, placeholder_ttl)
         call = Call(ring, batch, None, None)
         serde = self.serde
         # None: unreachable (degrading view): the lock-based path decides.
@@ -333,7 +331,9 @@ class StoreCommands:
             return StoreCommands.cas.plan(self, key, value, cas, expire)
         kb, ring = placed(key)
         data, flags = encoded(self.serde, kb, value)
-        return _on_home(kb, cas, partial(_swap_and_mark, kb, ring, data, flags, expire), False)
+        return steps.on_home(
+            kb, cas, partial(steps.swap_and_mark, kb, ring, data, flags, expire), False
+        )
 
     # -- whole-cluster commands --
 
@@ -351,140 +351,3 @@ class StoreCommands:
         down, or a proxy that does not pass ``stats`` (twemproxy), is left out.
         """
         return then(Each(Stats(), stats, None, only_gutter=gutter, tolerant=True), dict)
-
-
-# -- multi-step plans ------------------------------------------------------------------
-
-
-def _set_many(store_many: StoreMany, given: dict[bytes, Any], replicated: list[bytes]) -> Steps:
-    """set_many with replicated keys: each to all its replicas first, then the others fanned out."""
-    failed: list[Key] = []
-    for kb in replicated:
-        key = given.pop(kb)
-        (request,) = store_many.requests([kb])
-        if not (yield Call(placed(key)[1], request, written, False)):
-            failed.append(key)
-    parts = yield FanOut(store_many, given, write=True)
-    return failed + [given[kb] for part in parts for kb in part]
-
-
-def _delete_many(given: dict[bytes, Key], replicated: list[bytes]) -> Steps:
-    """delete_many: replicated keys from all their replicas, each, then the others fanned out."""
-    for kb in replicated:
-        key = given.pop(kb)
-        yield Call(placed(key)[1], Delete(kb), deleted, False)
-    yield FanOut(DeleteMany(), given, write=True)
-
-
-def _on_home(kb: bytes, cas: CasToken, step: Callable[[CasToken], Plan[R]], missing: R) -> Plan[R]:
-    """``step(cas)``; a token read from a copy becomes the home's first (None: ``missing``)."""
-    if type(cas) is not CopyToken:
-        return step(cas)
-    return _via_home(kb, cas, step, missing)
-
-
-def _via_home(
-    kb: bytes, cas: CopyToken, step: Callable[[CasToken], Plan[R]], missing: R
-) -> Generator[Any, Any, R]:
-    home = yield HomeToken(kb, cas)
-    if home is None:
-        return missing
-    result: R = yield from _steps(step(home))
-    return result
-
-
-def _steps(plan: Plan[Any]) -> Steps:
-    return (yield plan) if type(plan) is Call else (yield from plan)  # type: ignore[misc]
-
-
-def _text_cas(ring: bytes, write: Store) -> Steps:
-    """A text storage command and a ``gets`` in one write: the stored item's cas."""
-    replies = yield Call(ring, (write, Get((write.key,), cas=True)), None, None)
-    return None if replies is None else text_cas_token(write, replies, write.data, write.flags)
-
-
-def _expire_version(kb: bytes, ring: bytes, token: bytes) -> Steps:
-    """No cas on a text delete: read the item's bytes, then expire that version."""
-    item = yield Call(ring, Get((kb,), cas=True), first_value, None)
-    if item is None or item.cas != token:
-        return False
-    expired = Store("cas", kb, item.data, item.flags, EXPIRED, token)
-    return bool((yield Call(ring, expired, cas_stored, False)))
-
-
-def _swap_and_mark(
-    kb: bytes, ring: bytes, data: bytes, flags: int, expire: int, token: CasToken
-) -> Steps:
-    swap = _meta_swap(kb, data, flags, cas_token(token), expire)
-    answer, invalidate = swapped(kb, (yield Call(ring, swap, identity, None)))
-    if invalidate is not None:
-        yield Call(ring, invalidate, identity, None)
-    return answer
-
-
-def _claim_requests(
-    serde: Serde, kb: bytes, recache: int | None, placeholder: Any, placeholder_ttl: int
-) -> tuple[Request[Any], ...]:
-    """``mg v c t f R<recache>``, and the placeholder's add when one is given."""
-    read = MetaGet(kb, value=True, cas=True, ttl=True, client_flags=True, recache=recache)
-    if placeholder is None:
-        return (read,)
-    data, flags = encoded(serde, kb, placeholder)
-    add = MetaSet(
-        kb,
-        data=data,
-        mode="E",
-        ttl=expire_time(placeholder_ttl),
-        client_flags=flags,
-        return_cas=True,
-    )
-    return (read, add)
-
-
-def _meta_swap(kb: bytes, data: bytes, flags: int, token: bytes, expire: int) -> MetaSet:
-    """``ms <key> C<cas> c``: store only if unchanged, returning the new cas."""
-    return MetaSet(
-        kb, data=data, cas=int(token), ttl=expire_time(expire), client_flags=flags, return_cas=True
-    )
-
-
-# -- arguments -------------------------------------------------------------------------
-
-
-def encoded(serde: Serde, kb: bytes, value: Any) -> tuple[bytes, int]:
-    """``value`` as the serde encodes it for key ``kb``: ``(data, flags)``."""
-    data, flags = serde.serialize(kb, value)
-    # Serialisers may return an int's digits as str (pymemcache's serdes do): sent as text.
-    return (data if isinstance(data, bytes) else str(data).encode()), flags
-
-
-def _raw(value: bytes) -> bytes:
-    # append/prepend keep the item's flags, so only raw bytes make sense (store.py).
-    if not isinstance(value, bytes):
-        raise TypeError(f"append/prepend take bytes, not {type(value).__name__}")
-    return value
-
-
-def _delta(delta: int) -> int:
-    if isinstance(delta, bool) or not isinstance(delta, int) or not 0 <= delta < MAX_DELTA:
-        raise ValueError(f"incr/decr delta must be an integer in [0, 2**64), not {delta!r}")
-    return delta
-
-
-def expire_time(expire: int) -> int:
-    """memcached's exptime for ``expire``; a negative one is "expired at once"."""
-    if not isinstance(expire, int):
-        raise ValueError(f"expire must be an integer, not {expire!r}")
-    # "Expired at once" as an absolute time in 1970, which memcached treats as
-    # it treats a negative exptime: twemproxy closes the connection on those.
-    return EXPIRED if expire < 0 else int(expire)
-
-
-def cas_token(cas: CasToken | str) -> bytes:
-    """A cas token as memcached's ASCII digits: int, str or bytes (gets returns bytes)."""
-    if isinstance(cas, int) and not isinstance(cas, bool) and cas >= 0:
-        return b"%d" % cas
-    token = cas.encode("ascii", "replace") if isinstance(cas, str) else cas
-    if isinstance(token, bytes) and token.isdigit():
-        return token
-    raise ValueError(f"cas token must be memcached's unsigned integer, not {cas!r}")

@@ -16,8 +16,8 @@ from typing import Any
 from ..exceptions import ProtocolError
 from ..keys import Key
 from ..store import CasToken, Claimed
-from ..values.envelope import STALE
-from ..values.refusals import is_refused
+from ..values.envelope import STALE, Envelope
+from ..values.refusals import REFUSED, is_refused
 from .meta import MetaDelete
 from .plans import MISS
 from .replies import cas_stored, first_value, meta_cas, reply_error, written
@@ -73,7 +73,14 @@ class Decoders:
             return MISS
         item = reply[0]
         value = self.serde.deserialize(item.key, item.data, item.flags)
-        return MISS if value is STALE or is_refused(value) else value
+        # Past its soft expiry, or refused (is_refused, inlined: the hot path): a miss.
+        if (
+            value is STALE
+            or value is REFUSED
+            or (type(value) is Envelope and value.value is REFUSED)
+        ):
+            return MISS
+        return value
 
     def _value_cas(self, reply: list[Value] | ErrorReply) -> tuple[Any, CasToken | None]:
         if type(reply) is not list:
@@ -205,7 +212,9 @@ def hits(parts: list[dict[bytes, Any]], given: Mapping[bytes, Key], cas: bool) -
         for kb, item in part.items():
             value = item[0] if cas else item
             # Past its soft expiry (left for get_or_compute), or refused: a miss.
-            if value is not STALE and not is_refused(value):
+            if value is STALE or value is REFUSED:
+                continue
+            if type(value) is not Envelope or value.value is not REFUSED:  # is_refused, inlined
                 found[given[kb]] = item
     return found
 
