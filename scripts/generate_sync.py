@@ -1,7 +1,8 @@
 """Generate the sync pattern modules from their async source, or check they are current.
 
 The patterns are written once, as asyncio code in ``django_mcpatterns/core/_async/``;
-their sync form in ``django_mcpatterns/core/_sync/`` is this script's output (see
+their sync form in ``django_mcpatterns/core/_sync/`` is this script's output (a pattern
+folder's ``core/<pattern>/_async*.py`` makes the ``_sync*.py`` beside it; see
 ``docs/architecture.md``).  unasync (python-trio's, the tool httpcore uses) removes
 ``async``/``await`` and renames names; then ruff sorts the imports and formats, so
 the generated files pass the same checks as the hand-written ones.
@@ -77,13 +78,24 @@ def generate(source: Path, target_dir: Path = TARGET) -> str:
     return _ruff(["format", "--quiet"], text, target)
 
 
+def _pattern_folders() -> dict[Path, Path]:
+    """A pattern folder's ``_async*.py`` and the ``_sync*.py`` beside it (core/<pattern>/)."""
+    return {
+        source.with_name("_sync" + source.name[len("_async") :]): source
+        for source in sorted(PACKAGE.glob("core/*/_async*.py"))
+    }
+
+
 def expected() -> dict[Path, str]:
     """Every generated file and the text it must have."""
-    return {
+    wanted = {
         target / source.name: generate(source, target)
         for source_dir, target in DIRECTORIES
         for source in sorted(source_dir.glob("*.py"))
     }
+    for target, source in _pattern_folders().items():
+        wanted[target] = generate(source, target.parent)
+    return wanted
 
 
 def stale() -> list[Path]:
