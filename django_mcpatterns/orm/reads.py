@@ -1,0 +1,197 @@
+"""Cached reads of querysets: plan the keys, one multi-get, or a leased fill.
+
+:class:`Reader` is the process's reader for the configured cache alias.  It
+turns a queryset and an operation into a :class:`~..core.stamps.Plan` (the
+result key from the query's shape, the stamps from its tables and pins),
+reads it in one round trip, and on a miss fills it under a lease
+(:mod:`django_mcpatterns.core.stamps`).  A cache that cannot be reached, or a
+shape that cannot be keyed, falls back to the database: never an error.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from asgiref.sync import sync_to_async
+from django.core.cache import caches
+from django.db import connections
+from django.db.models.sql import Query
+
+from django_mcpatterns.core import stamps
+from django_mcpatterns.core.chunks import AsyncChunkedStore, ChunkedStore
+from django_mcpatterns.core.placeholder import PLACEHOLDER_TTL
+from django_mcpatterns.core.store import AsyncStore, Store
+
+from . import audit, observe
+from .conf import OrmSettings, orm_settings
+from .pins import pins
+from .shape import Uncacheable, shape_of
+from .transactions import dirty_tables, fill_allowed
+
+__all__ = ["Planned", "Reader", "global_key", "reader", "reset"]
+
+logger = logging.getLogger("django_mcpatterns.orm")
+T = TypeVar("T")
+_POLLS = 10
+
+
+def global_key(prefix: str) -> str:
+    """The stamp every cached result depends on (``invalidate_all`` deletes it)."""
+    return f"{prefix}all"
+
+
+class Planned:
+    """A plan with what the read path needs besides its keys."""
+
+    __slots__ = ("db", "label", "plan", "tables")
+
+    def __init__(self, plan: stamps.Plan, tables: set[str], db: str, label: str) -> None:
+        self.plan = plan
+        self.tables = tables
+        self.db = db
+        self.label = label
+
+
+class Reader:
+    """Reads and fills cached results through one cache alias."""
+
+    def __init__(self, settings: OrmSettings) -> None:
+        self.settings = settings
+        cache: Any = caches[settings.cache]
+        store = getattr(cache, "store", None)
+        if store is None:
+            raise TypeError(
+                f"MCPATTERNS_ORM['cache'] = {settings.cache!r} is not a django_mcpatterns "
+                "backend (KetamaMemcacheCache or LocMemPatternsCache)"
+            )
+        values = cache.values
+        avalues = cache.avalues
+        size = getattr(getattr(store, "options", None), "max_item_size", 1024 * 1024)
+        if not isinstance(values, ChunkedStore):
+            values = ChunkedStore(store, size)
+            avalues = AsyncChunkedStore(cache.astore, size)
+        self.values: Store = values
+        self.avalues: AsyncStore = avalues
+        self.prefix = f"{getattr(cache, 'key_prefix', '')}{settings.prefix}"
+        self.all_key = global_key(self.prefix)
+
+    # -- planning (pure: no I/O) --
+
+    def plan(self, query: Query, db: str, *extra: Any) -> Planned | None:
+        """The plan of reading ``query`` on ``db`` (``extra``: the operation), or None."""
+        try:
+            shape = shape_of(query, db, *extra)
+        except Uncacheable as why:
+            logger.debug("not cached: %s", why)
+            return None
+        model = query.model
+        if model is None:
+            return None
+        prefix = self.prefix
+        base = model._meta.db_table
+        tables = shape.tables
+        tables.add(base)
+        found = pins(query, connections[db].vendor)
+        stamp_keys = [self.all_key]
+        schemes: tuple[tuple[str, stamps.Scheme], ...] = ()
+        for table in sorted(tables):
+            if table != base or found is None:
+                stamp_keys.append(stamps.table_key(prefix, db, table))
+        if found is not None:
+            scheme, combinations = found
+            stamp_keys.extend(
+                stamps.conjunction_key(prefix, db, base, scheme, values) for values in combinations
+            )
+            schemes = ((stamps.registry_key(prefix, db, base), scheme),)
+        plan = stamps.Plan(f"{prefix}q:{shape.digest()}", tuple(stamp_keys), schemes)
+        return Planned(plan, tables, db, model._meta.label_lower)
+
+    def bypassed(self, planned: Planned) -> bool:
+        """Read your writes: the current transaction wrote a table this read uses."""
+        dirty = dirty_tables(planned.db)
+        if dirty is not None and not dirty.isdisjoint(planned.tables):
+            observe.record("bypass", planned.label)
+            return True
+        return False
+
+    # -- reading --
+
+    def fetch(self, planned: Planned, compute: Callable[[], T], timeout: int) -> T:
+        """The cached value of ``planned``, or ``compute()`` (stored when it may be)."""
+        try:
+            read = stamps.read(self.values, planned.plan)
+        except Exception:  # the cache is unreachable or refused: the database answers
+            logger.warning("ORM cache read failed; reading the database", exc_info=True)
+            observe.record("uncached", planned.label)
+            return compute()
+        if read.hit:
+            observe.record("hit", planned.label)
+            audit.sample(self, planned, read.value, compute)
+            value: T = read.value
+            return value
+        return self.fill(planned, read, compute, timeout)
+
+    async def afetch(self, planned: Planned, compute: Callable[[], T], timeout: int) -> T:
+        """:meth:`fetch` for async code: a hit costs no thread hop; a miss runs in a thread."""
+        try:
+            read = await stamps.async_read(self.avalues, planned.plan)
+        except Exception:
+            logger.warning("ORM cache read failed; reading the database", exc_info=True)
+            observe.record("uncached", planned.label)
+            return await sync_to_async(compute)()
+        if read.hit:
+            observe.record("hit", planned.label)
+            audit.sample(self, planned, read.value, compute)
+            value: T = read.value
+            return value
+        return await sync_to_async(self.fill)(planned, read, compute, timeout)
+
+    def fill(
+        self, planned: Planned, read: stamps.Read, compute: Callable[[], T], timeout: int
+    ) -> T:
+        """The miss path: lease, record the stamps' tokens, compute, store."""
+        plan = planned.plan
+        lease = tokens = None
+        if fill_allowed(planned.db):
+            try:
+                lease = stamps.claim(self.values, plan, read, PLACEHOLDER_TTL)
+                if lease is None and self.settings.wait > 0:
+                    waited = stamps.wait(self.values, plan, _POLLS, self.settings.wait / _POLLS)
+                    if waited is not None:
+                        observe.record("hit", planned.label)
+                        value: T = waited.value
+                        return value
+                if lease is not None:
+                    tokens = stamps.prepare(self.values, plan, read, self.settings.stamp_timeout)
+            except Exception:
+                logger.warning("ORM cache fill failed; reading the database", exc_info=True)
+                lease = tokens = None
+        result = compute()
+        if lease is None or tokens is None:
+            observe.record("uncached", planned.label)
+            return result
+        observe.record("miss", planned.label)
+        try:
+            stamps.fill(self.values, plan, lease, tokens, result, timeout)
+        except Exception:
+            logger.warning("ORM cache fill failed", exc_info=True)
+        return result
+
+
+_readers: dict[int, Reader] = {}
+
+
+def reader() -> Reader:
+    """The process's reader for the current settings."""
+    settings = orm_settings()
+    found = _readers.get(id(settings))
+    if found is None or found.settings is not settings:
+        found = _readers[id(settings)] = Reader(settings)
+    return found
+
+
+def reset() -> None:
+    """Forget the readers (the cache or the settings changed)."""
+    _readers.clear()
