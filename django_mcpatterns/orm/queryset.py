@@ -23,7 +23,7 @@ from django.db.models.query import MAX_GET_RESULTS, ModelIterable
 from .conf import orm_settings
 from .reads import Planned, reader
 
-__all__ = ["install"]
+__all__ = ["install", "uninstall"]
 
 _MARK = "_mcp"
 _op: ContextVar[str] = ContextVar("mcpatterns_orm_op", default="fetch")
@@ -256,3 +256,13 @@ def install() -> None:
     # Managers made by from_queryset() before now get the methods from BaseManager.
     for name in ("cache", "nocache"):
         setattr(BaseManager, name, _manager_method(name))
+
+
+def uninstall() -> None:
+    """Restore Django's methods (tests)."""
+    for name, original in _ORIGINAL.items():
+        setattr(QuerySet, name, original)
+    _ORIGINAL.clear()
+    for name in ("cache", "nocache"):
+        delattr(QuerySet, name)
+        delattr(BaseManager, name)

@@ -19,16 +19,19 @@ from __future__ import annotations
 import datetime
 import decimal
 import hashlib
+import types
 import uuid
 from collections.abc import Callable
+from functools import cached_property
 from typing import Any
 
-from django.db.models import Field, Model
+from django.db.models import Field, ForeignObjectRel, Model
 from django.db.models.expressions import RawSQL
 from django.db.models.functions import Now, Random
 from django.db.models.sql import Query
 from django.db.models.sql.datastructures import BaseTable, Join
 from django.db.models.sql.where import ExtraWhere
+from django.utils.functional import cached_property as django_cached_property
 
 __all__ = ["Shape", "Uncacheable", "digest_of", "shape_of"]
 
@@ -66,8 +69,8 @@ _NONDETERMINISTIC_SQL = frozenset(
         "SYSDATE",
     }
 )
-# Attributes that repeat others (the constructor's arguments) or say nothing about the SQL.
-_SKIPPED = frozenset({"_constructor_args", "_mcp"})
+# Attributes that say nothing about the SQL.
+_SKIPPED = frozenset({"_mcp"})
 _QUERY_IGNORED = frozenset(
     {
         "alias_refcount",
@@ -78,9 +81,28 @@ _QUERY_IGNORED = frozenset(
         "_extra_select_cache",
         "table_map",
         "_mcp",
-        "_constructor_args",
     }
 )
+_cached_names: dict[type, frozenset[str]] = {}
+
+
+def _computed(kind: type) -> frozenset[str]:
+    """Names of ``kind``'s cached properties: values computed from the rest, set on first use.
+
+    A compiled query holds them and a fresh one does not; explicit arguments
+    that share a name (an expression's ``output_field``) are in
+    ``_constructor_args``, which is walked.
+    """
+    found = _cached_names.get(kind)
+    if found is None:
+        found = frozenset(
+            name
+            for klass in kind.__mro__
+            for name, attr in vars(klass).items()
+            if isinstance(attr, (cached_property, django_cached_property))
+        )
+        _cached_names[kind] = found
+    return found
 
 
 class Shape:
@@ -122,8 +144,9 @@ def _query(query: Query, shape: Shape) -> None:
     if query.model is not None:
         shape.tables.add(query.model._meta.db_table)
     state = query.__dict__
+    computed = _computed(type(query))
     for name in sorted(state):
-        if name in _QUERY_IGNORED:
+        if name in _QUERY_IGNORED or name in computed:
             continue
         parts.append(name)
         _walk(state[name], shape)
@@ -184,6 +207,13 @@ def _object(value: Any, shape: Shape) -> None:
             shape.parts.append(f"T:{value.__module__}.{value.__qualname__}")
     elif isinstance(value, Field):
         _field(value, shape)
+    elif isinstance(value, ForeignObjectRel):
+        field = value.field
+        shape.parts.append(f"R:{type(value).__qualname__}:{field.model._meta.label}.{field.name}")
+    elif isinstance(value, (types.FunctionType, types.BuiltinFunctionType)) and (
+        "<" not in value.__qualname__
+    ):
+        shape.parts.append(f"fn:{value.__module__}.{value.__qualname__}")
     elif isinstance(value, Model):
         if value.pk is None:
             raise Uncacheable("an unsaved instance in a query")
@@ -206,8 +236,9 @@ def _attributes(value: Any, shape: Shape) -> None:
     kind = type(value)
     shape.parts.append(f"O:{kind.__module__}.{kind.__qualname__}")
     state = value.__dict__
+    computed = _computed(kind)
     for name in sorted(state):
-        if name not in _SKIPPED:
+        if name not in _SKIPPED and name not in computed:
             shape.parts.append(name)
             _walk(state[name], shape)
     shape.parts.append(";")

@@ -29,7 +29,7 @@ from .pins import canonical, row_values
 from .reads import reader
 from .transactions import mark_written
 
-__all__ = ["install"]
+__all__ = ["install", "uninstall"]
 
 logger = logging.getLogger("django_mcpatterns.orm")
 UPDATE_ROWS_LIMIT = 1000
@@ -282,17 +282,20 @@ class _Known(dict[str, str]):
     """Row values already canonical (m2m rows are built from keys, not instances)."""
 
 
+_WRAPPED: tuple[tuple[str, type, Any], ...] = (
+    ("save_base", Model, save_base),
+    ("collector_delete", Collector, collector_delete),
+    ("update", QuerySet, update),
+    ("bulk_create", QuerySet, bulk_create),
+    ("bulk_update", QuerySet, bulk_update),
+)
+
+
 def install() -> None:
     """Wrap the write paths and connect the signal receivers (idempotent)."""
     if _ORIGINAL:
         return
-    for name, owner, wrapper in (
-        ("save_base", Model, save_base),
-        ("collector_delete", Collector, collector_delete),
-        ("update", QuerySet, update),
-        ("bulk_create", QuerySet, bulk_create),
-        ("bulk_update", QuerySet, bulk_update),
-    ):
+    for name, owner, wrapper in _WRAPPED:
         attr = "delete" if name == "collector_delete" else name
         original = getattr(owner, attr)
         _ORIGINAL[name] = original
@@ -301,3 +304,14 @@ def install() -> None:
     signals.pre_delete.connect(_pre_delete, dispatch_uid="mcpatterns_orm_pre_delete")
     signals.post_delete.connect(_post_delete, dispatch_uid="mcpatterns_orm_post_delete")
     signals.m2m_changed.connect(_m2m_changed, dispatch_uid="mcpatterns_orm_m2m")
+
+
+def uninstall() -> None:
+    """Restore Django's methods and disconnect the receivers (tests)."""
+    for name, owner, _wrapper in _WRAPPED:
+        if name in _ORIGINAL:
+            setattr(owner, "delete" if name == "collector_delete" else name, _ORIGINAL[name])
+    _ORIGINAL.clear()
+    signals.pre_delete.disconnect(dispatch_uid="mcpatterns_orm_pre_delete")
+    signals.post_delete.disconnect(dispatch_uid="mcpatterns_orm_post_delete")
+    signals.m2m_changed.disconnect(dispatch_uid="mcpatterns_orm_m2m")
