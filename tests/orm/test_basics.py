@@ -9,8 +9,13 @@ from django.db import connection, transaction
 from django.db.models import Count, Sum
 from django.test.utils import CaptureQueriesContext
 
-from django_mcpatterns.orm import cached_as, invalidate_all, invalidate_model, invalidate_obj
-from django_mcpatterns.orm import observe
+from django_mcpatterns.orm import (
+    cached_as,
+    invalidate_all,
+    invalidate_model,
+    invalidate_obj,
+    observe,
+)
 from tests.orm.shop.models import Category, Product, Special, Tag
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -38,7 +43,8 @@ def test_a_second_read_is_a_hit_and_costs_no_query(data: dict[str, Any]) -> None
     a = data["a"]
     first, n1 = queries(lambda: list(Product.objects.filter(category=a).cache()))
     second, n2 = queries(lambda: list(Product.objects.filter(category=a).cache()))
-    assert n1 == 1 and n2 == 0
+    assert n1 == 1
+    assert n2 == 0
     assert [p.pk for p in first] == [p.pk for p in second]
     assert observe.totals()["hit"] == 1
 
@@ -170,14 +176,20 @@ def test_bulk_create_and_bulk_update(data: dict[str, Any]) -> None:
 def test_rolled_back_transaction_changes_nothing_and_reads_its_writes(data: dict[str, Any]) -> None:
     a = data["a"]
     before = Product.objects.filter(category=a).cache().count()
-    with pytest.raises(RuntimeError), transaction.atomic():
-        Product.objects.create(name="x", category=a)
-        _, n = queries(lambda: Product.objects.filter(category=a).cache().count())
-        assert n == 1  # read your writes: bypassed
-        assert Product.objects.filter(category=a).cache().count() == before + 1
-        raise RuntimeError
+    seen = []
+
+    def write_then_fail() -> None:
+        with transaction.atomic():
+            Product.objects.create(name="x", category=a)
+            seen.append(queries(lambda: Product.objects.filter(category=a).cache().count()))
+            raise RuntimeError
+
+    with pytest.raises(RuntimeError):
+        write_then_fail()
+    assert seen == [(before + 1, 1)]  # read your writes: the cache was bypassed
     _, n = queries(lambda: Product.objects.filter(category=a).cache().count())
-    assert n == 0 and Product.objects.filter(category=a).cache().count() == before
+    assert n == 0
+    assert Product.objects.filter(category=a).cache().count() == before
 
 
 def test_child_model_writes_invalidate_parent_queries(data: dict[str, Any]) -> None:
@@ -233,8 +245,8 @@ def test_never_cached_shapes(data: dict[str, Any]) -> None:
 
 
 def test_models_setting_caches_without_cache_call(data: dict[str, Any]) -> None:
-    from django.test import override_settings
     from django.conf import settings
+    from django.test import override_settings
 
     orm = {**settings.MCPATTERNS_ORM, "models": {"mcpatterns_orm_shop.product": {"ops": ["count"]}}}
     with override_settings(MCPATTERNS_ORM=orm):
