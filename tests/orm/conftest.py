@@ -42,3 +42,27 @@ def shop(
         caches["default"].clear()
         observe.reset()
         yield caches["default"]
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[Any]:
+    from tests.orm.postgres import postgres
+
+    with postgres() as server:
+        yield server
+
+
+@pytest.fixture
+def pg(pg_server: Any, django_db_blocker: Any, orm_hooks: None) -> Iterator[str]:
+    """The ``pg`` database alias on the session's PostgreSQL, with the shop's tables."""
+    from tests.orm.postgres import add_database, remove_database
+    from tests.orm.shop.models import create_tables, drop_tables
+
+    with django_db_blocker.unblock():
+        add_database("pg", pg_server.database_settings())
+        create_tables("pg")
+        try:
+            yield "pg"
+        finally:
+            drop_tables("pg")
+            remove_database("pg")
