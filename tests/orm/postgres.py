@@ -54,16 +54,53 @@ class Postgres:
         self.root = tempfile.mkdtemp(prefix="mcpatterns-pg-")
         os.chown(self.root, user.pw_uid, user.pw_gid)
         data = os.path.join(self.root, "data")
-        as_postgres = ["setpriv", f"--reuid={user.pw_uid}", f"--regid={user.pw_gid}", "--clear-groups"]
+        as_postgres = [
+            "setpriv",
+            f"--reuid={user.pw_uid}",
+            f"--regid={user.pw_gid}",
+            "--clear-groups",
+        ]
         subprocess.run(
-            [*as_postgres, f"{bindir}/initdb", "-D", data, "-U", "postgres", "-A", "trust",
-             "-E", "UTF8", "--no-sync", "--locale=C"],
-            check=True, capture_output=True, timeout=START_TIMEOUT, cwd=self.root,
+            [
+                *as_postgres,
+                f"{bindir}/initdb",
+                "-D",
+                data,
+                "-U",
+                "postgres",
+                "-A",
+                "trust",
+                "-E",
+                "UTF8",
+                "--no-sync",
+                "--locale=C",
+            ],
+            check=True,
+            capture_output=True,
+            timeout=START_TIMEOUT,
+            cwd=self.root,
         )
         self.executor = ServerProcess(
-            [*as_postgres, f"{bindir}/postgres", "-D", data, "-p", str(self.port),
-             "-h", LOOPBACK, "-k", self.root, "-c", "fsync=off", "-c", "synchronous_commit=off",
-             "-c", "full_page_writes=off", "-c", "max_connections=40"],
+            [
+                *as_postgres,
+                f"{bindir}/postgres",
+                "-D",
+                data,
+                "-p",
+                str(self.port),
+                "-h",
+                LOOPBACK,
+                "-k",
+                self.root,
+                "-c",
+                "fsync=off",
+                "-c",
+                "synchronous_commit=off",
+                "-c",
+                "full_page_writes=off",
+                "-c",
+                "max_connections=40",
+            ],
             (LOOPBACK, self.port),
             name="postgres",
             timeout=START_TIMEOUT,
@@ -96,13 +133,19 @@ def postgres() -> Iterator[Postgres]:
 
 
 def add_database(alias: str, entry: dict[str, Any]) -> None:
-    """Make ``alias`` a database of this process's Django (after setup, for the tests' own server)."""
+    """Make ``alias`` a database of this process's Django, after setup (the tests' own server)."""
     from django.db import connections
 
     full = dict(connections.settings["default"])  # every key Django fills in, then ours
     full.update(entry)
-    full["TEST"] = {"NAME": entry["NAME"], "MIRROR": None, "CHARSET": None,
-                    "COLLATION": None, "MIGRATE": False, "DEPENDENCIES": []}
+    full["TEST"] = {
+        "NAME": entry["NAME"],
+        "MIRROR": None,
+        "CHARSET": None,
+        "COLLATION": None,
+        "MIGRATE": False,
+        "DEPENDENCIES": [],
+    }
     full.setdefault("OPTIONS", {})
     full["OPTIONS"] = {}
     connections.settings[alias] = full

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
 from django.db import connections, transaction
 from django.test.utils import CaptureQueriesContext
 
