@@ -34,7 +34,6 @@ __all__ = ["Planned", "Reader", "global_key", "reader", "reset"]
 
 logger = logging.getLogger("django_mcpatterns.orm")
 T = TypeVar("T")
-_POLLS = 10
 
 
 def global_key(prefix: str) -> str:
@@ -158,7 +157,7 @@ class Reader:
             try:
                 lease = stamps.claim(self.values, plan, read, PLACEHOLDER_TTL)
                 if lease is None and self.settings.wait > 0:
-                    waited = stamps.wait(self.values, plan, _POLLS, self.settings.wait / _POLLS)
+                    waited = stamps.wait(self.values, plan, self.settings.wait)
                     if waited is not None:
                         observe.record("hit", planned.label)
                         value: T = waited.value

@@ -25,6 +25,7 @@ from ._model import (
     Read,
     Registry,
     Scheme,
+    backoff,
     judge,
     new_token,
     registry_line,
@@ -101,10 +102,10 @@ async def async_fill(
     return stored is True
 
 
-async def async_wait(store: AsyncStore, plan: Plan, polls: int, interval: float) -> Read | None:
-    """Wait for another filler's result: the valid read, or None to compute after all."""
-    for _ in range(polls):
-        await async_sleep(interval)
+async def async_wait(store: AsyncStore, plan: Plan, budget: float) -> Read | None:
+    """Wait up to ``budget`` seconds for another filler's result: the valid read, or None."""
+    for pause in backoff(budget):
+        await async_sleep(pause)
         again = await async_read(store, plan)
         if again.hit:
             return again

@@ -34,6 +34,7 @@ __all__ = [
     "Read",
     "Registry",
     "Scheme",
+    "backoff",
     "conjunction_key",
     "conjunctions",
     "judge",
@@ -204,6 +205,17 @@ def judge(plan: Plan, found: Mapping[Key, tuple[Any, Any]]) -> Read:
         unregistered.append((registry, scheme, parsed))
     cas = result[1] if result is not None else None
     return Read(False, None, cas, tokens, tuple(missing), tuple(unregistered), full)
+
+
+def backoff(budget: float, first: float = 0.005) -> list[float]:
+    """Pauses between reads while another process fills: doubling, adding up to ``budget``."""
+    pauses: list[float] = []
+    pause, total = first, 0.0
+    while total + pause <= budget:
+        pauses.append(pause)
+        total += pause
+        pause *= 2
+    return pauses
 
 
 def tokens_for(plan: Plan, tokens: Mapping[str, bytes]) -> tuple[bytes, ...] | None:

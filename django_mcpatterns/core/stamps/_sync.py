@@ -26,6 +26,7 @@ from ._model import (
     Read,
     Registry,
     Scheme,
+    backoff,
     judge,
     new_token,
     registry_line,
@@ -98,10 +99,10 @@ def fill(
     return stored is True
 
 
-def wait(store: Store, plan: Plan, polls: int, interval: float) -> Read | None:
-    """Wait for another filler's result: the valid read, or None to compute after all."""
-    for _ in range(polls):
-        sleep(interval)
+def wait(store: Store, plan: Plan, budget: float) -> Read | None:
+    """Wait up to ``budget`` seconds for another filler's result: the valid read, or None."""
+    for pause in backoff(budget):
+        sleep(pause)
         again = read(store, plan)
         if again.hit:
             return again
