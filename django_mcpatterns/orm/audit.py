@@ -24,6 +24,7 @@ from django_mcpatterns.core import stamps
 from django_mcpatterns.core.refresh import RefreshQueueFull, RefreshRunner
 
 from . import observe
+from .rows import unpack
 
 if TYPE_CHECKING:
     from .reads import Planned, Reader
@@ -83,6 +84,7 @@ def _check(reader: Reader, planned: Planned, cached: Any, compute: Callable[[], 
         if not stamps.read(reader.values, planned.plan).hit:
             return  # a write voided the result meanwhile: nothing to judge
     observe.record("audited", planned.label)
+    cached = unpack(cached)
     if comparable(fresh) != comparable(cached):
         observe.record("stale", planned.label)
         logger.error("stale ORM cache hit for %s (%s)", planned.label, planned.plan.key)

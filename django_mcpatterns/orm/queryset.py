@@ -22,6 +22,7 @@ from django.db.models.query import MAX_GET_RESULTS, ModelIterable
 
 from .conf import orm_settings
 from .reads import Planned, reader
+from .rows import pack, unpack
 
 __all__ = ["install", "uninstall"]
 
@@ -92,12 +93,17 @@ def _known_related(qs: Any, results: list[Any]) -> None:
                 setattr(obj, field.name, rel)
 
 
+def _rows(qs: Any) -> list[Any]:
+    """What Django's _fetch_all reads."""
+    return list(qs._iterable_class(qs))
+
+
 def _fetch_all(self: Any) -> None:
     if self._result_cache is None:
         found = _planned(self, _op.get())
         if found is not None:
             planned, timeout = found
-            results = reader().fetch(planned, lambda: list(self._iterable_class(self)), timeout)
+            results = unpack(reader().fetch(planned, lambda: _rows(self), timeout, pack))
             _known_related(self, results)
             self._result_cache = results
     _ORIGINAL["_fetch_all"](self)
@@ -150,7 +156,7 @@ async def aget(self: Any, *args: Any, **kwargs: Any) -> Any:
     found = _planned(clone, "get")
     if found is None:
         return await _ORIGINAL["aget"](self, *args, **kwargs)
-    results = await reader().afetch(found[0], lambda: list(clone._iterable_class(clone)), found[1])
+    results = unpack(await reader().afetch(found[0], lambda: _rows(clone), found[1], pack))
     _known_related(clone, results)
     clone._result_cache = results
     if clone._prefetch_related_lookups:
@@ -205,8 +211,8 @@ def __aiter__(self: Any) -> AsyncIterator[Any]:
         if self._result_cache is None:
             found = _planned(self, "fetch")
             if found is not None:
-                results = await reader().afetch(
-                    found[0], lambda: list(self._iterable_class(self)), found[1]
+                results = unpack(
+                    await reader().afetch(found[0], lambda: _rows(self), found[1], pack)
                 )
                 _known_related(self, results)
                 self._result_cache = results

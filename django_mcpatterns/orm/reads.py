@@ -75,6 +75,19 @@ class Reader:
         self.avalues: AsyncStore = avalues
         self.prefix = f"{getattr(cache, 'key_prefix', '')}{settings.prefix}"
         self.all_key = global_key(self.prefix)
+        self._tables: dict[tuple[str, str], tuple[str, str]] = {}
+        self._vendors: dict[str, str] = {}
+
+    def table_keys(self, db: str, table: str) -> tuple[str, str]:
+        """The table's stamp and registry keys (made once per process)."""
+        found = self._tables.get((db, table))
+        if found is None:
+            found = (
+                stamps.table_key(self.prefix, db, table),
+                stamps.registry_key(self.prefix, db, table),
+            )
+            self._tables[db, table] = found
+        return found
 
     # -- planning (pure: no I/O) --
 
@@ -92,18 +105,21 @@ class Reader:
         base = model._meta.db_table
         tables = shape.tables
         tables.add(base)
-        found = pins(query, connections[db].vendor)
+        vendor = self._vendors.get(db)
+        if vendor is None:
+            vendor = self._vendors[db] = connections[db].vendor
+        found = pins(query, vendor)
         stamp_keys = [self.all_key]
         schemes: tuple[tuple[str, stamps.Scheme], ...] = ()
         for table in sorted(tables):
             if table != base or found is None:
-                stamp_keys.append(stamps.table_key(prefix, db, table))
+                stamp_keys.append(self.table_keys(db, table)[0])
         if found is not None:
             scheme, combinations = found
             stamp_keys.extend(
                 stamps.conjunction_key(prefix, db, base, scheme, values) for values in combinations
             )
-            schemes = ((stamps.registry_key(prefix, db, base), scheme),)
+            schemes = ((self.table_keys(db, base)[1], scheme),)
         plan = stamps.Plan(f"{prefix}q:{shape.digest()}", tuple(stamp_keys), schemes)
         return Planned(plan, tables, db, model._meta.label_lower)
 
@@ -117,8 +133,17 @@ class Reader:
 
     # -- reading --
 
-    def fetch(self, planned: Planned, compute: Callable[[], T], timeout: int) -> T:
-        """The cached value of ``planned``, or ``compute()`` (stored when it may be)."""
+    def fetch(
+        self,
+        planned: Planned,
+        compute: Callable[[], T],
+        timeout: int,
+        pack: Callable[[T], Any] | None = None,
+    ) -> T:
+        """The cached value of ``planned``, or ``compute()`` (stored when it may be).
+
+        ``pack``: the form to store the value in (a hit returns that form).
+        """
         try:
             read = stamps.read(self.values, planned.plan)
         except Exception:  # the cache is unreachable or refused: the database answers
@@ -132,7 +157,13 @@ class Reader:
             return value
         return self.fill(planned, read, compute, timeout)
 
-    async def afetch(self, planned: Planned, compute: Callable[[], T], timeout: int) -> T:
+    async def afetch(
+        self,
+        planned: Planned,
+        compute: Callable[[], T],
+        timeout: int,
+        pack: Callable[[T], Any] | None = None,
+    ) -> T:
         """:meth:`fetch` for async code: a hit costs no thread hop; a miss runs in a thread."""
         try:
             read = await stamps.async_read(self.avalues, planned.plan)
@@ -145,10 +176,15 @@ class Reader:
             audit.sample(self, planned, read.value, compute)
             value: T = read.value
             return value
-        return await sync_to_async(self.fill)(planned, read, compute, timeout)
+        return await sync_to_async(self.fill)(planned, read, compute, timeout, pack)
 
     def fill(
-        self, planned: Planned, read: stamps.Read, compute: Callable[[], T], timeout: int
+        self,
+        planned: Planned,
+        read: stamps.Read,
+        compute: Callable[[], T],
+        timeout: int,
+        pack: Callable[[T], Any] | None = None,
     ) -> T:
         """The miss path: lease, record the stamps' tokens, compute, store."""
         plan = planned.plan
@@ -173,7 +209,8 @@ class Reader:
             return result
         observe.record("miss", planned.label)
         try:
-            stamps.fill(self.values, plan, lease, tokens, result, timeout)
+            stored = result if pack is None else pack(result)
+            stamps.fill(self.values, plan, lease, tokens, stored, timeout)
         except Exception:
             logger.warning("ORM cache fill failed", exc_info=True)
         return result

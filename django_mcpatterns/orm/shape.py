@@ -26,7 +26,7 @@ from functools import cached_property
 from typing import Any
 
 from django.db.models import Field, ForeignObjectRel, Model
-from django.db.models.expressions import RawSQL
+from django.db.models.expressions import Col, RawSQL
 from django.db.models.functions import Now, Random
 from django.db.models.sql import Query
 from django.db.models.sql.datastructures import BaseTable, Join
@@ -194,9 +194,40 @@ def _unordered(value: set[Any] | frozenset[Any], shape: Shape) -> None:
     shape.parts.append(">")
 
 
-def _table(value: BaseTable | Join, shape: Shape) -> None:
+def _base_table(value: BaseTable, shape: Shape) -> None:
     shape.tables.add(value.table_name)
-    _attributes(value, shape)
+    shape.parts.append(f"B:{value.table_name}:{value.table_alias}")
+
+
+def _join(value: Join, shape: Shape) -> None:
+    """A join is its table, aliases, type, field and nullability (the rest follows from those)."""
+    shape.tables.add(value.table_name)
+    parts = shape.parts
+    parts.append(
+        f"J:{value.table_name}:{value.parent_alias}:{value.table_alias}:{value.join_type}:"
+        f"{value.nullable}"
+    )
+    _walk(value.join_field, shape)
+    if value.filtered_relation is not None:
+        _walk(value.filtered_relation, shape)
+
+
+def _col(value: Col, shape: Shape) -> None:
+    target = value.target
+    shape.parts.append(f"C:{value.alias}")
+    _walk(target, shape)
+    if value.output_field is not target:
+        _walk(value.output_field, shape)
+
+
+def _table(value: BaseTable | Join, shape: Shape) -> None:
+    if type(value) is Join:
+        _join(value, shape)
+    elif type(value) is BaseTable:
+        _base_table(value, shape)
+    else:
+        shape.tables.add(value.table_name)
+        _attributes(value, shape)
 
 
 def _object(value: Any, shape: Shape) -> None:
@@ -244,11 +275,20 @@ def _attributes(value: Any, shape: Shape) -> None:
     shape.parts.append(";")
 
 
+_bound: dict[int, tuple[Field[Any, Any], str]] = {}
+
+
 def _field(field: Field[Any, Any], shape: Shape) -> None:
+    known = _bound.get(id(field))
+    if known is not None and known[0] is field:
+        shape.parts.append(known[1])
+        return
     model = getattr(field, "model", None)
     kind = type(field)
     if model is not None:
-        shape.parts.append(f"F:{kind.__qualname__}:{model._meta.label}.{field.name}")
+        text = f"F:{kind.__qualname__}:{model._meta.label}.{field.name}"
+        _bound[id(field)] = (field, text)  # a model's fields live as long as the process
+        shape.parts.append(text)
         return
     _name, path, args, kwargs = field.deconstruct()
     shape.parts.append(f"F:{path}")
@@ -266,6 +306,7 @@ _HANDLERS: dict[type, Callable[[Any, Shape], None]] = {
     dict: _mapping,
     set: _unordered,
     frozenset: _unordered,
-    BaseTable: _table,
-    Join: _table,
+    BaseTable: _base_table,
+    Join: _join,
+    Col: _col,
 }
