@@ -14,7 +14,10 @@ from django.db.models import Model
 __all__ = ["OPS", "OrmSettings", "orm_settings"]
 
 OPS = frozenset({"get", "fetch", "count", "exists", "aggregate"})
-_KEYS = frozenset({"cache", "timeout", "models", "audit", "stamp_timeout", "wait", "prefix"})
+_KEYS = frozenset(
+    {"cache", "timeout", "models", "audit", "stamp_timeout", "wait", "prefix", "lease"}
+)
+_LEASES = ("placeholder", "cas")
 _MODEL_KEYS = frozenset({"ops", "timeout"})
 
 
@@ -38,6 +41,7 @@ class OrmSettings:
     audit: float = 0.0
     wait: float = 0.2
     prefix: str = "orm:"
+    lease: str = "placeholder"
     _resolved: dict[str, ModelRule | None] = field(default_factory=dict, compare=False)
 
     def rule(self, model: type[Model]) -> ModelRule | None:
@@ -106,7 +110,13 @@ def parse(raw: Mapping[str, Any]) -> OrmSettings:
     wait = raw.get("wait", 0.2)
     if isinstance(wait, bool) or not isinstance(wait, (int, float)) or wait < 0:
         raise ImproperlyConfigured('MCPATTERNS_ORM["wait"] must be seconds >= 0')
+    lease = raw.get("lease", "placeholder")
+    if lease not in _LEASES:
+        raise ImproperlyConfigured(
+            f'MCPATTERNS_ORM["lease"] is one of {list(_LEASES)}, not {lease!r}'
+        )
     return OrmSettings(
+        lease=lease,
         cache=str(raw.get("cache", "default")),
         timeout=_timeout(raw.get("timeout", 900), 'MCPATTERNS_ORM["timeout"]'),
         stamp_timeout=_timeout(raw.get("stamp_timeout", 86400), 'MCPATTERNS_ORM["stamp_timeout"]'),

@@ -3,15 +3,16 @@
 A change names a model, a database and rows (canonical values of their
 pinnable columns, old and new), or says the rows are unknown (``whole``).
 After the commit, :func:`invalidate` reads the registries of the model's
-tables (one multi-get), deletes the table stamps and every conjunction stamp
-the rows match (one multi-delete) and, for a whole model, the registries too:
-a missing registry voids every conjunction result built on it.
+tables (one multi-get), renews the table stamps and every conjunction stamp
+the rows match (one multi-set of new tokens) and, for a whole model, deletes
+the registries: a missing registry voids every conjunction result built on it.
 
 Outages: :class:`Journal` is where invalidations that could not be sent wait.
-The default keeps them in process and sends them again before the next
-invalidation; the outage work (``OPTIONS["on_outage"]``) replaces it with
-the cluster's journal, which replays a server's pending deletes before that
-server serves again (:func:`set_journal`).
+Stamps are renewed (a new token), registries deleted.  The default keeps
+what failed in process and sends it again with the next invalidation; the
+outage work (``OPTIONS["on_outage"]``) replaces it with the cluster's journal,
+which replays a server's pending writes before that server serves again
+(:func:`set_journal`).
 """
 
 from __future__ import annotations
@@ -48,30 +49,43 @@ Rows = Sequence[dict[str, str]]
 
 
 class Journal(Protocol):
-    """Where stamp deletions that could not be sent wait (the outage seam)."""
+    """Where invalidations that could not be sent wait (the outage seam).
 
-    def deliver(self, store: Store, keys: Sequence[str]) -> None:
-        """Delete ``keys`` now, or keep them until the server that holds them can."""
+    ``renew``: stamps to give new tokens; ``drop``: registries to delete.
+    Either way every result built on them is void; what matters is that it
+    happens before the server that holds them serves again.
+    """
+
+    def deliver(self, store: Store, renew: Sequence[str], drop: Sequence[str], ttl: int) -> None:
+        """Send now, or keep until the server that holds the keys can take them."""
         ...
 
 
 class MemoryJournal:
-    """The default journal: deletions that raised are kept and sent again with the next ones."""
+    """The default journal: what failed is kept and sent again with the next invalidation."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self.pending: set[str] = set()
+        self.renew: set[str] = set()
+        self.drop: set[str] = set()
 
-    def deliver(self, store: Store, keys: Sequence[str]) -> None:
+    def deliver(self, store: Store, renew: Sequence[str], drop: Sequence[str], ttl: int) -> None:
         with self._lock:
-            batch = sorted(self.pending.union(keys))
-            self.pending.clear()
+            renewing = sorted(self.renew.union(renew))
+            dropping = sorted(self.drop.union(drop))
+            self.renew.clear()
+            self.drop.clear()
         try:
-            store.delete_many(batch)
+            failed = stamps.renew(store, renewing, dropping, ttl)
         except Exception:
             logger.warning("ORM invalidation not sent; kept for the next one", exc_info=True)
+            failed, dropping_failed = renewing, dropping
+        else:
+            dropping_failed = []
+        if failed or dropping_failed:
             with self._lock:
-                self.pending.update(batch)
+                self.renew.update(failed)
+                self.drop.update(dropping_failed)
 
 
 _journal: list[Journal] = [MemoryJournal()]
@@ -112,11 +126,12 @@ def invalidate(
             keys |= conj
         else:
             wholes.add(table)
+    drop = set()
     for table in wholes:
         keys.add(stamps.table_key(prefix, using, table))
-        keys.add(stamps.registry_key(prefix, using, table))
+        drop.add(stamps.registry_key(prefix, using, table))
     observe.record("invalidation", label or ",".join(sorted(tables) or sorted(wholes)), len(keys))
-    _journal[0].deliver(read.values, sorted(keys))
+    _journal[0].deliver(read.values, sorted(keys), sorted(drop), read.settings.stamp_timeout)
 
 
 def _registries(read: Reader, keys: list[str]) -> dict[str, stamps.Registry | None]:
@@ -152,4 +167,4 @@ def invalidate_all() -> None:
     """Void every cached ORM result, of every model (one delete)."""
     read = reader()
     observe.record("invalidation", "*", 1)
-    _journal[0].deliver(read.values, [read.all_key])
+    _journal[0].deliver(read.values, [read.all_key], [], read.settings.stamp_timeout)

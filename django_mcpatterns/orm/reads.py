@@ -188,23 +188,30 @@ class Reader:
     ) -> T:
         """The miss path: lease, record the stamps' tokens, compute, store."""
         plan = planned.plan
-        lease = tokens = None
+        lease: Any = None
+        tokens = None
         if fill_allowed(planned.db):
             try:
-                lease = stamps.claim(self.values, plan, read, PLACEHOLDER_TTL)
-                if lease is None and self.settings.wait > 0:
-                    waited = stamps.wait(self.values, plan, self.settings.wait)
-                    if waited is not None:
-                        observe.record("hit", planned.label)
-                        value: T = waited.value
-                        return value
-                if lease is not None:
+                if self.settings.lease == "cas":  # the read's cas is the lease: no extra write
+                    lease = read.cas
                     tokens = stamps.prepare(self.values, plan, read, self.settings.stamp_timeout)
+                else:
+                    lease = stamps.claim(self.values, plan, read, PLACEHOLDER_TTL)
+                    if lease is None and self.settings.wait > 0:
+                        waited = stamps.wait(self.values, plan, self.settings.wait)
+                        if waited is not None:
+                            observe.record("hit", planned.label)
+                            value: T = waited.value
+                            return value
+                    if lease is not None:
+                        tokens = stamps.prepare(
+                            self.values, plan, read, self.settings.stamp_timeout
+                        )
             except Exception:
                 logger.warning("ORM cache fill failed; reading the database", exc_info=True)
-                lease = tokens = None
+                tokens = None
         result = compute()
-        if lease is None or tokens is None:
+        if tokens is None:
             observe.record("uncached", planned.label)
             return result
         observe.record("miss", planned.label)

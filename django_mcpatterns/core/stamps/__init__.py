@@ -12,6 +12,7 @@ from ._async import (
     async_prepare,
     async_read,
     async_registries,
+    async_renew,
     async_wait,
 )
 from ._model import (
@@ -27,7 +28,7 @@ from ._model import (
     registry_key,
     table_key,
 )
-from ._sync import claim, fill, prepare, read, registries, wait
+from ._sync import claim, fill, prepare, read, registries, renew, wait
 
 __all__ = [
     "MAX_SCHEMES",
@@ -41,6 +42,7 @@ __all__ = [
     "async_prepare",
     "async_read",
     "async_registries",
+    "async_renew",
     "async_wait",
     "claim",
     "conjunction_key",
@@ -51,6 +53,7 @@ __all__ = [
     "read",
     "registries",
     "registry_key",
+    "renew",
     "table_key",
     "wait",
 ]

@@ -12,7 +12,7 @@ tells concurrent readers that someone is computing (stampede protection).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from django_mcpatterns.core.exceptions import ValueTooLargeError
 from django_mcpatterns.core.placeholder import PLACEHOLDER
@@ -89,17 +89,41 @@ async def async_claim(store: AsyncStore, plan: Plan, read: Read, ttl: int) -> Ca
 async def async_fill(
     store: AsyncStore,
     plan: Plan,
-    lease: CasToken,
+    lease: CasToken | None,
     tokens: tuple[bytes, ...],
     value: object,
     expire: int,
 ) -> bool:
-    """Store ``value`` under the lease; False when it did not land (or is too large)."""
+    """Store ``value`` under the lease (None: only if the key is still empty).
+
+    False when it did not land: another fill, or a value over the item size.
+    """
     try:
+        if lease is None:
+            return await store.add(plan.key, Cached(tokens, value), expire)
         stored = await store.cas(plan.key, Cached(tokens, value), lease, expire)
     except ValueTooLargeError:
         return False
     return stored is True
+
+
+async def async_renew(
+    store: AsyncStore, stamps: Sequence[str], drop: Sequence[str], ttl: int
+) -> list[str]:
+    """A writer's invalidation: new tokens for ``stamps``, ``drop`` deleted (registries).
+
+    Renewing rather than deleting keeps the stamps a reader needs in place, so
+    the read after a write costs no extra round trip to recreate them.  Returns
+    the stamps that were not stored.
+    """
+    failed: list[str] = []
+    if stamps:
+        failed = [
+            str(key) for key in await store.set_many({key: new_token() for key in stamps}, ttl)
+        ]
+    if drop:
+        await store.delete_many(drop)
+    return failed
 
 
 async def async_wait(store: AsyncStore, plan: Plan, budget: float) -> Read | None:

@@ -13,7 +13,7 @@ tells concurrent readers that someone is computing (stampede protection).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from django_mcpatterns.core.exceptions import ValueTooLargeError
 from django_mcpatterns.core.placeholder import PLACEHOLDER
@@ -86,17 +86,37 @@ def claim(store: Store, plan: Plan, read: Read, ttl: int) -> CasToken | None:
 def fill(
     store: Store,
     plan: Plan,
-    lease: CasToken,
+    lease: CasToken | None,
     tokens: tuple[bytes, ...],
     value: object,
     expire: int,
 ) -> bool:
-    """Store ``value`` under the lease; False when it did not land (or is too large)."""
+    """Store ``value`` under the lease (None: only if the key is still empty).
+
+    False when it did not land: another fill, or a value over the item size.
+    """
     try:
+        if lease is None:
+            return store.add(plan.key, Cached(tokens, value), expire)
         stored = store.cas(plan.key, Cached(tokens, value), lease, expire)
     except ValueTooLargeError:
         return False
     return stored is True
+
+
+def renew(store: Store, stamps: Sequence[str], drop: Sequence[str], ttl: int) -> list[str]:
+    """A writer's invalidation: new tokens for ``stamps``, ``drop`` deleted (registries).
+
+    Renewing rather than deleting keeps the stamps a reader needs in place, so
+    the read after a write costs no extra round trip to recreate them.  Returns
+    the stamps that were not stored.
+    """
+    failed: list[str] = []
+    if stamps:
+        failed = [str(key) for key in store.set_many({key: new_token() for key in stamps}, ttl)]
+    if drop:
+        store.delete_many(drop)
+    return failed
 
 
 def wait(store: Store, plan: Plan, budget: float) -> Read | None:
