@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import pytest
@@ -66,6 +67,9 @@ def test_every_cached_read_equals_the_uncached_read(
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(
+    not os.environ.get("MCPATTERNS_LONG"), reason="long variant: set MCPATTERNS_LONG=1 to run it"
+)
 @pytest.mark.parametrize(
     ("seed", "evictions", "remote"), [(11, 0.0, False), (12, 0.2, False), (13, 0.1, True)]
 )
