@@ -15,19 +15,17 @@ import logging
 import random
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.db import close_old_connections
 from django.db.models import Model
 
 from django_mcpatterns.core import stamps
 from django_mcpatterns.core.refresh import RefreshQueueFull, RefreshRunner
+from django_mcpatterns.core.store import Store
 
 from . import observe
 from .rows import unpack
-
-if TYPE_CHECKING:
-    from .reads import Planned, Reader
 
 __all__ = ["comparable", "run_inline", "sample"]
 
@@ -65,31 +63,39 @@ def _pool() -> RefreshRunner:
     return _pools[0]
 
 
-def sample(reader: Reader, planned: Planned, cached: Any, compute: Callable[[], Any]) -> None:
-    """Maybe queue an audit of a hit (at the configured rate)."""
-    rate = reader.settings.audit
+def sample(
+    rate: float,
+    store: Store,
+    plan: stamps.Plan,
+    label: str,
+    cached: Any,
+    compute: Callable[[], Any],
+) -> None:
+    """Maybe (at ``rate``) queue an audit of a hit of ``plan`` read from ``store``."""
     if rate <= 0 or random.random() >= rate:
         return
     try:
-        _background(lambda: _check(reader, planned, cached, compute))
+        _background(lambda: _check(store, plan, label, cached, compute))
     except RefreshQueueFull:
         logger.debug("audit queue full; sample dropped")
 
 
-def _check(reader: Reader, planned: Planned, cached: Any, compute: Callable[[], Any]) -> None:
+def _check(
+    store: Store, plan: stamps.Plan, label: str, cached: Any, compute: Callable[[], Any]
+) -> None:
     fresh = compute()
     for pause in (0.0, GRACE):
         if pause:
             time.sleep(pause)
-        if not stamps.read(reader.values, planned.plan).hit:
+        if not stamps.read(store, plan).hit:
             return  # a write voided the result meanwhile: nothing to judge
-    observe.record("audited", planned.label)
+    observe.record("audited", label)
     cached = unpack(cached)
     if comparable(fresh) != comparable(cached):
-        observe.record("stale", planned.label)
-        logger.error("stale ORM cache hit for %s (%s)", planned.label, planned.plan.key)
+        observe.record("stale", label)
+        logger.error("stale ORM cache hit for %s (%s)", label, plan.key)
         observe.orm_stale_hit.send(
-            sender=None, model=planned.label, key=planned.plan.key, cached=cached, fresh=fresh
+            sender=None, model=label, key=plan.key, cached=cached, fresh=fresh
         )
 
 

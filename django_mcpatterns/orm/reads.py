@@ -152,7 +152,9 @@ class Reader:
             return compute()
         if read.hit:
             observe.record("hit", planned.label)
-            audit.sample(self, planned, read.value, compute)
+            audit.sample(
+                self.settings.audit, self.values, planned.plan, planned.label, read.value, compute
+            )
             value: T = read.value
             return value
         return self.fill(planned, read, compute, timeout)
@@ -173,7 +175,9 @@ class Reader:
             return await sync_to_async(compute)()
         if read.hit:
             observe.record("hit", planned.label)
-            audit.sample(self, planned, read.value, compute)
+            audit.sample(
+                self.settings.audit, self.values, planned.plan, planned.label, read.value, compute
+            )
             value: T = read.value
             return value
         return await sync_to_async(self.fill)(planned, read, compute, timeout, pack)
