@@ -28,7 +28,6 @@ from django.db.models import Model
 from django_mcpatterns.core import stamps
 from django_mcpatterns.core.store import Store
 
-from . import observe
 from .reads import Reader, reader
 
 __all__ = [
@@ -130,7 +129,7 @@ def invalidate(
     for table in wholes:
         keys.add(stamps.table_key(prefix, using, table))
         drop.add(stamps.registry_key(prefix, using, table))
-    observe.record("invalidation", label or ",".join(sorted(tables) or sorted(wholes)), len(keys))
+    read.record("invalidation", label or ",".join(sorted(tables) or sorted(wholes)), len(keys))
     _journal[0].deliver(read.values, sorted(keys), sorted(drop), read.settings.stamp_timeout)
 
 
@@ -166,5 +165,5 @@ def invalidate_table(table: str, *, using: str = "default") -> None:
 def invalidate_all() -> None:
     """Void every cached ORM result, of every model (one delete)."""
     read = reader()
-    observe.record("invalidation", "*", 1)
+    read.record("invalidation", "*", 1)
     _journal[0].deliver(read.values, [read.all_key], [], read.settings.stamp_timeout)

@@ -75,8 +75,17 @@ class Reader:
         self.avalues: AsyncStore = avalues
         self.prefix = f"{getattr(cache, 'key_prefix', '')}{settings.prefix}"
         self.all_key = global_key(self.prefix)
+        self.observer = getattr(store, "observer", None)
         self._tables: dict[tuple[str, str], tuple[str, str]] = {}
         self._vendors: dict[str, str] = {}
+
+    def record(self, event: str, label: str, count: int = 1) -> None:
+        """Count an event (orm.stats(), the orm_event signal) and tell the cache's observer
+        (Prometheus ``mcpatterns_events{event="orm_hit"}``...)."""
+        observe.record(event, label, count)
+        observer = self.observer
+        if observer is not None:
+            observer.event(f"orm_{event}")
 
     def table_keys(self, db: str, table: str) -> tuple[str, str]:
         """The table's stamp and registry keys (made once per process)."""
@@ -127,7 +136,7 @@ class Reader:
         """Read your writes: the current transaction wrote a table this read uses."""
         dirty = dirty_tables(planned.db)
         if dirty is not None and not dirty.isdisjoint(planned.tables):
-            observe.record("bypass", planned.label)
+            self.record("bypass", planned.label)
             return True
         return False
 
@@ -148,10 +157,10 @@ class Reader:
             read = stamps.read(self.values, planned.plan)
         except Exception:  # the cache is unreachable or refused: the database answers
             logger.warning("ORM cache read failed; reading the database", exc_info=True)
-            observe.record("uncached", planned.label)
+            self.record("uncached", planned.label)
             return compute()
         if read.hit:
-            observe.record("hit", planned.label)
+            self.record("hit", planned.label)
             audit.sample(
                 self.settings.audit, self.values, planned.plan, planned.label, read.value, compute
             )
@@ -171,10 +180,10 @@ class Reader:
             read = await stamps.async_read(self.avalues, planned.plan)
         except Exception:
             logger.warning("ORM cache read failed; reading the database", exc_info=True)
-            observe.record("uncached", planned.label)
+            self.record("uncached", planned.label)
             return await sync_to_async(compute)()
         if read.hit:
-            observe.record("hit", planned.label)
+            self.record("hit", planned.label)
             audit.sample(
                 self.settings.audit, self.values, planned.plan, planned.label, read.value, compute
             )
@@ -204,7 +213,7 @@ class Reader:
                     if lease is None and self.settings.wait > 0:
                         waited = stamps.wait(self.values, plan, self.settings.wait)
                         if waited is not None:
-                            observe.record("hit", planned.label)
+                            self.record("hit", planned.label)
                             value: T = waited.value
                             return value
                     if lease is not None:
@@ -216,9 +225,9 @@ class Reader:
                 tokens = None
         result = compute()
         if tokens is None:
-            observe.record("uncached", planned.label)
+            self.record("uncached", planned.label)
             return result
-        observe.record("miss", planned.label)
+        self.record("miss", planned.label)
         try:
             stored = result if pack is None else pack(result)
             stamps.fill(self.values, plan, lease, tokens, stored, timeout)
