@@ -166,7 +166,7 @@ class Reader:
             )
             value: T = read.value
             return value
-        return self.fill(planned, read, compute, timeout)
+        return self.fill(planned, read, compute, timeout, pack)
 
     async def afetch(
         self,
