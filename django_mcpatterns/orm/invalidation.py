@@ -28,7 +28,7 @@ from django.db.models import Model
 from django_mcpatterns.core import stamps
 from django_mcpatterns.core.store import Store
 
-from .reads import Reader, reader
+from .reads import SPACE, Reader, reader
 
 __all__ = [
     "Journal",
@@ -110,25 +110,25 @@ def invalidate(
     keys: set[str] = set()
     wholes = set(whole)
     registry_keys = {
-        stamps.registry_key(prefix, using, table): table for table in tables if table not in wholes
+        stamps.registry_key(prefix, SPACE, table): table for table in tables if table not in wholes
     }
     found = _registries(read, list(registry_keys))
     for registry, table in registry_keys.items():
-        keys.add(stamps.table_key(prefix, using, table))
+        keys.add(stamps.table_key(prefix, SPACE, table))
         parsed = found.get(registry)
         if parsed is None:
             if registry not in found:  # unknown: the cache did not answer
                 wholes.add(table)
             continue
-        conj, complete = stamps.conjunctions(prefix, using, table, parsed.schemes, tables[table])
+        conj, complete = stamps.conjunctions(prefix, SPACE, table, parsed.schemes, tables[table])
         if complete:
             keys |= conj
         else:
             wholes.add(table)
     drop = set()
     for table in wholes:
-        keys.add(stamps.table_key(prefix, using, table))
-        drop.add(stamps.registry_key(prefix, using, table))
+        keys.add(stamps.table_key(prefix, SPACE, table))
+        drop.add(stamps.registry_key(prefix, SPACE, table))
     read.record("invalidation", label or ",".join(sorted(tables) or sorted(wholes)), len(keys))
     _journal[0].deliver(read.values, sorted(keys), sorted(drop), read.settings.stamp_timeout)
 

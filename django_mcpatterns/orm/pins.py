@@ -26,6 +26,7 @@ from django.db.models import Field, Model
 from django.db.models.expressions import Col
 from django.db.models.lookups import Exact, In, IsNull, Lookup
 from django.db.models.sql import Query
+from django.db.models.sql.datastructures import BaseTable
 
 __all__ = ["MAX_COMBINATIONS", "canonical", "pinnable", "pins", "row_values"]
 
@@ -76,6 +77,8 @@ def pins(query: Query, vendor: str) -> tuple[tuple[str, ...], list[tuple[str, ..
     if where.connector != "AND" or where.negated or not query.alias_map:
         return None
     base = next(iter(query.alias_map))
+    if type(query.alias_map[base]) is not BaseTable:
+        return None
     pinned: dict[str, list[str]] = {}
     for child in where.children:
         found = _pin(child, base, vendor)

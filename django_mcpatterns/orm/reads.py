@@ -30,10 +30,16 @@ from .pins import pins
 from .shape import Uncacheable, shape_of
 from .transactions import dirty_tables, fill_allowed
 
-__all__ = ["Planned", "Reader", "global_key", "reader", "reset"]
+__all__ = ["SPACE", "Planned", "Reader", "global_key", "reader", "reset"]
 
 logger = logging.getLogger("django_mcpatterns.orm")
 T = TypeVar("T")
+
+
+SPACE = ""
+"""The database part of stamp keys: none.  Stamps are shared by every database alias, so a
+write through the primary voids results read through a replica alias of the same data (a
+table of the same name in another database is invalidated along, which is only a miss)."""
 
 
 def global_key(prefix: str) -> str:
@@ -122,13 +128,14 @@ class Reader:
         schemes: tuple[tuple[str, stamps.Scheme], ...] = ()
         for table in sorted(tables):
             if table != base or found is None:
-                stamp_keys.append(self.table_keys(db, table)[0])
+                stamp_keys.append(self.table_keys(SPACE, table)[0])
         if found is not None:
             scheme, combinations = found
             stamp_keys.extend(
-                stamps.conjunction_key(prefix, db, base, scheme, values) for values in combinations
+                stamps.conjunction_key(prefix, SPACE, base, scheme, values)
+                for values in combinations
             )
-            schemes = ((self.table_keys(db, base)[1], scheme),)
+            schemes = ((self.table_keys(SPACE, base)[1], scheme),)
         plan = stamps.Plan(f"{prefix}q:{shape.digest()}", tuple(stamp_keys), schemes)
         return Planned(plan, tables, db, model._meta.label_lower)
 

@@ -26,7 +26,7 @@ from django_mcpatterns.core import stamps
 
 from .invalidation import chain, invalidate
 from .pins import canonical, row_values
-from .reads import reader
+from .reads import SPACE, reader
 from .transactions import mark_written
 
 __all__ = ["install", "uninstall"]
@@ -75,7 +75,7 @@ def _send(
 def _has_schemes(using: str, model: type[Model]) -> bool:
     """Whether any table of ``model`` has a registered scheme (True when the cache cannot say)."""
     read = reader()
-    keys = [stamps.registry_key(read.prefix, using, m._meta.db_table) for m in chain(model)]
+    keys = [stamps.registry_key(read.prefix, SPACE, m._meta.db_table) for m in chain(model)]
     try:
         found = stamps.registries(read.values, keys)
     except Exception:
