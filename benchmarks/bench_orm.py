@@ -126,7 +126,17 @@ def speed(cats: list[Any], rounds: int, ops: int) -> dict[str, list[float]]:
         with override_settings(MCPATTERNS_ORM={**settings.MCPATTERNS_ORM, "lease": "cas"}):
             return timed(lambda: page(cold, True), ops, before=write_to_cold)
 
+    def select_1() -> None:
+        from django.db import connection
+
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+            cursor.fetchall()
+
+    read.values.set("bench:probe", b"1")
     cases: dict[str, Callable[[], float]] = {
+        "memcached get": lambda: timed(lambda: read.values.get("bench:probe"), ops),
+        "SELECT 1": lambda: timed(select_1, ops),
         "uncached": lambda: timed(lambda: page(hot, False), ops),
         "warm": lambda: timed(lambda: page(hot, True), ops),
         "cold": lambda: timed(lambda: page(cold, True), ops, before=write_to_cold),
@@ -281,6 +291,12 @@ def main() -> None:
                 f"{args.categories} categories; {args.rounds} rounds x {args.ops} ops, interleaved"
             )
             results = speed(cats, args.rounds, args.ops)
+            probes = {name: results.pop(name) for name in ("memcached get", "SELECT 1")}
+            print(
+                "conditions: a memcached get "
+                f"{statistics.median(probes['memcached get']) * 1e6:.0f} us, a PostgreSQL "
+                f"SELECT 1 {statistics.median(probes['SELECT 1']) * 1e6:.0f} us (medians)"
+            )
             uncached = results["uncached"]
             for name, times in results.items():
                 ratios = [u / t for u, t in zip(uncached, times, strict=True)]
