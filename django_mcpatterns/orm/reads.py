@@ -21,7 +21,6 @@ from django.db.models.sql import Query
 
 from django_mcpatterns.core import stamps
 from django_mcpatterns.core.chunks import AsyncChunkedStore, ChunkedStore
-from django_mcpatterns.core.placeholder import PLACEHOLDER_TTL
 from django_mcpatterns.core.store import AsyncStore, Store
 
 from . import audit, observe
@@ -34,6 +33,8 @@ __all__ = ["SPACE", "Planned", "Reader", "global_key", "reader", "reset"]
 
 logger = logging.getLogger("django_mcpatterns.orm")
 T = TypeVar("T")
+LEASE_TTL = 30
+"""Seconds a fill's placeholder lives: a filler that died blocks others' fills that long."""
 
 
 SPACE = ""
@@ -206,41 +207,66 @@ class Reader:
         timeout: int,
         pack: Callable[[T], Any] | None = None,
     ) -> T:
-        """The miss path: lease, record the stamps' tokens, compute, store."""
+        """The miss path: record the stamps' tokens, lease, compute, store.
+
+        A lease taken and not filled (the compute raised, the value is too large)
+        is given back, so the next reader fills instead of waiting for it.
+        """
         plan = planned.plan
+        tokens: tuple[bytes, ...] | None = None
         lease: Any = None
-        tokens = None
+        claimed = False
         if fill_allowed(planned.db):
             try:
-                if self.settings.lease == "cas":  # the read's cas is the lease: no extra write
-                    lease = read.cas
-                    tokens = stamps.prepare(self.values, plan, read, self.settings.stamp_timeout)
-                else:
-                    lease = stamps.claim(self.values, plan, read, PLACEHOLDER_TTL)
-                    if lease is None and self.settings.wait > 0:
-                        waited = stamps.wait(self.values, plan, self.settings.wait)
+                tokens = stamps.prepare(self.values, plan, read, self.settings.stamp_timeout)
+                if tokens is not None and self.settings.lease == "cas":
+                    lease = read.cas  # the read's cas is the lease: no extra write
+                elif tokens is not None:
+                    lease = stamps.claim(self.values, plan, read, LEASE_TTL)
+                    claimed = lease is not None
+                    if not claimed:
+                        tokens = None
+                        waited = self._wait(planned)
                         if waited is not None:
-                            self.record("hit", planned.label)
                             value: T = waited.value
                             return value
-                    if lease is not None:
-                        tokens = stamps.prepare(
-                            self.values, plan, read, self.settings.stamp_timeout
-                        )
             except Exception:
                 logger.warning("ORM cache fill failed; reading the database", exc_info=True)
                 tokens = None
-        result = compute()
+        try:
+            result = compute()
+        except BaseException:
+            if claimed:
+                self._release(plan, lease)
+            raise
         if tokens is None:
             self.record("uncached", planned.label)
             return result
         self.record("miss", planned.label)
+        stored = False
         try:
-            stored = result if pack is None else pack(result)
-            stamps.fill(self.values, plan, lease, tokens, stored, timeout)
+            packed = result if pack is None else pack(result)
+            stored = stamps.fill(self.values, plan, lease, tokens, packed, timeout)
         except Exception:
             logger.warning("ORM cache fill failed", exc_info=True)
+        if claimed and not stored:
+            self._release(plan, lease)
         return result
+
+    def _wait(self, planned: Planned) -> stamps.Read | None:
+        """Another process holds the lease: wait a little for its result."""
+        if self.settings.wait <= 0:
+            return None
+        waited = stamps.wait(self.values, planned.plan, self.settings.wait)
+        if waited is not None:
+            self.record("hit", planned.label)
+        return waited
+
+    def _release(self, plan: stamps.Plan, lease: Any) -> None:
+        try:
+            stamps.release(self.values, plan, lease)
+        except Exception:
+            logger.debug("ORM lease not released", exc_info=True)
 
 
 _readers: dict[int, Reader] = {}

@@ -77,3 +77,24 @@ def test_one_compute_for_concurrent_misses(shop: Any) -> None:
     assert results == [[1], [1]]
     assert len(calls) == 1
     assert observe.totals()["hit"] == 1  # the waiter was served the filler's result
+
+
+def test_a_failed_compute_gives_its_lease_back(shop: Any) -> None:
+    c = Category.objects.create(name="c")
+    Product.objects.create(name="p", category=c, price=1)
+    fail = [True]
+
+    @cached_as(Product.objects.filter(category=c))
+    def prices() -> list[int]:
+        if fail[0]:
+            raise RuntimeError("the database went away")
+        return [x.price for x in Product.objects.filter(category=c)]
+
+    with pytest.raises(RuntimeError):
+        prices()
+    fail[0] = False
+    observe.reset()
+    assert prices() == [1]  # filled at once: no placeholder left to wait for
+    assert observe.totals()["miss"] == 1
+    assert prices() == [1]
+    assert observe.totals()["hit"] == 1

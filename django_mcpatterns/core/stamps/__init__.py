@@ -12,6 +12,7 @@ from ._async import (
     async_prepare,
     async_read,
     async_registries,
+    async_release,
     async_renew,
     async_wait,
 )
@@ -28,7 +29,7 @@ from ._model import (
     registry_key,
     table_key,
 )
-from ._sync import claim, fill, prepare, read, registries, renew, wait
+from ._sync import claim, fill, prepare, read, registries, release, renew, wait
 
 __all__ = [
     "MAX_SCHEMES",
@@ -42,6 +43,7 @@ __all__ = [
     "async_prepare",
     "async_read",
     "async_registries",
+    "async_release",
     "async_renew",
     "async_wait",
     "claim",
@@ -53,6 +55,7 @@ __all__ = [
     "read",
     "registries",
     "registry_key",
+    "release",
     "renew",
     "table_key",
     "wait",

@@ -86,6 +86,11 @@ async def async_claim(store: AsyncStore, plan: Plan, read: Read, ttl: int) -> Ca
     return await store.add_cas(plan.key, PLACEHOLDER, ttl)
 
 
+async def async_release(store: AsyncStore, plan: Plan, lease: CasToken) -> None:
+    """Give a lease back unfilled (the compute failed): delete the placeholder if still ours."""
+    await store.delete_cas(plan.key, lease)
+
+
 async def async_fill(
     store: AsyncStore,
     plan: Plan,

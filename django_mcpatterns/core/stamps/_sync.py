@@ -83,6 +83,11 @@ def claim(store: Store, plan: Plan, read: Read, ttl: int) -> CasToken | None:
     return store.add_cas(plan.key, PLACEHOLDER, ttl)
 
 
+def release(store: Store, plan: Plan, lease: CasToken) -> None:
+    """Give a lease back unfilled (the compute failed): delete the placeholder if still ours."""
+    store.delete_cas(plan.key, lease)
+
+
 def fill(
     store: Store,
     plan: Plan,
