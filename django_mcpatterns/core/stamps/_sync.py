@@ -15,10 +15,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
+from django_mcpatterns.core.concurrency import sleep
 from django_mcpatterns.core.exceptions import ValueTooLargeError
-from django_mcpatterns.core.placeholder import PLACEHOLDER
+from django_mcpatterns.core.leases import PLACEHOLDER
 from django_mcpatterns.core.store import CasToken, Store
-from django_mcpatterns.core.syncio import sleep
 
 from ._model import (
     Cached,
