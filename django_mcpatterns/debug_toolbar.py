@@ -29,7 +29,6 @@ import time
 from typing import Any
 
 from debug_toolbar.panels import Panel
-from django.apps import apps
 from django.core.cache import caches
 
 from .core.observe import BaseSink, PatternCall, RoundTrip
@@ -117,10 +116,9 @@ def _orm_event(event: str, model: str, count: int, **_: Any) -> None:
 
 
 def _listen_to_orm() -> None:
-    if apps.is_installed("django_mcpatterns.orm"):
-        from django_mcpatterns.orm import orm_event
+    from django_mcpatterns.orm.observe import orm_event  # no models: importable without the app
 
-        orm_event.connect(_orm_event, dispatch_uid="mcpatterns_debug_toolbar_orm")
+    orm_event.connect(_orm_event, dispatch_uid="mcpatterns_debug_toolbar_orm")
 
 
 class PatternsPanel(Panel):
