@@ -115,7 +115,8 @@ def test_a_killed_server_reads_as_misses_and_fails_writes(
 
 def test_a_hung_server_stalls_only_its_own_keys(memcached_4_fresh: list[MemcachedServer]) -> None:
     servers = memcached_4_fresh
-    cluster = Cluster([s.spec for s in servers], ClusterOptions(timeout=0.5))
+    # Long enough that the other servers' 97 reads end well before it, on any machine.
+    cluster = Cluster([s.spec for s in servers], ClusterOptions(timeout=1.0))
     twin = cluster.aio
     hung = servers[2]
     stuck = keys_on(cluster, servers, hung)[0]
@@ -125,25 +126,22 @@ def test_a_hung_server_stalls_only_its_own_keys(memcached_4_fresh: list[Memcache
         if cluster.ring.get_node(k.encode()) != hung.spec
     ]
 
-    async def work() -> tuple[float, float, Any]:
+    async def work() -> tuple[bool, Any]:
         await twin.set_many(dict.fromkeys([stuck, *free], "v"))
         hung.pause()
         try:
-            start = time.monotonic()
             waiting = asyncio.ensure_future(twin.get(stuck, "timed out"))
             await asyncio.sleep(0.01)
             values = await asyncio.gather(*[twin.get(key) for key in free])
-            others_done = time.monotonic() - start
+            stalled = not waiting.done()
             assert values == ["v"] * len(free)
-            value = await waiting
-            return others_done, time.monotonic() - start, value
+            return stalled, await waiting
         finally:
             hung.resume()
 
-    others_done, stalled, value = asyncio.run(work())
-    assert others_done < 0.2  # the other servers answered while one hung
-    assert 0.45 < stalled < 1.5
-    assert value == "timed out"
+    stalled, value = asyncio.run(work())
+    assert stalled  # the other servers answered while the hung one's read still waited
+    assert value == "timed out"  # and that read ended by its timeout
 
 
 def test_a_withheld_reply_is_an_unknown_outcome_and_the_next_request_is_clean(
