@@ -83,7 +83,6 @@ def test_sixteen_threads_share_one_failing_compute(cluster: Cluster) -> None:
     assert computes["n"] <= 2
     assert outcomes["Boom"] == computes["n"]  # the failing callers get their own error
     assert outcomes["ComputeFailedError"] == 16 - computes["n"]  # the others, a shared one
-    assert max(took for _, took in results) < 3.0
 
 
 # 4 threads per process, released together at the start time read from argv.
@@ -156,7 +155,6 @@ def test_four_processes_of_four_threads_share_one_failing_compute(
     # Other processes learn what failed through memcached.
     shared = [o for o, _ in results if o.startswith("ComputeFailedError")]
     assert all("builtins.RuntimeError: backend down" in outcome for outcome in shared)
-    assert max(took for _, took in results) < 3.0
 
 
 def held(cluster: Cluster, protocol: str) -> object:
@@ -218,20 +216,21 @@ def test_a_compute_three_times_longer_than_its_lock_keeps_it(
 
 def test_a_waiter_past_wait_gets_an_exception_and_computes_nothing(cluster: Cluster) -> None:
     computes = Counter[str]()
-    started = threading.Event()
+    started, release = threading.Event(), threading.Event()
 
     def slow() -> str:
         computes["n"] += 1
         started.set()
-        time.sleep(1.5)
+        release.wait(30)  # computes until the waiter has its answer
         return "slow value"
 
     first = threading.Thread(target=lambda: Stampede(cluster).get_or_compute("cold:wait", slow, 60))
     first.start()
     assert started.wait(10)
-    began = time.monotonic()
-    with pytest.raises(LockTimeoutError):
-        Stampede(cluster, StampedePolicy(wait=0.3)).get_or_compute("cold:wait", slow, 60)
-    assert time.monotonic() - began < 1.4  # answered at its limit, not after the compute
+    try:
+        with pytest.raises(LockTimeoutError):  # answered at its limit, while the compute runs
+            Stampede(cluster, StampedePolicy(wait=0.3)).get_or_compute("cold:wait", slow, 60)
+    finally:
+        release.set()
     first.join(30)
     assert computes["n"] == 1
