@@ -123,6 +123,22 @@ class Computes:
         return self.value
 
 
+async def others_finished(patience: int = 3000) -> None:
+    """Return once every other task of the running loop has finished.
+
+    What a cancelled task hands to a background task (an undo, a settle, a refresh)
+    is done then, however busy the machine: a fixed sleep is a race.  ``patience``
+    turns of 10 ms are a hang guard, not a timing.
+    """
+    me = asyncio.current_task()
+    for _ in range(patience):
+        others = [task for task in asyncio.all_tasks() if task is not me]
+        if not others:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"tasks still running: {others}")
+
+
 def run(scenario: Callable[[], Coroutine[Any, Any, T]]) -> T:
     """Run ``scenario()`` on a new event loop and return its result."""
     return asyncio.run(scenario())

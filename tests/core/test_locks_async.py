@@ -33,7 +33,7 @@ from django_mcpatterns.core.locks import (
 from django_mcpatterns.core.memory import AsyncMemoryStore, MemoryStore
 from django_mcpatterns.core.options import ClusterOptions
 from tests.conftest import flush
-from tests.core.asyncio_tools import loop_never_blocks
+from tests.core.asyncio_tools import loop_never_blocks, others_finished
 from tests.drills.proxy import Proxy
 from tests.fakes import CountingStore, FakeClock, near
 from tests.harness import MemcachedServer
@@ -447,7 +447,7 @@ def test_a_task_cancelled_while_its_add_is_answered_leaves_the_lock_free(
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await task
-            await asyncio.sleep(0.6)  # the add's reply, then whatever hands it back
+            await others_finished()  # the add's reply, then whatever hands it back
             proxy.delay = 0.0
             other = AsyncLock(aio, "job", timeout=60)
             assert await other.acquire(blocking=False), "the lock is held by nobody"
@@ -489,7 +489,7 @@ def test_a_release_cancelled_between_its_two_text_requests_still_frees_the_lock(
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await task
-            await asyncio.sleep(0.6)  # the gets' reply, then whatever finishes the release
+            await others_finished()  # the gets' reply, then whatever finishes the release
             proxy.delay = 0.0
             other = AsyncLock(aio, "job", timeout=60)
             assert await other.acquire(blocking=False), "the lock is held by nobody"
@@ -533,7 +533,7 @@ def test_cancellations_at_random_points_never_leave_the_lock_held_by_nobody(
                     if rng.random() < 0.6:
                         loop.call_later(rng.random() * 0.02, task.cancel)
                 await asyncio.gather(*tasks, return_exceptions=True)
-                await asyncio.sleep(0.1)  # what a cancelled task handed back is done
+                await others_finished()  # what a cancelled task handed back is done
                 probe = AsyncLock(aio, "fuzz", timeout=30)
                 assert await probe.acquire(blocking=False), "held by nobody"
                 await probe.release()

@@ -28,7 +28,7 @@ from django_mcpatterns.core.stampede import (
     StampedePolicy,
     lock_key,
 )
-from tests.core.asyncio_tools import Computes, Ticker, loop_never_blocks, run
+from tests.core.asyncio_tools import Computes, Ticker, loop_never_blocks, others_finished, run
 from tests.fakes import FakeClock
 
 KEY = "report"
@@ -187,7 +187,7 @@ def test_a_background_refresh_is_a_task_not_a_thread() -> None:
         await stampede.get_or_compute(KEY, Computes("old"), 60)
         clock.advance(61)
         served = [await stampede.get_or_compute(KEY, fresh, 60) for _ in range(3)]
-        await asyncio.sleep(0.2)  # the refresh task finishes
+        await others_finished()  # the refresh task finishes
         return served, await stampede.get_or_compute(KEY, fresh, 60)
 
     served, after = run(scenario)

@@ -22,7 +22,7 @@ from django_mcpatterns.core.namespaces import AsyncNamespaces
 from django_mcpatterns.core.options import ClusterOptions
 from django_mcpatterns.core.stampede import AsyncStampede, StampedePolicy, lock_key
 from tests.conftest import flush
-from tests.core.asyncio_tools import Computes, Ticker, loop_never_blocks, run
+from tests.core.asyncio_tools import Computes, Ticker, loop_never_blocks, others_finished, run
 from tests.drills.proxy import Proxy
 from tests.harness import MemcachedServer, server_requests
 
@@ -239,7 +239,7 @@ def test_a_recompute_lock_release_cancelled_midway_still_frees_the_lock(
                 winner.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await winner
-                await asyncio.sleep(0.5)  # whatever still runs, finishes
+                await others_finished()  # whatever still runs, finishes
                 proxy.delay = 0.0
                 return await store.get(lock)
             finally:
