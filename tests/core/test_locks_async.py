@@ -272,7 +272,8 @@ def test_a_waiter_in_the_holders_loop_never_stalls_it_and_gets_the_lock_on_relea
         async with lock:
             while adds(counting) < 4:  # the waiter tried three times: it waits in this loop
                 await asyncio.sleep(0.001)
-        seen["released"] = adds(counting)  # with no LockNotOwnedError
+            counting.before("delete_cas", lambda: seen.setdefault("released", adds(counting)))
+        # left with no LockNotOwnedError
 
     async def waiter() -> None:
         while adds(counting) < 1:  # the holder is in
@@ -301,7 +302,7 @@ def test_two_tasks_contending_never_freeze_the_others() -> None:
             order.append(f"{name} in")
             await asyncio.sleep(0.15)
             order.append(f"{name} out")
-        released.append(adds(counting))
+            counting.before("delete_cas", lambda: released.append(adds(counting)))  # release
 
     async def bystander(done: list[int]) -> None:
         for _ in range(20):
