@@ -33,7 +33,7 @@ from tests.harness import (
 )
 from tests.processes import MEMCACHED_STOP, ServerProcess
 
-pytestmark = pytest.mark.interop
+pytestmark = [pytest.mark.interop, pytest.mark.slow]
 
 KEY_COUNT = 10_000
 SIZES = (3, 5, 10)

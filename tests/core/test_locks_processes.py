@@ -26,6 +26,8 @@ from django_mcpatterns.core.options import ClusterOptions
 from tests.conftest import flush
 from tests.harness import MemcachedServer, server_ttl
 
+pytestmark = pytest.mark.slow  # processes of their own: a drill
+
 ROOT = Path(__file__).resolve().parents[2]
 
 # The owner process: acquire/release as told on stdin, report on stdout.

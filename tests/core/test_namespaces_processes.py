@@ -118,6 +118,7 @@ def check(lines: list[str]) -> tuple[int, int]:
     return len(returned), len(reads)
 
 
+@pytest.mark.slow
 def test_processes_never_read_a_value_from_before_a_returned_invalidation(
     memcached_3: list[MemcachedServer],
 ) -> None:

@@ -123,6 +123,7 @@ CALLERS = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_four_processes_of_four_threads_share_one_failing_compute(
     cluster: Cluster, memcached_3: list[MemcachedServer]
 ) -> None:
@@ -169,6 +170,7 @@ def held(cluster: Cluster, protocol: str) -> object:
     return "placeholder" if type(found) is Envelope and found.pending else None
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("protocol", ["meta", "text"])
 def test_a_compute_three_times_longer_than_its_lock_keeps_it(
     memcached_3: list[MemcachedServer], protocol: str

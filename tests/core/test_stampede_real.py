@@ -171,6 +171,7 @@ class Callers:
             process.stdout.close()
 
 
+@pytest.mark.slow
 def test_sixteen_callers_in_four_processes_compute_once_per_miss_and_per_expiry(
     cluster: Cluster, memcached_3: list[MemcachedServer]
 ) -> None:

@@ -20,6 +20,8 @@ ROOT = Path(__file__).resolve().parents[2]
 PRELUDE = """
 import importlib, importlib.abc, pkgutil, sys
 
+pytestmark = pytest.mark.slow  # processes of their own: a drill
+
 BLOCKED = set()
 
 class Block(importlib.abc.MetaPathFinder):
