@@ -75,6 +75,8 @@ class Site:
     vary: bool = False
     # Views asked "?together" wait here until all its parties run at once (None: no wait).
     together: threading.Barrier | None = None
+    # What the slow view waits for instead of SLOW seconds, when set.
+    hold: Callable[[], object] | None = None
 
     def run(self, name: str) -> int:
         self.runs.append(name)
@@ -92,7 +94,10 @@ def page(request: HttpRequest, n: int) -> HttpResponse:
 @stampede_guard(60)
 def slow(request: HttpRequest) -> HttpResponse:
     run = site.run("slow")
-    time.sleep(SLOW)
+    if site.hold is not None:
+        site.hold()
+    else:
+        time.sleep(SLOW)
     if site.fail:
         raise RuntimeError("database down")
     return HttpResponse(f"slow #{run}")
@@ -410,7 +415,18 @@ class DecoratorsContract(DeploymentSuite):
         old = Client().get("/slow/").content
         slow.mark_stale(self.request("/slow/"))
         with received(signals.stale_served) as stale:
-            pages = run_together(THREADS, lambda: Client().get("/slow/").content)
+
+            def until_the_others_are_served() -> None:  # the recompute outlasts them all
+                for _ in range(3000):
+                    if len(stale) >= THREADS - 1:
+                        return
+                    time.sleep(0.01)
+
+            site.hold = until_the_others_are_served
+            try:
+                pages = run_together(THREADS, lambda: Client().get("/slow/").content)
+            finally:
+                site.hold = None
         assert site.runs == ["slow", "slow"]  # the warm-up and one recompute
         assert pages.count(b"slow #2") == 1  # the winner's own page
         assert pages.count(old) == THREADS - 1  # everyone else at once, stale

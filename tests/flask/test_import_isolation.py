@@ -13,14 +13,16 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.slow  # interpreters of their own
+
 ROOT = Path(__file__).resolve().parents[2]
 
 # Installs a finder refusing the packages added to ``BLOCKED``, and ``modules(package, skip)``
 # to import every module of a package except the ``skip`` subpackage.
 PRELUDE = """
 import importlib, importlib.abc, pkgutil, sys
-
-pytestmark = pytest.mark.slow  # processes of their own: a drill
 
 BLOCKED = set()
 
