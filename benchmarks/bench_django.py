@@ -94,7 +94,7 @@ def main() -> None:
         default="auto",
         help="how to count system calls (auto: perf if the kernel lets us, else strace)",
     )
-    parser.add_argument("--count-ops", type=int, default=200, help="single-key ops counted")
+    parser.add_argument("--count-ops", type=int, default=1000, help="single-key ops counted")
     parser.add_argument("--json", type=Path, help="also write every round's samples here")
     args = parser.parse_args()
 
