@@ -165,6 +165,7 @@ def report(runs: list[dict[str, float]], ops: int, compare: Path | None) -> None
 
 def inner(plan: dict[str, Any]) -> None:
     import asyncio
+    import gc
 
     lib = ctypes.CDLL(plan["stub"])
     lib.bench_dump.argtypes = [ctypes.c_char_p]
@@ -185,6 +186,7 @@ def inner(plan: dict[str, Any]) -> None:
     lib.bench_start()
     for case, (run, idle, ops) in blocks.items():
         for label, block in (("idle", idle), ("ops", run)):
+            gc.collect()  # each block starts from the same collector state
             lib.bench_zero()
             block(ops)
             lib.bench_dump(f"{case}:{label}".encode())
