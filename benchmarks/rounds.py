@@ -33,15 +33,30 @@ def timed(fn: Callable[[], object], ops: int) -> Sample:
     return Sample(wall / ops, cpu / ops)
 
 
-def interleave(blocks: Mapping[str, Callable[[], Sample]], rounds: int) -> dict[str, list[Sample]]:
-    """Each block once a round for ``rounds`` rounds, the order rotating each round."""
+def interleave(
+    blocks: Mapping[str, Callable[[], Sample]],
+    rounds: int,
+    errors: dict[str, str] | None = None,
+) -> dict[str, list[Sample]]:
+    """Each block once a round for ``rounds`` rounds, the order rotating each round.
+
+    With ``errors``, a block that raises is dropped from then on (and from the result)
+    and its error noted there; without, the error propagates.
+    """
     names = list(blocks)
     samples: dict[str, list[Sample]] = {name: [] for name in names}
     for r in range(rounds):
         k = r % len(names)
         for name in names[k:] + names[:k]:
-            samples[name].append(blocks[name]())
-    return samples
+            if errors is not None and name in errors:
+                continue
+            try:
+                samples[name].append(blocks[name]())
+            except Exception as exc:
+                if errors is None:
+                    raise
+                errors[name] = f"round {r + 1}: {type(exc).__name__}: {exc}"
+    return {name: s for name, s in samples.items() if errors is None or name not in errors}
 
 
 @dataclass(frozen=True)
