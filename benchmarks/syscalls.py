@@ -79,11 +79,10 @@ class Perf:
                     _command(ctl_fd, ack_fd, perf, b"enable")
                     block()
                     _command(ctl_fd, ack_fd, perf, b"disable")
+                    _stop(perf)  # the fifos stay open until it has printed its counts
                 finally:
                     os.close(ctl_fd)
                     os.close(ack_fd)
-                perf.send_signal(signal.SIGINT)
-                perf.wait(timeout=30)
             finally:
                 if perf.poll() is None:
                     perf.kill()
@@ -97,6 +96,20 @@ class Perf:
             if not counts:
                 raise CountingError(f"perf counted nothing: {errors.read_text()[-500:]}")
             return counts
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    """SIGINT (the counter prints and exits), then SIGTERM; CountingError if it took SIGKILL."""
+    for sig, wait in ((signal.SIGINT, 60), (signal.SIGTERM, 10)):
+        proc.send_signal(sig)
+        try:
+            proc.wait(timeout=wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+    proc.kill()
+    proc.wait()
+    raise CountingError(f"{proc.args[0]} did not stop")
 
 
 def _open_writer(path: str, proc: subprocess.Popen[bytes], timeout: float = 30) -> int:
@@ -158,8 +171,7 @@ class Strace:
                 os.path.exists(marker + "-start")
                 block()
                 os.path.exists(marker + "-end")
-                strace.send_signal(signal.SIGINT)  # detaches, then exits
-                strace.wait(timeout=30)
+                _stop(strace)  # detaches, then exits
             finally:
                 if strace.poll() is None:
                     strace.kill()
@@ -224,16 +236,23 @@ class PerOp:
         self._empty: collections.Counter[str] | None = None
 
     def __call__(self, fn: Callable[[], object], ops: int) -> Counts:
+        """Calls per op of ``ops`` calls of ``fn``; CountingError if two tries failed."""
         if self._empty is None:
-            self._empty = self.counter.count(lambda: None)
+            self._empty = self._count(lambda: None)
 
         def block() -> None:
             for _ in range(ops):
                 fn()
 
-        counts = self.counter.count(block)
+        counts = self._count(block)
         counts.subtract(self._empty)
         return {name: n / ops for name, n in counts.items() if n > 0}
+
+    def _count(self, block: Callable[[], object]) -> collections.Counter[str]:
+        try:
+            return self.counter.count(block)
+        except CountingError:  # a busy machine can starve the counter: once more
+            return self.counter.count(block)
 
 
 def total(counts: Counts) -> float:
