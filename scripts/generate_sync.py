@@ -1,24 +1,35 @@
 """Generate the sync pattern modules from their async source, or check they are current.
 
-The patterns are written once, as asyncio code in ``django_mcpatterns/core/_async/``;
-their sync form in ``django_mcpatterns/core/_sync/`` is this script's output (see
-``docs/architecture.md``).  unasync (python-trio's, the tool httpcore uses) removes
-``async``/``await`` and renames names; then ruff sorts the imports and formats, so
-the generated files pass the same checks as the hand-written ones.
+Each pattern is written once, as asyncio code in ``_async*.py`` modules of its folder
+(``django_mcpatterns/core/<pattern>/``); the sync form beside it, ``_sync*.py``, is this
+script's output (see ``docs/architecture.md``).  The Django glue written once in asyncio
+(``django_mcpatterns/_async/``) is generated into ``django_mcpatterns/_sync/``.  unasync
+(python-trio's, the tool httpcore uses) removes ``async``/``await`` and renames names;
+then ruff sorts the imports and formats, so the generated files pass the same checks as
+the hand-written ones.
 
-    python scripts/generate_sync.py          # regenerate core/_sync/ after editing core/_async/
-    python scripts/generate_sync.py --check  # fail when core/_sync/ is not what _async/ makes (CI)
+    python scripts/generate_sync.py          # regenerate every _sync*.py after editing _async*.py
+    python scripts/generate_sync.py --check  # fail when a _sync*.py is not what its source makes
 
 Renames, besides unasync's own (``__aenter__`` -> ``__enter__``, ...):
 
-* ``_async`` -> ``_sync`` (import paths);
+* ``_async`` -> ``_sync`` and ``_async_name`` -> ``_sync_name`` (module names in imports);
 * ``AsyncName`` -> ``Name`` (``AsyncStore`` -> ``Store``, ``AsyncAppendSets`` -> ``AppendSets``);
-* ``async_name`` -> ``name`` (``async_sleep`` -> ``sleep``: the few operations that differ
-  live in hand-written pairs, see ``django_mcpatterns/core/syncio.py``).
+* ``async_name`` -> ``name`` (``async_sleep`` -> ``sleep``, and another pattern folder's
+  ``async_fill`` -> ``fill``: a folder's ``__init__`` exports both forms; the few operations
+  that differ live in hand-written pairs, see ``django_mcpatterns/core/concurrency.py``);
+* in the façade (the pattern methods on cache objects, ``django_mcpatterns/patterns/``,
+  whose ``_async*.py`` are generated beside them as the core's are, and the Django cache
+  API, ``django_mcpatterns/_async/``), names follow Django's a-prefix: a method defined as
+  ``async def asadd`` is generated as ``def sadd``, and the host's asyncio attributes (each
+  ``aname`` or ``_aname`` that ``django_mcpatterns/patterns/host.py`` defines beside
+  ``name`` or ``_name``: ``astore``, ``avalues``...) become their sync twins.
 """
 
 from __future__ import annotations
 
+import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -28,11 +39,15 @@ import unasync
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "django_mcpatterns"
-SOURCE = PACKAGE / "core" / "_async"
-TARGET = PACKAGE / "core" / "_sync"
-# Each (source, target) directory pair: the framework-free patterns, and the
-# Django glue written once in asyncio (stampede_guard's page flow).
-DIRECTORIES = ((SOURCE, TARGET), (PACKAGE / "_async", PACKAGE / "_sync"))
+CORE = PACKAGE / "core"
+# The Django glue written once in asyncio (stampede_guard's page flow, the cache API): a
+# directory pair.
+GLUE = (PACKAGE / "_async", PACKAGE / "_sync")
+# The pattern methods on cache objects: _async*.py generated beside, as in a pattern folder.
+FACADE = PACKAGE / "patterns"
+# Sources written with Django's a-prefixed names (see the module docstring).
+A_PREFIXED = (FACADE, GLUE[0])
+HOST = FACADE / "host.py"
 HEADER = "# Generated from {source} by scripts/generate_sync.py: do not edit.\n"
 RUFF = Path(sys.executable).with_name("ruff")
 
@@ -40,12 +55,14 @@ RUFF = Path(sys.executable).with_name("ruff")
 class _Rule(unasync.Rule):  # type: ignore[misc]
     """unasync's rule, with this project's renames."""
 
-    def __init__(self) -> None:
-        super().__init__("/_async/", "/_sync/", {"_async": "_sync"})
+    def __init__(self, renames: dict[str, str] | None = None) -> None:
+        super().__init__("/_async/", "/_sync/", {"_async": "_sync", **(renames or {})})
 
     def _unasync_name(self, name: str) -> str:
         if name in self.token_replacements:
             return str(self.token_replacements[name])
+        if name.startswith("_async_"):
+            return "_sync_" + name[len("_async_") :]
         if len(name) > 5 and name.startswith("Async") and name[5].isupper():
             return name[5:]
         if len(name) > 6 and name.startswith("async_"):
@@ -67,32 +84,67 @@ def _ruff(args: list[str], source: str, filename: Path) -> str:
     return done.stdout
 
 
-def generate(source: Path, target_dir: Path = TARGET) -> str:
-    """The sync module that ``source`` (a file in an ``_async/`` directory) makes."""
-    tokens = tokenize_rt.src_to_tokens(source.read_text(encoding="utf-8"))
-    text = tokenize_rt.tokens_to_src(_Rule()._unasync_tokens(tokens))
+def host_pairs() -> dict[str, str]:
+    """``aname`` -> ``name`` (``_aname`` -> ``_name``) for each pair the pattern host defines."""
+    defined = {
+        node.name
+        for node in ast.walk(ast.parse(HOST.read_text(encoding="utf-8")))
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+    }
+    found = {}
+    for name in defined:
+        sync = "_" + name[2:] if name.startswith("_a") else name[1:]
+        if name.lstrip("_").startswith("a") and sync in defined:
+            found[name] = sync
+    return found
+
+
+def a_forms(text: str) -> dict[str, str]:
+    """The façade's renames for a source: its ``async def a<name>`` methods, the host's pairs."""
+    methods = re.findall(r"\basync def (a[a-z]\w*)", text)
+    return {**host_pairs(), **{name: name[1:] for name in methods}}
+
+
+def pairs() -> list[tuple[Path, Path]]:
+    """Every (async source, sync target): ``core/<pattern>/_async*.py``, the façade's
+    ``patterns/_async*.py`` and the glue's pair."""
+    found = [
+        (source, source.with_name("_sync" + source.name[len("_async") :]))
+        for source in sorted([*CORE.glob("*/_async*.py"), *FACADE.glob("_async*.py")])
+    ]
+    source_dir, target_dir = GLUE
+    found += [(source, target_dir / source.name) for source in sorted(source_dir.glob("*.py"))]
+    return found
+
+
+def generated() -> list[Path]:
+    """The generated files there are now (to find those left from a removed source)."""
+    return sorted([*CORE.glob("*/_sync*.py"), *FACADE.glob("_sync*.py"), *GLUE[1].glob("*.py")])
+
+
+def generate(source: Path, target: Path) -> str:
+    """The sync module ``target`` that ``source`` (an asyncio module) makes."""
+    text = source.read_text(encoding="utf-8")
+    renames = a_forms(text) if source.parent in A_PREFIXED else {}
+    tokens = tokenize_rt.src_to_tokens(text)
+    text = tokenize_rt.tokens_to_src(_Rule(renames)._unasync_tokens(tokens))
     text = HEADER.format(source=source.relative_to(PACKAGE).as_posix()) + text
-    target = target_dir / source.name
-    text = _ruff(["check", "--fix", "--select", "I,F401", "--quiet", "--exit-zero"], text, target)
+    text = _ruff(
+        ["check", "--fix", "--select", "I,F401,RUF022", "--quiet", "--exit-zero"], text, target
+    )
     return _ruff(["format", "--quiet"], text, target)
 
 
 def expected() -> dict[Path, str]:
     """Every generated file and the text it must have."""
-    return {
-        target / source.name: generate(source, target)
-        for source_dir, target in DIRECTORIES
-        for source in sorted(source_dir.glob("*.py"))
-    }
+    return {target: generate(source, target) for source, target in pairs()}
 
 
 def stale() -> list[Path]:
     """The generated files that are missing, out of date, or left from a removed source."""
     wanted = expected()
     wrong = [path for path, text in wanted.items() if not path.exists() or path.read_text() != text]
-    leftovers = [
-        path for _, target in DIRECTORIES for path in target.glob("*.py") if path not in wanted
-    ]
+    leftovers = [path for path in generated() if path not in wanted]
     return sorted(wrong + leftovers)
 
 
@@ -107,11 +159,10 @@ def main(argv: list[str]) -> int:
             print("run: python scripts/generate_sync.py", file=sys.stderr)
         return 1 if paths else 0
     wanted = expected()
-    for _, target in DIRECTORIES:
-        target.mkdir(exist_ok=True)
-        for path in target.glob("*.py"):
-            if path not in wanted:
-                path.unlink()
+    for path in generated():
+        if path not in wanted:
+            path.unlink()
+            print(f"removed {path.relative_to(ROOT)}")
     for path, text in wanted.items():
         if not path.exists() or path.read_text() != text:
             path.write_text(text)
