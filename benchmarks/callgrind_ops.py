@@ -34,6 +34,7 @@ import json
 import os
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -139,8 +140,13 @@ def under_callgrind(plan: dict[str, Any], out: Path) -> dict[str, float]:
 
 
 def report(runs: list[dict[str, float]], ops: int, compare: Path | None) -> None:
-    before = json.loads(compare.read_text())["runs"][0] if compare else {}
+    before: dict[str, float] = {}
     print(f"Instructions per operation (callgrind Ir, client process, user space); {ops} ops")
+    if compare:
+        earlier = json.loads(compare.read_text())
+        old_runs = earlier["runs"]
+        before = {case: statistics.median(r[case] for r in old_runs) for case in old_runs[0]}
+        print(f"before: {compare} ({earlier['ops']} ops; the median of its runs)")
     header = f"{'client':<19} {'operation':<15} {'servers':>7} " + " ".join(
         f"{'run ' + str(i + 1):>10}" for i in range(len(runs))
     )
@@ -158,7 +164,8 @@ def report(runs: list[dict[str, float]], ops: int, compare: Path | None) -> None
         if len(runs) > 1:
             line += f" {(max(values) - min(values)) / min(values):>7.2%}"
         if case in before:
-            line += f" {before[case]:>10,.0f} {values[0] / before[case]:>6.3f}"
+            now = statistics.median(values)
+            line += f" {before[case]:>10,.0f} {now / before[case]:>6.3f}"
         print(line)
 
 
