@@ -11,8 +11,8 @@ command -v nutcracker >/dev/null || [ -x /usr/sbin/nutcracker ] || missing+=(nut
 # pylibmc is built from source against Debian's libmemcached (the PyPI wheel
 # bundles an older, crashing libmemcached): it needs the headers and a compiler.
 # chromium: the status page is tested in a real headless browser; openssl makes
-# the certificates of the TLS tests.
-for pkg in libmemcached-dev zlib1g-dev gcc chromium openssl; do
+# the certificates of the TLS tests; postgresql serves the ORM cache tests and benchmark.
+for pkg in libmemcached-dev zlib1g-dev gcc chromium openssl postgresql; do
     dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
 done
 # Building pylibmc also needs Python's headers (Debian's python3-dev for its python3).
