@@ -31,7 +31,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from django_mcpatterns.core._sync.chunks import ChunkedStore
+from django_mcpatterns.core.chunks import ChunkedStore
 from django_mcpatterns.core.cluster import Cluster
 from django_mcpatterns.core.options import ClusterOptions
 from django_mcpatterns.core.serializers import SerdeOptions

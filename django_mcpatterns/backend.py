@@ -29,18 +29,19 @@ from django.core.cache.backends.memcached import BaseMemcachedCache
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.functional import cached_property
 
-from .core._async.chunks import AsyncChunkedStore
-from .core._sync.chunks import ChunkedStore
 from .core.aio import AsyncCluster
+from .core.chunks import AsyncChunkedStore, ChunkedStore
 from .core.cluster import Cluster, NodeEvent, shared_cluster
 from .core.exceptions import ConfigurationError, InvalidKeyError, ValueTooLargeError
 from .core.keys import key_bytes, shorten
 from .core.memory import AsyncMemoryStore, MemoryStore, memory_options, shared_memory_store
 from .core.observe import check_installed
 from .core.options import INSTRUMENTATION_OPTIONS, ClusterOptions
-from .core.serializers import SerdeOptions, ValueRefused, with_derived_keys
 from .core.servers import parse_servers
 from .core.store import AsyncStore, Store
+from .core.values.refusals import ValueRefused
+from .core.values.serde import SerdeOptions
+from .core.values.signing import with_derived_keys
 from .patterns import DEFAULT
 from .patterns.limits import LimitsMixin
 from .patterns.locks import LocksMixin

@@ -50,6 +50,7 @@ from .core.exceptions import ConfigurationError
 from .core.ketama import VARIANTS
 from .core.options import ClusterOptions
 from .core.servers import Server, parse_server, parse_servers
+from .permissions import PermissionView, is_staff
 
 APP = "django_mcpatterns"
 TWEMPROXY_VARIANTS = tuple(v for v in VARIANTS if v.startswith("twemproxy"))
@@ -121,8 +122,6 @@ def check_installed(app_configs: Sequence[Any] | None = None, **kwargs: Any) -> 
 @checks.register(checks.Tags.urls)
 def check_status_page(app_configs: Sequence[Any] | None = None, **kwargs: Any) -> list[Any]:
     """W007: a status page that requires staff users where there are none to log in."""
-    from .views import StatusView, is_staff
-
     missing = [
         what
         for what, present in (
@@ -149,7 +148,7 @@ def check_status_page(app_configs: Sequence[Any] | None = None, **kwargs: Any) -
         )
         for route, view in _routes()
         if getattr(view, "view_class", None) is not None
-        and issubclass(view.view_class, StatusView)
+        and issubclass(view.view_class, PermissionView)
         and view.view_initkwargs.get("permission", view.view_class.permission) is is_staff
     ]
 

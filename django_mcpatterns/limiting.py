@@ -23,7 +23,7 @@ from django.db import models, router, transaction
 from django.db.models.signals import post_delete, post_save, pre_delete, pre_save
 from django.http import HttpRequest, HttpResponse
 
-from .core.cached_counters import Change
+from .core.counters import Change
 from .core.ratelimit import Decision, FailMode, Rate, parse_rate
 from .patterns.limits import Counter, LimitsMixin
 

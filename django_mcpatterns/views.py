@@ -20,16 +20,13 @@ The page is rendered on the server, SVG charts included, with no JavaScript.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.conf import settings
-from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.utils.decorators import method_decorator
-from django.views import View
 from django.views.decorators.cache import never_cache
 
 from . import checks  # noqa: F401  (registers the system checks, W006 included)
@@ -37,6 +34,9 @@ from .core.cluster import Cluster
 from .counters import counters
 from .decorators import patterns_cache
 from .inspection import CacheStatus, arcs, cache_status, pattern_aliases
+from .permissions import PermissionView
+from .permissions import debug_or_staff as debug_or_staff  # the documented path
+from .permissions import is_staff as is_staff
 
 # Colours of the servers in the charts, in server order (then repeated).
 PALETTE = (
@@ -61,17 +61,6 @@ METRICS = (
 )
 RING_RADIUS = 80.0
 BAR_WIDTH = 240.0
-
-
-def is_staff(request: HttpRequest) -> bool:
-    """Let in active staff users (needs ``django.contrib.auth`` and its middleware)."""
-    user = getattr(request, "user", None)
-    return bool(user is not None and user.is_active and user.is_staff)
-
-
-def debug_or_staff(request: HttpRequest) -> bool:
-    """Let anyone in while ``DEBUG`` is on (development), else staff users only."""
-    return bool(settings.DEBUG) or is_staff(request)
 
 
 @dataclass
@@ -169,17 +158,15 @@ def build_section(alias: str) -> Section:
 
 
 @method_decorator(never_cache, name="dispatch")
-class StatusView(View):
+class StatusView(PermissionView):
     """Render ``django_mcpatterns/status.html`` for the configured caches."""
 
-    permission: Callable[[HttpRequest], bool] = staticmethod(is_staff)
     aliases: Sequence[str] | None = None
     template_name = "django_mcpatterns/status.html"
     metrics_docs: str = METRICS_DOCS
 
     def get(self, request: HttpRequest) -> HttpResponse:
-        if not self.permission(request):
-            raise PermissionDenied("the cache status page is for staff users")
+        self.check_permission(request)
         aliases = list(self.aliases) if self.aliases is not None else pattern_aliases()
         context = {
             "sections": [build_section(alias) for alias in aliases],

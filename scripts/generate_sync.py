@@ -1,20 +1,23 @@
 """Generate the sync pattern modules from their async source, or check they are current.
 
-The patterns are written once, as asyncio code in ``django_mcpatterns/core/_async/``;
-their sync form in ``django_mcpatterns/core/_sync/`` is this script's output (see
-``docs/architecture.md``).  unasync (python-trio's, the tool httpcore uses) removes
-``async``/``await`` and renames names; then ruff sorts the imports and formats, so
-the generated files pass the same checks as the hand-written ones.
+Each pattern is written once, as asyncio code in ``_async*.py`` modules of its folder
+(``django_mcpatterns/core/<pattern>/``); the sync form beside it, ``_sync*.py``, is this
+script's output (see ``docs/architecture.md``).  The Django glue written once in asyncio
+(``django_mcpatterns/_async/``) is generated into ``django_mcpatterns/_sync/``.  unasync
+(python-trio's, the tool httpcore uses) removes ``async``/``await`` and renames names;
+then ruff sorts the imports and formats, so the generated files pass the same checks as
+the hand-written ones.
 
-    python scripts/generate_sync.py          # regenerate core/_sync/ after editing core/_async/
-    python scripts/generate_sync.py --check  # fail when core/_sync/ is not what _async/ makes (CI)
+    python scripts/generate_sync.py          # regenerate every _sync*.py after editing _async*.py
+    python scripts/generate_sync.py --check  # fail when a _sync*.py is not what its source makes
 
 Renames, besides unasync's own (``__aenter__`` -> ``__enter__``, ...):
 
-* ``_async`` -> ``_sync`` (import paths);
+* ``_async`` -> ``_sync`` and ``_async_name`` -> ``_sync_name`` (module names in imports);
 * ``AsyncName`` -> ``Name`` (``AsyncStore`` -> ``Store``, ``AsyncAppendSets`` -> ``AppendSets``);
-* ``async_name`` -> ``name`` (``async_sleep`` -> ``sleep``: the few operations that differ
-  live in hand-written pairs, see ``django_mcpatterns/core/syncio.py``).
+* ``async_name`` -> ``name`` (``async_sleep`` -> ``sleep``, and another pattern folder's
+  ``async_fill`` -> ``fill``: a folder's ``__init__`` exports both forms; the few operations
+  that differ live in hand-written pairs, see ``django_mcpatterns/core/concurrency.py``).
 """
 
 from __future__ import annotations
@@ -28,11 +31,9 @@ import unasync
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "django_mcpatterns"
-SOURCE = PACKAGE / "core" / "_async"
-TARGET = PACKAGE / "core" / "_sync"
-# Each (source, target) directory pair: the framework-free patterns, and the
-# Django glue written once in asyncio (stampede_guard's page flow).
-DIRECTORIES = ((SOURCE, TARGET), (PACKAGE / "_async", PACKAGE / "_sync"))
+CORE = PACKAGE / "core"
+# The Django glue written once in asyncio (stampede_guard's page flow): a directory pair.
+GLUE = (PACKAGE / "_async", PACKAGE / "_sync")
 HEADER = "# Generated from {source} by scripts/generate_sync.py: do not edit.\n"
 RUFF = Path(sys.executable).with_name("ruff")
 
@@ -46,6 +47,8 @@ class _Rule(unasync.Rule):  # type: ignore[misc]
     def _unasync_name(self, name: str) -> str:
         if name in self.token_replacements:
             return str(self.token_replacements[name])
+        if name.startswith("_async_"):
+            return "_sync_" + name[len("_async_") :]
         if len(name) > 5 and name.startswith("Async") and name[5].isupper():
             return name[5:]
         if len(name) > 6 and name.startswith("async_"):
@@ -67,32 +70,43 @@ def _ruff(args: list[str], source: str, filename: Path) -> str:
     return done.stdout
 
 
-def generate(source: Path, target_dir: Path = TARGET) -> str:
-    """The sync module that ``source`` (a file in an ``_async/`` directory) makes."""
+def pairs() -> list[tuple[Path, Path]]:
+    """Every (async source, sync target): ``core/<pattern>/_async*.py`` and the glue's pair."""
+    found = [
+        (source, source.with_name("_sync" + source.name[len("_async") :]))
+        for source in sorted(CORE.glob("*/_async*.py"))
+    ]
+    source_dir, target_dir = GLUE
+    found += [(source, target_dir / source.name) for source in sorted(source_dir.glob("*.py"))]
+    return found
+
+
+def generated() -> list[Path]:
+    """The generated files there are now (to find those left from a removed source)."""
+    return sorted([*CORE.glob("*/_sync*.py"), *GLUE[1].glob("*.py")])
+
+
+def generate(source: Path, target: Path) -> str:
+    """The sync module ``target`` that ``source`` (an asyncio module) makes."""
     tokens = tokenize_rt.src_to_tokens(source.read_text(encoding="utf-8"))
     text = tokenize_rt.tokens_to_src(_Rule()._unasync_tokens(tokens))
     text = HEADER.format(source=source.relative_to(PACKAGE).as_posix()) + text
-    target = target_dir / source.name
-    text = _ruff(["check", "--fix", "--select", "I,F401", "--quiet", "--exit-zero"], text, target)
+    text = _ruff(
+        ["check", "--fix", "--select", "I,F401,RUF022", "--quiet", "--exit-zero"], text, target
+    )
     return _ruff(["format", "--quiet"], text, target)
 
 
 def expected() -> dict[Path, str]:
     """Every generated file and the text it must have."""
-    return {
-        target / source.name: generate(source, target)
-        for source_dir, target in DIRECTORIES
-        for source in sorted(source_dir.glob("*.py"))
-    }
+    return {target: generate(source, target) for source, target in pairs()}
 
 
 def stale() -> list[Path]:
     """The generated files that are missing, out of date, or left from a removed source."""
     wanted = expected()
     wrong = [path for path, text in wanted.items() if not path.exists() or path.read_text() != text]
-    leftovers = [
-        path for _, target in DIRECTORIES for path in target.glob("*.py") if path not in wanted
-    ]
+    leftovers = [path for path in generated() if path not in wanted]
     return sorted(wrong + leftovers)
 
 
@@ -107,11 +121,10 @@ def main(argv: list[str]) -> int:
             print("run: python scripts/generate_sync.py", file=sys.stderr)
         return 1 if paths else 0
     wanted = expected()
-    for _, target in DIRECTORIES:
-        target.mkdir(exist_ok=True)
-        for path in target.glob("*.py"):
-            if path not in wanted:
-                path.unlink()
+    for path in generated():
+        if path not in wanted:
+            path.unlink()
+            print(f"removed {path.relative_to(ROOT)}")
     for path, text in wanted.items():
         if not path.exists() or path.read_text() != text:
             path.write_text(text)

@@ -109,7 +109,7 @@ class CountingStore:
         return sum(self.calls.values())
 
     def strict(self) -> CountingStore:
-        """The inner store's strict view (``core/locks.py``), counted and hooked here too."""
+        """The inner store's strict view (``core/locks/``), counted and hooked here too."""
         view = CountingStore(authoritative(self.inner))
         view.calls, view.log, view._hooks = self.calls, self.log, self._hooks
         return view

@@ -11,7 +11,7 @@ from typing import Any
 
 from django_mcpatterns.core.keys import Key
 from django_mcpatterns.core.stampede import Stampede, lock_key
-from django_mcpatterns.core.tokens import TokenStore
+from django_mcpatterns.core.store import TokenStore
 
 
 def hold_recompute(store: Any, key: Key) -> None:

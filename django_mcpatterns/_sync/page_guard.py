@@ -19,8 +19,8 @@ from typing import Any
 from django.http import HttpRequest, HttpResponseBase
 from django.utils.cache import get_cache_key, learn_cache_key
 
+from django_mcpatterns.core.concurrency import call
 from django_mcpatterns.core.exceptions import EncodingError
-from django_mcpatterns.core.syncio import call
 from django_mcpatterns.page_rules import (
     CACHED_METHODS,
     PageCache,

@@ -95,7 +95,6 @@ from .cluster import (
     _value_cas_ttl,
     _written,
 )
-from .envelope import STALE
 from .exceptions import (
     CommandNotSupportedError,
     NeedsMetaProtocolError,
@@ -108,11 +107,11 @@ from .keys import Key, KeyT, placed
 from .options import ClusterOptions
 from .replicas import CopyToken
 from .routes import FAILED, UNROUTED, Parallel, Plan, Refuse, Routes, Run
-from .serializers import ValueRefused, is_refused
 from .servers import Server
-from .store import CasToken
-from .tokens import Claimed
+from .store import CasToken, Claimed
 from .transport import SocketOptions
+from .values.envelope import STALE
+from .values.refusals import ValueRefused, is_refused
 from .wire import (
     Delete,
     ErrorReply,

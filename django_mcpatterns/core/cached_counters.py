@@ -1,14 +1,7 @@
-"""Exact cached counters, sync and async: :class:`CachedCounter`, :class:`AsyncCachedCounter`.
-
-The argument is in :mod:`.flights`; the algorithm is written once in
-``core/_async/counter.py`` (the sync form is generated).  Imported from here so
-neither form's path is part of the API.
-"""
+"""The cached counters' documented path: they live in :mod:`django_mcpatterns.core.counters`."""
 
 from __future__ import annotations
 
-from ._async.counter import AsyncCachedCounter, AsyncChange
-from ._sync.counter import CachedCounter, Change
-from .flights import FLIGHT_TTL, Flight
+from .counters import FLIGHT_TTL, AsyncCachedCounter, AsyncChange, CachedCounter, Change, Flight
 
 __all__ = ["FLIGHT_TTL", "AsyncCachedCounter", "AsyncChange", "CachedCounter", "Change", "Flight"]

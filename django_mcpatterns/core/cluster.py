@@ -73,7 +73,6 @@ from functools import partial
 from time import perf_counter_ns
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
-from .envelope import STALE, with_envelopes
 from .exceptions import (
     CommandNotSupportedError,
     ConfigurationError,
@@ -94,11 +93,11 @@ from .options import ClusterOptions
 from .registry import Registry
 from .replicas import CopyToken, Journal, ReplicaPolicy
 from .routes import FAILED, UNROUTED, Parallel, Plan, Refuse, Routes, Run
-from .serializers import ValueRefused, is_refused
 from .servers import Server, parse_server, parse_servers
-from .store import MAX_RELATIVE_EXPIRE, CasToken
-from .tokens import Claimed
+from .store import MAX_RELATIVE_EXPIRE, CasToken, Claimed
 from .transport import Connection, ConnectionClosedError, Pool, SocketOptions
+from .values.envelope import STALE, with_envelopes
+from .values.refusals import ValueRefused, is_refused
 from .wire import (
     DELETED,
     EXISTS,

@@ -17,14 +17,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from .chunks import LARGE_VALUES
 from .exceptions import ConfigurationError
 from .gutter import DEFAULT_GUTTER_TTL
 from .ketama import VARIANTS
 from .keys import LONG_KEYS
 from .observe import check_installed
 from .replicas import check_replicate
-from .serializers import DEFAULT_SERIALIZER, SerdeOptions
+from .values.layout import LARGE_VALUES
+from .values.serde import SerdeOptions
+from .values.serializers import DEFAULT_SERIALIZER
 
 FAILOVER_POLICIES = ("miss", "remap", "gutter")
 # What OPTIONS["instrumentation"] comes with (docs/operations.md, "Metrics and traces").

@@ -46,11 +46,27 @@ the same semantics, proven by one shared contract test suite:
   (deleting a set's shard generation, releasing a lock) acts on certainty
   only: it reads the item again, or leaves what it may name to expire.  The
   in-process MemoryStore always answers, so its outcomes are never unknown.
+
+Stampede tokens (:class:`TokenStore`, :class:`AsyncTokenStore`: meta protocol)
+    memcached's server-side stampede tokens, as the stampede reader needs them.
+    One round trip writes ``mg <key> v c f t R<recache>`` and, optionally, an add
+    (``ms <key> ME T<ttl> c``) of a lease placeholder (:mod:`.leases`):
+
+    * a hit whose TTL left is under ``recache`` seconds, or an item marked stale
+      by ``md <key> I``, hands ``W`` (win) to exactly one client, across every
+      process and language, and ``Z`` to the others; ``X`` marks the latter;
+    * on a miss exactly one caller's add stores the placeholder and gets its cas:
+      that caller won the cold miss.  On a hit the add fails with no effect.
+
+    The cas read (the item's, or the placeholder's) is the fill's lease.  Stores
+    that cannot do this (text mode, the embedded store) do not offer it, and the
+    stampede reader takes its lock-based path.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from .keys import Key, KeyT
@@ -167,10 +183,11 @@ class Store(Protocol):
 
     def flush_all(self) -> bool: ...
 
-    # -- the soft-expiry envelope's explicit read path (core/envelope.py, core/stampede.py) --
+    # -- the soft-expiry envelope's explicit read path (core/values/envelope.py, core/stampede/) --
 
     def gets_envelope(self, key: Key) -> tuple[Any, CasToken | None]:
-        """``gets`` returning a soft-expiry envelope as an :class:`~.envelope.Envelope`.
+        """``gets`` returning a soft-expiry envelope as an
+        :class:`~django_mcpatterns.core.values.envelope.Envelope`.
 
         Fresh, stale or a lease placeholder (:mod:`.leases`), where ``gets``
         returns the plain value or a miss; other values as ``gets`` does.
@@ -178,7 +195,8 @@ class Store(Protocol):
         ...
 
     def get_many_envelopes(self, keys: Iterable[Key]) -> dict[Key, Any]:
-        """``get_many`` returning soft-expiry envelopes as :class:`~.envelope.Envelope`."""
+        """``get_many`` returning soft-expiry envelopes as
+        :class:`~django_mcpatterns.core.values.envelope.Envelope`."""
         ...
 
     def close(self) -> None:
@@ -192,8 +210,8 @@ class AsyncStore(Protocol):
 
     :class:`~django_mcpatterns.core.aio.AsyncCluster` (real servers) and
     :class:`~django_mcpatterns.core.memory.AsyncMemoryStore` implement it.  The
-    async pattern classes (``core/_async/``) are written against it; their sync
-    forms (``core/_sync/``, against :class:`Store`) are generated from them by
+    async pattern classes (``core/<pattern>/_async*.py``) are written against it; their sync
+    forms (``_sync*.py`` beside them, against :class:`Store`) are generated from them by
     ``scripts/generate_sync.py`` (see ``docs/architecture.md``).  Nothing here blocks the
     event loop.
     """
@@ -249,3 +267,57 @@ class AsyncStore(Protocol):
     async def get_many_envelopes(self, keys: Iterable[Key]) -> dict[Key, Any]: ...
 
     async def close(self) -> None: ...
+
+
+# -- stampede tokens (meta protocol) -----------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Claimed:
+    """What one claiming read found.
+
+    ``found``: the item as :meth:`~.store.Store.gets_envelope` returns it
+    (``None`` with ``cas`` None on a miss); ``cas``: its cas token;
+    ``won``/``lost``/``stale``: memcached's ``W``/``Z``/``X`` flags;
+    ``added``: the placeholder's cas when this caller's add stored it.
+    """
+
+    found: Any
+    cas: CasToken | None
+    won: bool = False
+    lost: bool = False
+    stale: bool = False
+    added: CasToken | None = None
+
+
+@runtime_checkable
+class TokenStore(Protocol):
+    """A store whose server chooses recompute winners (meta protocol)."""
+
+    def claim(
+        self, key: Key, recache: int | None, placeholder: Any = None, placeholder_ttl: int = 0
+    ) -> Claimed | None:
+        """Read ``key`` with a recompute token; add ``placeholder`` on a miss.
+
+        ``recache``: seconds of TTL left under which one reader wins
+        (``R``); ``placeholder`` None: no add.  None when the store cannot
+        (text mode): the caller takes the lock-based path.
+        """
+        ...
+
+    def cas_stale(self, key: Key, value: Any, cas: CasToken, expire: int = 0) -> bool | None:
+        """``cas``, then mark the item stale on the server (``md <key> I``) where it can."""
+        ...
+
+
+@runtime_checkable
+class AsyncTokenStore(Protocol):
+    """:class:`TokenStore` for asyncio (an ``AsyncCluster`` in meta mode): the same, awaited."""
+
+    async def claim(
+        self, key: Key, recache: int | None, placeholder: Any = None, placeholder_ttl: int = 0
+    ) -> Claimed | None: ...
+
+    async def cas_stale(
+        self, key: Key, value: Any, cas: CasToken, expire: int = 0
+    ) -> bool | None: ...

@@ -35,9 +35,8 @@ from typing import Any
 from flask import Flask
 from flask_caching.backends.base import BaseCache
 
-from ..core._async.chunks import AsyncChunkedStore
-from ..core._sync.chunks import ChunkedStore
 from ..core.aio import AsyncCluster
+from ..core.chunks import AsyncChunkedStore, ChunkedStore
 from ..core.cluster import Cluster, shared_cluster
 from ..core.exceptions import (
     ConfigurationError,
@@ -51,9 +50,10 @@ from ..core.locks import Backoff
 from ..core.memory import AsyncMemoryStore, MemoryStore, memory_options
 from ..core.observe import check_installed
 from ..core.options import INSTRUMENTATION_OPTIONS, ClusterOptions
-from ..core.serializers import SerdeOptions, with_derived_keys
 from ..core.servers import parse_servers
 from ..core.store import MAX_RELATIVE_EXPIRE, AsyncStore, Store
+from ..core.values.serde import SerdeOptions
+from ..core.values.signing import with_derived_keys
 from ..patterns import DEFAULT
 from ..patterns.limits import LimitsMixin
 from ..patterns.locks import LocksMixin

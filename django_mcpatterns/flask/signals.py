@@ -35,7 +35,7 @@ from typing import Any
 
 from blinker import Namespace, Signal
 
-from ..core.serializers import ValueRefused
+from ..core.values.refusals import ValueRefused
 from ..patterns.events import signals_by_event
 
 _signals = Namespace()

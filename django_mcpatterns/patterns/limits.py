@@ -10,15 +10,16 @@ from __future__ import annotations
 
 from typing import Any, cast
 
-from django_mcpatterns.core.cached_counters import (
-    AsyncCachedCounter,
-    AsyncChange,
-    CachedCounter,
-    Change,
+from django_mcpatterns.core.concurrency import AsyncCompute, Compute
+from django_mcpatterns.core.counters import AsyncCachedCounter, AsyncChange, CachedCounter, Change
+from django_mcpatterns.core.ratelimit import (
+    DEFAULT_SLOTS,
+    AsyncRateLimiter,
+    Decision,
+    FailMode,
+    Rate,
+    RateLimiter,
 )
-from django_mcpatterns.core.limiters import AsyncRateLimiter, RateLimiter
-from django_mcpatterns.core.ratelimit import DEFAULT_SLOTS, Decision, FailMode, Rate
-from django_mcpatterns.core.syncio import AsyncCompute, Compute
 
 from . import PatternsHost
 

@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterable, Mapping
 from functools import cached_property
 from typing import Any, TypeVar, cast
 
+from django_mcpatterns.core.concurrency import AsyncCompute
 from django_mcpatterns.core.keys import placed
 from django_mcpatterns.core.namespaces import (
     AsyncNamespace,
@@ -41,7 +42,6 @@ from django_mcpatterns.core.namespaces import (
 )
 from django_mcpatterns.core.stampede import AsyncStampede, Fetched, Stampede, StampedePolicy
 from django_mcpatterns.core.store import AsyncStore, Store
-from django_mcpatterns.core.syncio import AsyncCompute
 
 from . import DEFAULT, PatternsHost
 from .locks import event_hook

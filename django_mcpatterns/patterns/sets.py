@@ -24,10 +24,16 @@ from collections.abc import Callable, Iterable
 from functools import cached_property
 from typing import Any, TypeVar, cast
 
-from django_mcpatterns.core.append import SetOptions
-from django_mcpatterns.core.codec import Member
-from django_mcpatterns.core.lists import AppendLists, AsyncAppendLists
-from django_mcpatterns.core.sets import AppendSets, AsyncAppendSets, AsyncLoader, Loader
+from django_mcpatterns.core.sets import (
+    AppendLists,
+    AppendSets,
+    AsyncAppendLists,
+    AsyncAppendSets,
+    AsyncLoader,
+    Loader,
+    Member,
+    SetOptions,
+)
 
 from . import DEFAULT, PatternsHost
 from .shared import per_store

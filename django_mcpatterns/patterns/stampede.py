@@ -19,11 +19,11 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
-from django_mcpatterns.core.envelope import Envelope
+from django_mcpatterns.core.concurrency import AsyncCompute
 from django_mcpatterns.core.leases import async_get_or_set, get_or_set
 from django_mcpatterns.core.stampede import AsyncStampede, Fetched, Stampede, StampedePolicy
 from django_mcpatterns.core.store import MAX_RELATIVE_EXPIRE
-from django_mcpatterns.core.syncio import AsyncCompute
+from django_mcpatterns.core.values.envelope import Envelope
 
 from . import DEFAULT, PatternsHost
 from .locks import event_hook

@@ -18,13 +18,12 @@ from typing import Any
 
 import pytest
 
-from django_mcpatterns.core._async.chunks import AsyncChunkedStore
-from django_mcpatterns.core._sync.chunks import ChunkedStore
 from django_mcpatterns.core.chunks import (
     CHUNKED_MAX_TTL,
     FLAG_CHUNKED,
+    AsyncChunkedStore,
+    ChunkedStore,
     ChunkManifest,
-    manifests_read,
 )
 from django_mcpatterns.core.cluster import Cluster
 from django_mcpatterns.core.envelope import Envelope
@@ -33,6 +32,7 @@ from django_mcpatterns.core.keys import placed
 from django_mcpatterns.core.memory import AsyncMemoryStore, MemoryStore
 from django_mcpatterns.core.options import ClusterOptions
 from django_mcpatterns.core.serializers import SerdeOptions, ValueRefused
+from django_mcpatterns.core.values.layout import manifests_read
 from tests.conftest import flush
 from tests.drills.proxy import Proxy
 from tests.harness import LOOPBACK, MemcachedServer, server_ttl, servers_holding

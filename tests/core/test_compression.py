@@ -12,7 +12,6 @@ from typing import Any
 
 import pytest
 
-from django_mcpatterns.core import compression
 from django_mcpatterns.core.compression import (
     FLAG_ZLIB,
     FLAG_ZSTD,
@@ -30,6 +29,7 @@ from django_mcpatterns.core.serializers import (
     SerdeOptions,
     ValueRefused,
 )
+from django_mcpatterns.core.values import compression
 
 ROWS = {"rows": [{"id": i, "name": f"user {i}", "mail": f"u{i}@example.com"} for i in range(1500)]}
 KEY = "k" * 32

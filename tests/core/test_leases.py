@@ -1,4 +1,4 @@
-"""Leases (core/leases.py): a fill that started before a concurrent write never lands.
+"""Leases (core/leases/): a fill that started before a concurrent write never lands.
 
 Deterministic interleavings: the compute itself deletes or sets the key (or
 invalidates the namespace, or marks the value stale), as a writer that

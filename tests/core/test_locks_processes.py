@@ -125,7 +125,7 @@ def server(memcached_1: list[MemcachedServer]) -> MemcachedServer:
 
 @pytest.fixture(params=["meta", "text"])
 def protocol(request: pytest.FixtureRequest) -> str:
-    """Every drill runs over both protocols: the lock's commands differ (core/locks.py)."""
+    """Every drill runs over both protocols: the lock's commands differ (core/locks/)."""
     return str(request.param)
 
 

@@ -493,7 +493,7 @@ class TestEmbedded(NamespaceContract):
     def test_an_invalidation_that_races_a_creation_bumps_it(
         self, spaces: Namespaces, store: Store, clock: FakeClock
     ) -> None:
-        # Hooked hides the strict view (core/locks.py), so this interleaving needs the
+        # Hooked hides the strict view (core/locks/), so this interleaving needs the
         # in-process store; the cluster runs the same code.
         hooked = Hooked(store)
         racing = Namespaces(hooked, clock=clock).namespace("user", 42)

@@ -402,7 +402,7 @@ def test_batches_of_every_size_and_outcome_keep_the_sink_bounded(
 ) -> None:
     """A long-running process sends delete_many of many sizes, each key hit or missed:
     the sink's memory follows the series (server, command, outcome), not the batches."""
-    from django_mcpatterns.core.metrics import PrometheusSink
+    from django_mcpatterns.core.observe.metrics import PrometheusSink
 
     flush(memcached_1)
     cluster = instrumented([memcached_1[0].spec], "prometheus", prometheus_registry=registry)

@@ -1,4 +1,4 @@
-"""Serializers, signing and the refusal policy (core/serializers.py), in-process and on memcached.
+"""Serializers, signing and the refusal policy (core/values/), in-process and on memcached.
 
 What users rely on: flags say what a value is and a reader never guesses;
 pickle stays byte-compatible with Django's ``PyMemcacheCache``; an item a store
@@ -261,7 +261,7 @@ class TwoBitSerializer(JSONSerializer):
 class CompactJSONSerializer(JSONSerializer):
     """A serializer of one's own: a flag bit nobody else uses."""
 
-    flag = 1 << 24  # (bit 21 marks chunk manifests, 19 zstd: core/chunks.py, compression.py)
+    flag = 1 << 24  # (bit 21 marks chunk manifests, 19 zstd: core/values/layout.py, compression.py)
 
 
 def test_a_serializer_of_ones_own_by_dotted_path(clock: FakeClock) -> None:

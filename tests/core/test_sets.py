@@ -1,4 +1,4 @@
-"""Append-based sets and lists (core/sets.py) over the embedded MemoryStore.
+"""Append-based sets and lists (core/sets/) over the embedded MemoryStore.
 
 The algorithm is checked against Python models with hypothesis (sets, lists,
 algebra), and its races are replayed deterministically: :class:`CountingStore`
@@ -22,16 +22,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from django_mcpatterns.core.codec import (
-    ADD,
-    SET,
-    Header,
-    Member,
-    base_record,
-    encode_snapshot,
-    read_header,
-    set_records,
-)
 from django_mcpatterns.core.exceptions import (
     CollectionTooLargeError,
     ConfigurationError,
@@ -42,8 +32,24 @@ from django_mcpatterns.core.exceptions import (
 )
 from django_mcpatterns.core.keys import key_bytes
 from django_mcpatterns.core.memory import MemoryStore
-from django_mcpatterns.core.sets import AppendLists, AppendSets, SetOptions, shard_key
-from django_mcpatterns.core.shards import SHARD_TTL_MARGIN, shard_expire
+from django_mcpatterns.core.sets import (
+    SHARD_TTL_MARGIN,
+    AppendLists,
+    AppendSets,
+    SetOptions,
+    shard_key,
+)
+from django_mcpatterns.core.sets._model_layout import (
+    ADD,
+    SET,
+    Header,
+    Member,
+    base_record,
+    encode_snapshot,
+    read_header,
+    set_records,
+)
+from django_mcpatterns.core.sets._model_shards import shard_expire
 from django_mcpatterns.core.store import MAX_RELATIVE_EXPIRE
 from tests.fakes import START, CountingStore, FakeClock
 

@@ -20,7 +20,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from django_mcpatterns.core.cluster import Cluster
-from django_mcpatterns.core.codec import Member
 from django_mcpatterns.core.exceptions import IncompleteSetError
 from django_mcpatterns.core.memory import AsyncMemoryStore, MemoryStore
 from django_mcpatterns.core.options import ClusterOptions
@@ -31,6 +30,7 @@ from django_mcpatterns.core.sets import (
     AsyncAppendSets,
     SetOptions,
 )
+from django_mcpatterns.core.sets._model_layout import Member
 from tests.conftest import flush
 from tests.fakes import STORE_METHODS
 from tests.harness import MemcachedServer

@@ -1,4 +1,4 @@
-"""The set and list member encodings (core/codec.py), property-tested.
+"""The set and list member encodings (core/sets/_model_layout.py), property-tested.
 
 Every str, bytes and int member must come back exactly, type included, whatever
 it holds (the separators, escapes, NUL, record tags, surrogates); equal members
@@ -16,7 +16,8 @@ import pytest
 from hypothesis import assume, example, given
 from hypothesis import strategies as st
 
-from django_mcpatterns.core.codec import (
+from django_mcpatterns.core.exceptions import EncodingError
+from django_mcpatterns.core.sets._model_layout import (
     ADD,
     LIST,
     REMOVE,
@@ -37,7 +38,6 @@ from django_mcpatterns.core.codec import (
     removal_record,
     set_records,
 )
-from django_mcpatterns.core.exceptions import EncodingError
 
 # Characters the encodings care about, mixed into arbitrary text and bytes.
 TRICKY = "\n\x10+-= \x00\re\\n:"

@@ -24,12 +24,17 @@ from typing import Any
 import pytest
 
 from django_mcpatterns.core.cluster import Cluster
-from django_mcpatterns.core.codec import SET, read_header
 from django_mcpatterns.core.exceptions import NodeUnavailableError
 from django_mcpatterns.core.memory import MemoryStore
 from django_mcpatterns.core.options import ClusterOptions
-from django_mcpatterns.core.sets import AppendLists, AppendSets, SetOptions, shard_key
-from django_mcpatterns.core.shards import SHARD_TTL_MARGIN
+from django_mcpatterns.core.sets import (
+    SHARD_TTL_MARGIN,
+    AppendLists,
+    AppendSets,
+    SetOptions,
+    shard_key,
+)
+from django_mcpatterns.core.sets._model_layout import SET, read_header
 from tests.conftest import flush
 from tests.core.test_sets import churn
 from tests.fakes import CountingStore

@@ -20,8 +20,7 @@ from django_mcpatterns.core.aio import AsyncCluster
 from django_mcpatterns.core.keys import placed
 from django_mcpatterns.core.namespaces import AsyncNamespaces
 from django_mcpatterns.core.options import ClusterOptions
-from django_mcpatterns.core.stampede import AsyncStampede, StampedePolicy
-from django_mcpatterns.core.stampede_model import lock_key
+from django_mcpatterns.core.stampede import AsyncStampede, StampedePolicy, lock_key
 from tests.conftest import flush
 from tests.core.asyncio_tools import STALL_LIMIT, Computes, LagMeter, least_stall, run
 from tests.drills.proxy import Proxy

@@ -17,14 +17,18 @@ from typing import Any
 import pytest
 from pymemcache.serde import FLAG_PICKLE
 
-from django_mcpatterns.core._async.chunks import AsyncChunkedStore
-from django_mcpatterns.core._sync.chunks import ChunkedStore
-from django_mcpatterns.core.chunks import CHUNKED_MAX_TTL, ChunkManifest, manifests_read
+from django_mcpatterns.core.chunks import (
+    CHUNKED_MAX_TTL,
+    AsyncChunkedStore,
+    ChunkedStore,
+    ChunkManifest,
+)
 from django_mcpatterns.core.cluster import Cluster
 from django_mcpatterns.core.keys import placed
 from django_mcpatterns.core.leases import async_get_or_set, get_or_set
 from django_mcpatterns.core.options import ClusterOptions
 from django_mcpatterns.core.stampede import AsyncStampede, Stampede, StampedePolicy
+from django_mcpatterns.core.values.layout import manifests_read
 from tests.conftest import flush
 from tests.harness import MemcachedServer, free_port, server_ttl
 

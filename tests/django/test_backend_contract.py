@@ -524,7 +524,7 @@ class CacheContract(DeploymentSuite):
         assert cache.get("race") == "winner"
 
     def test_get_or_set_fill_never_lands_over_a_concurrent_delete(self, cache: Any) -> None:
-        # A lease (core/leases.py): the row changed and the key was deleted while
+        # A lease (core/leases/): the row changed and the key was deleted while
         # the old row was being read; the old value is returned, never cached.
         def compute_while_another_process_invalidates() -> str:
             caches["v2"].delete("race", version=1)

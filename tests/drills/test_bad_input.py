@@ -37,11 +37,10 @@ from django_mcpatterns.core.exceptions import (
     McPatternsError,
     ValueTooLargeError,
 )
-from django_mcpatterns.core.lists import AppendLists
 from django_mcpatterns.core.locks import Lock
 from django_mcpatterns.core.memory import MemoryStore
 from django_mcpatterns.core.namespaces import Namespaces
-from django_mcpatterns.core.sets import AppendSets
+from django_mcpatterns.core.sets import AppendLists, AppendSets
 from django_mcpatterns.core.stampede import Stampede
 from tests.drills.proxy import Proxy
 from tests.drills.wire import KEY, WireError, check_replies, check_requests, parse_requests

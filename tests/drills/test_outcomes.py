@@ -21,7 +21,6 @@ from typing import Literal
 import pytest
 
 from django_mcpatterns.core.cluster import Cluster
-from django_mcpatterns.core.codec import SET, read_header
 from django_mcpatterns.core.exceptions import (
     IncompleteSetError,
     NodeUnavailableError,
@@ -29,8 +28,8 @@ from django_mcpatterns.core.exceptions import (
 )
 from django_mcpatterns.core.locks import Lock
 from django_mcpatterns.core.options import ClusterOptions
-from django_mcpatterns.core.sets import AppendSets
-from django_mcpatterns.core.shards import shard_key
+from django_mcpatterns.core.sets import AppendSets, shard_key
+from django_mcpatterns.core.sets._model_layout import SET, read_header
 from tests.conftest import flush
 from tests.drills.proxy import Proxy
 from tests.fakes import FakeClock
@@ -204,7 +203,7 @@ def test_a_pop_that_cannot_be_settled_says_so(
 # -- locks: a release whose reply was lost is not "released" nor "not owned" ----------------
 
 
-# The command that carries each lock step, per protocol (core/locks.py).
+# The command that carries each lock step, per protocol (core/locks/).
 LOCK_STEPS = {
     "meta": {"acquire": b"ms ", "extend": b"ms ", "release": b"md "},
     "text": {"acquire": b"add ", "extend": b"cas ", "release": b"cas "},  # release: gets + cas

@@ -18,12 +18,11 @@ from hypothesis import strategies as st
 
 from django_mcpatterns.core.cluster import Cluster
 from django_mcpatterns.core.keys import Routed, key_bytes, placed
-from django_mcpatterns.core.lists import AppendLists
 from django_mcpatterns.core.locks import Lock
 from django_mcpatterns.core.memory import MemoryStore
 from django_mcpatterns.core.namespaces import Namespace, Namespaces
 from django_mcpatterns.core.options import ClusterOptions
-from django_mcpatterns.core.sets import AppendSets
+from django_mcpatterns.core.sets import AppendLists, AppendSets
 from django_mcpatterns.core.stampede import lock_key
 from tests.conftest import flush
 from tests.drills.proxy import Proxy

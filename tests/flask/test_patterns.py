@@ -142,7 +142,7 @@ class TestStampede(PatternTests):
         assert c.get_many("report") == [{"answer": 42}]
 
     def test_a_fill_never_lands_over_a_concurrent_delete(self, c: Any) -> None:
-        # Leases (core/leases.py), through Flask's conventions.
+        # Leases (core/leases/), through Flask's conventions.
         def compute_while_another_process_invalidates() -> str:
             c.delete("report")
             return "old"

@@ -1,0 +1,235 @@
+"""Exact cached counters over any store: the seqlock of ``_model.py``.
+
+Round trips: a cached ``get`` 1; a miss 5 (flight record, placeholder add,
+lease read, second flight read, fill) plus the loader; a ``change`` 3 (enter,
+apply, exit), 4 when the count is not cached (the apply deletes, see
+:meth:`AsyncChange.__aexit__`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from types import TracebackType
+from typing import Any
+
+from django_mcpatterns.core.concurrency import AsyncCompute, async_call, async_finish_then_undo
+from django_mcpatterns.core.exceptions import EncodingError, McPatternsError, NonNumericValueError
+from django_mcpatterns.core.keys import Routed, key_bytes, placed
+from django_mcpatterns.core.leases import PLACEHOLDER, PLACEHOLDER_TTL
+from django_mcpatterns.core.store import AsyncStore, CasToken
+from django_mcpatterns.core.values.envelope import Envelope
+
+from ._model import ENTER, EXIT, FLIGHT_TTL, ROTATE, fresh, unpack
+
+__all__ = ["AsyncCachedCounter", "AsyncChange"]
+
+logger = logging.getLogger("django_mcpatterns.counters")
+
+
+class AsyncCachedCounter:
+    """A count of a source of truth, cached under ``key`` and kept exact (``_model.py``).
+
+    ``loader`` returns the count from the source; ``expire`` is the cached
+    count's memcached exptime (0: until evicted).
+    """
+
+    def __init__(
+        self,
+        store: AsyncStore,
+        key: str | bytes,
+        loader: AsyncCompute[int],
+        *,
+        expire: int = 0,
+        flight_ttl: int = FLIGHT_TTL,
+        lease_ttl: int = PLACEHOLDER_TTL,
+    ) -> None:
+        raw = placed(key)[0]
+        self.store = store
+        self.key = key
+        self.flight_key = Routed(key_bytes(raw + b":f"), raw)  # same server as the count
+        self.loader = loader
+        self.expire = expire
+        self.flight_ttl = flight_ttl
+        self.lease_ttl = lease_ttl
+
+    async def get(self) -> int:
+        """Return the count: cached (1 round trip), or loaded and cached if no writer interferes."""
+        try:
+            found = await self.store.get(self.key)
+        except McPatternsError as exc:
+            logger.warning("counter %r not read (%s): loading it", self.key, exc)
+            return await self._load()
+        if found is None:
+            return await self._fill()
+        return _count(found, self.key)
+
+    def change(self, delta: int) -> AsyncChange:
+        """A context manager around the write of ``delta`` to the source of truth."""
+        return AsyncChange(self, delta)
+
+    async def incr(self, n: int = 1) -> None:
+        """Add ``n`` to the cached count, as a ``change`` with nothing inside it.
+
+        Exact only if the source already changed *and* no reader loaded it
+        since; around the write itself, use :meth:`change`.
+        """
+        async with self.change(n):
+            pass
+
+    async def decr(self, n: int = 1) -> None:
+        """Subtract ``n``; see :meth:`incr`."""
+        async with self.change(-n):
+            pass
+
+    async def invalidate(self) -> None:
+        """Forget the cached count: the next :meth:`get` loads it."""
+        await self._void()
+
+    async def _load(self) -> int:
+        count = await async_call(self.loader)
+        if isinstance(count, bool) or not isinstance(count, int):
+            raise TypeError(f"the loader of counter {self.key!r} returned {count!r}, not an int")
+        return count
+
+    async def _fill(self) -> int:
+        try:
+            before = await self._flight()
+            if before is None or not unpack(before[0]).quiet:
+                return await self._load()  # a writer is in flight: its count may be either side
+            await self.store.add(self.key, PLACEHOLDER, self.lease_ttl)
+            found, lease = await self.store.gets_envelope(self.key)
+        except McPatternsError as exc:
+            logger.warning("counter %r not leased (%s): loading it", self.key, exc)
+            return await self._load()
+        if lease is None:
+            return await self._load()
+        if not (type(found) is Envelope and found.pending):
+            return _count(found, self.key)  # filled since our miss
+        count = await self._load()
+        try:
+            after = await self._read_flight()
+            if after == before:
+                await self.store.cas(self.key, b"%d" % count, lease, self.expire)
+        except McPatternsError as exc:
+            logger.warning("counter %r not filled (%s)", self.key, exc)
+        return count
+
+    async def _read_flight(self) -> tuple[int, CasToken] | None:
+        value, cas = await self.store.gets(self.flight_key)
+        if cas is None:
+            return None
+        return _count(value, self.flight_key), cas
+
+    async def _flight(self) -> tuple[int, CasToken] | None:
+        """The flight record and its cas, created quiet when missing (None: unreachable)."""
+        found = await self._read_flight()
+        if found is None:
+            await self.store.add(self.flight_key, b"%d" % fresh(), self.flight_ttl)
+            found = await self._read_flight()
+        return found
+
+    async def _enter(self) -> int | None:
+        """Enter a flight; return the incarnation it was counted in (None: not counted)."""
+        try:
+            now = await self.store.incr(self.flight_key, ENTER)
+            if now is None:
+                created = fresh(1)
+                if await self.store.add(self.flight_key, b"%d" % created, self.flight_ttl):
+                    return unpack(created).incarnation
+                now = await self.store.incr(self.flight_key, ENTER)
+        except McPatternsError as exc:
+            logger.warning("counter %r: flight not entered (%s)", self.key, exc)
+            return None
+        return None if now is None else unpack(now).incarnation
+
+    async def _apply(self, delta: int) -> None:
+        try:
+            if delta >= 0:
+                now = await self.store.incr(self.key, delta)
+            else:
+                now = await self.store.decr(self.key, -delta)
+        except NonNumericValueError:
+            now = None  # a reader's placeholder: void its lease
+        except McPatternsError as exc:
+            logger.warning("counter %r: change not applied (%s)", self.key, exc)
+            now = None
+        if now is None:
+            await self._void()  # missing, leased, or unknown: only a delete is right for all
+
+    async def _exit(self, ticket: int | None) -> None:
+        if ticket is not None:
+            try:
+                now = await self.store.incr(self.flight_key, EXIT)
+            except McPatternsError:
+                now = None
+            if now is not None and unpack(now).incarnation == ticket:
+                if unpack(now).exited >= ROTATE:  # its fields would soon carry: start anew
+                    with contextlib.suppress(McPatternsError):
+                        await self.store.delete(self.flight_key)
+                return
+            if now is not None:  # counted in a record made after ours was lost: take it back
+                with contextlib.suppress(McPatternsError):
+                    await self.store.decr(self.flight_key, EXIT)
+        await self._void()  # after the take-back: voids fills based on the stray exit
+
+    async def _void(self) -> None:
+        try:
+            await self.store.delete(self.key)
+        except McPatternsError as exc:
+            logger.warning("counter %r not invalidated (%s)", self.key, exc)
+
+
+class AsyncChange:
+    """``async with counter.change(delta)``: enter a flight, run the write, apply, exit.
+
+    The body must commit the write to the source of truth before it ends; an
+    exception out of the body applies nothing (the write rolled back) but
+    forgets the cached count, since the write may have committed anyway.
+    """
+
+    def __init__(self, counter: AsyncCachedCounter, delta: int) -> None:
+        if isinstance(delta, bool) or not isinstance(delta, int):
+            raise TypeError(f"a counter's delta is an int, not {delta!r}")
+        self.counter = counter
+        self.delta = delta
+        self.ticket: int | None = None
+
+    async def __aenter__(self) -> AsyncChange:
+        # Cancelled while the enter is on its way, the flight may be entered and no
+        # __aexit__ would exit it: readers would not cache for the record's TTL.
+        self.ticket = await async_finish_then_undo(self.counter._enter(), self.counter._exit)
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        # Run to the end even if this task is cancelled meanwhile: an exit left
+        # undone keeps every reader from caching for the flight record's TTL.
+        await async_finish_then_undo(self._settle(exc_type is None), _settled)
+
+    async def _settle(self, committed: bool) -> bool:
+        """Apply (or forget the count) and exit; return ``committed``."""
+        if not committed:
+            # The body's outcome is unknown (a commit whose answer was lost, a task
+            # cancelled while awaiting it): a count cached before it may be off.
+            await self.counter._void()
+        elif self.delta:
+            await self.counter._apply(self.delta)
+        await self.counter._exit(self.ticket)
+        return committed
+
+
+async def _settled(_: bool) -> None:
+    """Nothing to hand back once a cancelled writer's settling is done."""
+
+
+def _count(value: Any, key: object) -> int:
+    if isinstance(value, bytes | bytearray) and value.strip().isdigit():
+        return int(value)  # decr keeps the item's length: memcached pads with spaces
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    raise EncodingError(f"counter item {key!r} holds {value!r}, not a count")

@@ -1,0 +1,221 @@
+"""Prometheus metrics of the clusters (``OPTIONS["instrumentation"] = ["prometheus"]``).
+
+=============================== ========= ===================================
+metric                          type      labels
+=============================== ========= ===================================
+``mcpatterns_commands_total``   counter   cache, server, command, outcome
+``mcpatterns_command_seconds``  histogram cache, server, command
+``mcpatterns_server_up``        gauge     cache, server (1 alive, 0 failing)
+``mcpatterns_events_total``     counter   cache, event
+=============================== ========= ===================================
+
+Label values come from closed sets (server names of the configuration,
+command names, :data:`~django_mcpatterns.core.observe.OUTCOMES`, event names): never a key, so the
+number of series stays bounded.  A histogram's ``command`` is the round
+trip's operation (``get``, or ``ms+gets`` for a pipelined batch).
+
+The metrics live in prometheus_client's default registry, or in the one given
+as ``OPTIONS["prometheus_registry"]``; each registry gets them once, whatever
+the number of caches.  Under prometheus_client's multiprocess mode
+(``PROMETHEUS_MULTIPROC_DIR``, gunicorn) every worker writes its own files and
+the exporter sums them; the gauge keeps the lowest value of the live workers.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import weakref
+from collections import Counter as Occurrences
+from typing import Any
+
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
+
+from .records import BaseSink, RoundTrip
+
+__all__ = ["BUCKETS", "PrometheusSink"]
+
+# memcached answers in tens of microseconds on a LAN; the default buckets start at 5 ms.
+BUCKETS = (
+    0.0001,
+    0.00025,
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+)
+
+
+class _Families:
+    """The four metric families, registered once in one registry."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.commands = Counter(
+            "mcpatterns_commands",
+            "memcached commands sent, by server, command and outcome",
+            ("cache", "server", "command", "outcome"),
+            registry=registry,
+        )
+        self.seconds = Histogram(
+            "mcpatterns_command_seconds",
+            "Time from sending a request to its last reply, by server and command",
+            ("cache", "server", "command"),
+            buckets=BUCKETS,
+            registry=registry,
+        )
+        self.server_up = Gauge(
+            "mcpatterns_server_up",
+            "1 while the memcached server answers, 0 while it is failing or dead",
+            ("cache", "server"),
+            multiprocess_mode="livemin",
+            registry=registry,
+        )
+        self.events = Counter(
+            "mcpatterns_events",
+            "Pattern and server events (the django-mcpatterns signals), by name",
+            ("cache", "event"),
+            registry=registry,
+        )
+
+
+_families: dict[int, tuple[CollectorRegistry, _Families]] = {}
+_families_lock = threading.Lock()
+
+
+def _families_of(registry: CollectorRegistry) -> _Families:
+    with _families_lock:
+        held = _families.get(id(registry))
+        if held is None or held[0] is not registry:
+            held = _families[id(registry)] = (registry, _Families(registry))
+        return held[1]
+
+
+# Every sink of the process, to re-set its gauges in a forked child (see _restore).
+_sinks: weakref.WeakValueDictionary[int, PrometheusSink] = weakref.WeakValueDictionary()
+
+
+def _after_fork() -> None:
+    for sink in list(_sinks.values()):
+        sink._forked = True
+
+
+os.register_at_fork(after_in_child=_after_fork)
+
+
+class PrometheusSink(BaseSink):
+    """Counts round trips, times them and follows server health in Prometheus metrics.
+
+    The labelled children a single-command round trip moves are remembered per cache,
+    server and commands with their outcomes: a get costs one dict lookup, an
+    ``inc`` and an ``observe``.  It also answers the status page's per-server
+    counts (:meth:`servers`), read back from the metrics.
+    """
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else REGISTRY
+        self._families = _families_of(self.registry)
+        self._children: dict[tuple[Any, ...], tuple[tuple[Any, ...], Any]] = {}
+        self._up: dict[tuple[str, str], int] = {}  # the server_up values this process set
+        self._forked = False
+        _sinks[id(self)] = self
+
+    def _restore(self) -> None:
+        """In a forked child: set the server_up gauges again.
+
+        In multiprocess mode prometheus_client gives a forked child files of
+        its own and resets every value to 0 on first use: the ``livemin``
+        gauge would say every server is down while the worker lives.
+        """
+        self._forked = False
+        for (cache, server), up in list(self._up.items()):
+            self._families.server_up.labels(cache, server).set(up)
+
+    def round_trip(self, trip: RoundTrip) -> None:
+        if self._forked:
+            self._restore()
+        cache, server, operation, commands, nanoseconds, _, _ = trip
+        if len(commands) == 1:  # the hot path: remembered (a closed set of series)
+            key = (cache, server, commands)
+            children = self._children.get(key)
+            if children is None:
+                children = self._children[key] = self._labelled(cache, server, operation, commands)
+            counters, timer = children
+            for counter in counters:
+                counter.inc()
+        else:  # a batch: not remembered, its outcomes make too many combinations to keep
+            families = self._families
+            for (command, result), n in Occurrences(commands).items():
+                families.commands.labels(cache, server, command, result).inc(n)
+            timer = families.seconds.labels(cache, server, operation)
+        if nanoseconds:  # nothing was sent to a server in its wait: no time to tell
+            timer.observe(nanoseconds / 1e9)
+
+    def _labelled(
+        self, cache: str, server: str, operation: str, commands: tuple[tuple[str, str], ...]
+    ) -> tuple[tuple[Any, ...], Any]:
+        families = self._families
+        counters = tuple(families.commands.labels(cache, server, c, o) for c, o in commands)
+        return counters, families.seconds.labels(cache, server, operation)
+
+    def event(self, cache: str, name: str) -> None:
+        if self._forked:
+            self._restore()
+        self._families.events.labels(cache, name).inc()
+
+    def server_state(self, cache: str, server: str, up: bool) -> None:
+        self._up[(cache, server)] = 1 if up else 0
+        if self._forked:
+            self._restore()
+        self._families.server_up.labels(cache, server).set(1 if up else 0)
+
+    def servers(self, cache: str) -> dict[str, dict[str, Any]]:
+        """This process's counts of one cache, as
+        :meth:`django_mcpatterns.core.observe.Tally.servers` gives them."""
+        if self._forked:
+            self._restore()
+        rows: dict[str, dict[str, Any]] = {}
+        for family in self._families.commands.collect():
+            for sample in family.samples:
+                labels = sample.labels
+                if not sample.name.endswith("_total") or labels["cache"] != cache:
+                    continue
+                row = rows.setdefault(
+                    labels["server"], {"commands": 0, "seconds": 0.0, "outcomes": {}}
+                )
+                row["commands"] += int(sample.value)
+                outcomes = row["outcomes"]
+                outcomes[labels["outcome"]] = outcomes.get(labels["outcome"], 0) + int(sample.value)
+        for family in self._families.seconds.collect():
+            for sample in family.samples:
+                labels = sample.labels
+                summed = sample.name.endswith("_sum") and labels["cache"] == cache
+                if summed and labels["server"] in rows:
+                    rows[labels["server"]]["seconds"] += sample.value
+        return {server: rows[server] for server in sorted(rows)}
+
+    def events(self, cache: str) -> dict[str, int]:
+        """This process's events of one cache, by name."""
+        if self._forked:
+            self._restore()
+        found = {
+            sample.labels["event"]: int(sample.value)
+            for family in self._families.events.collect()
+            for sample in family.samples
+            if sample.name.endswith("_total") and sample.labels["cache"] == cache
+        }
+        return dict(sorted(found.items()))
+
+    def __eq__(self, other: object) -> bool:
+        # One sink per registry in an observer: adding it twice is harmless.
+        return isinstance(other, PrometheusSink) and other.registry is self.registry
+
+    def __hash__(self) -> int:
+        return id(self.registry)

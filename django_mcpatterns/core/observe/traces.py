@@ -1,0 +1,162 @@
+"""OpenTelemetry spans (``OPTIONS["instrumentation"] = ["opentelemetry"]``).
+
+One CLIENT span per memcached round trip, named for its operation (``get``,
+``mg``, ``ms+gets`` for a pipelined batch), with the database semantic
+conventions: ``db.system`` / ``db.system.name`` ``memcached``,
+``db.operation.name``, ``server.address``, ``server.port`` (a unix socket:
+``network.transport`` ``unix`` and its path as ``server.address``),
+``db.operation.batch.size`` for a batch, and ``mcpatterns.outcome``.  A
+round trip with no reply has status ERROR and ``error.type``.  Values are never
+recorded; keys only with ``OPTIONS["trace_keys"] = True`` (``db.query.text``:
+``get user:42``), because keys often hold user ids or emails.
+
+One INTERNAL span per pattern call (``cache.sadd``, ``cache.get_or_compute``,
+``cache.asadd``...), made current while the call runs, so the round trips it
+causes are its children; pattern events (``recomputed``, ``lock_waited``...)
+become span events of the current span.
+
+Inside a trace that was sampled out, no span is made at all (the default
+``ParentBased`` sampler would drop them; this skips the SDK's work), so
+sampling 1% of requests costs little on the other 99%.
+
+Spans come from the global tracer provider (``opentelemetry.trace``), or the
+one given as ``OPTIONS["tracer_provider"]``: the application configures the
+SDK, its sampler and its exporters, as with any instrumentation.
+Round-trip spans are made when the reply is in, with the request's start
+time, so the hot path does no context switching.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from opentelemetry import context, trace
+from opentelemetry.trace import SpanKind, Status, StatusCode
+
+from ..servers import Server
+from .records import BaseSink, PatternCall, RoundTrip
+
+__all__ = ["TRACER_NAME", "TraceSink"]
+
+TRACER_NAME = "django_mcpatterns"
+_MOST_KEYS = 16  # of a multi-key command, in db.query.text
+
+
+class TraceSink(BaseSink):
+    """Makes the spans; see the module docstring for their names and attributes."""
+
+    def __init__(
+        self,
+        servers: Sequence[Server],
+        *,
+        trace_keys: bool = False,
+        provider: trace.TracerProvider | None = None,
+    ) -> None:
+        self.trace_keys = trace_keys
+        self._tracer = trace.get_tracer(TRACER_NAME, tracer_provider=provider)
+        # With the global provider, spans exist only once the application sets one
+        # (OpenTelemetry sets it once per process): until then every span is a no-op.
+        self._awaiting_provider = provider is None
+        # What sampling may look at, made once per server: db.system, server.*.
+        self._servers: dict[str, dict[str, Any]] = {}
+        for server in servers:
+            where: dict[str, Any] = {
+                "db.system": "memcached",
+                "db.system.name": "memcached",
+                "server.address": server.host,
+            }
+            if server.port is None:
+                where["network.transport"] = "unix"
+            else:
+                where["server.port"] = server.port
+            self._servers[server.node] = where
+
+    def round_trip(self, trip: RoundTrip) -> None:
+        if self._off():
+            return
+        end = time.time_ns()
+        where = self._servers.get(trip.server)
+        if where is None:
+            where = self._servers[trip.server] = {
+                "db.system": "memcached",
+                "db.system.name": "memcached",
+                "server.address": trip.server,
+            }
+        span = self._tracer.start_span(
+            trip.operation,
+            kind=SpanKind.CLIENT,
+            attributes=where,
+            start_time=end - trip.nanoseconds,
+        )
+        if not span.is_recording():  # no SDK, or not sampled: nothing more to make
+            return
+        attributes: dict[str, Any] = {
+            "db.operation.name": trip.operation,
+            "mcpatterns.cache": trip.cache,
+            "mcpatterns.outcome": ",".join(result for _, result in trip.commands),
+        }
+        if len(trip.commands) > 1:
+            attributes["db.operation.batch.size"] = len(trip.commands)
+        if self.trace_keys:
+            attributes["db.query.text"] = _query_text(trip)
+        span.set_attributes(attributes)
+        if trip.error is not None:
+            span.set_attribute("error.type", type(trip.error).__qualname__)
+            span.set_status(Status(StatusCode.ERROR, str(trip.error)))
+        elif any(result == "unavailable" for _, result in trip.commands):
+            span.set_attribute("error.type", "unavailable")
+            span.set_status(Status(StatusCode.ERROR, f"{trip.server} is in its retry wait"))
+        span.end(end_time=end)
+
+    def _off(self) -> bool:
+        """Whether no span would be recorded: no SDK configured yet, or a trace sampled out."""
+        if self._awaiting_provider:
+            if isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
+                return True  # the API alone: every span a no-op, so none is made
+            self._awaiting_provider = False
+        return _unsampled()
+
+    def event(self, cache: str, name: str) -> None:
+        span = trace.get_current_span()
+        if span.is_recording():
+            span.add_event(name, {"mcpatterns.cache": cache})
+
+    def begin(self, call: PatternCall) -> Any:
+        if self._off():
+            return None
+        attributes: dict[str, Any] = {"mcpatterns.cache": call.cache, "code.function": call.name}
+        if self.trace_keys and call.args and isinstance(call.args[0], str | bytes | int):
+            attributes["mcpatterns.key"] = str(call.args[0])
+        span = self._tracer.start_span(
+            f"cache.{call.name}", kind=SpanKind.INTERNAL, attributes=attributes
+        )
+        return span, context.attach(trace.set_span_in_context(span))
+
+    def end(self, call: PatternCall, state: Any, result: Any, error: BaseException | None) -> None:
+        if state is None:
+            return
+        span, token = state
+        context.detach(token)
+        if error is not None:
+            span.record_exception(error)
+            span.set_status(Status(StatusCode.ERROR, str(error)))
+        span.end()
+
+
+def _unsampled() -> bool:
+    """Whether the current trace was sampled out: its spans' children are not recorded.
+
+    The SDK's default sampler (``ParentBased``) drops them; not making them
+    saves the SDK's work for every request of an unsampled trace.
+    """
+    parent = trace.get_current_span().get_span_context()
+    return parent.is_valid and not parent.trace_flags.sampled
+
+
+def _query_text(trip: RoundTrip) -> str:
+    keys = trip.keys
+    shown = b" ".join(keys[:_MOST_KEYS]).decode("utf-8", "replace")
+    more = f" (+{len(keys) - _MOST_KEYS} keys)" if len(keys) > _MOST_KEYS else ""
+    return f"{trip.operation} {shown}{more}".rstrip()

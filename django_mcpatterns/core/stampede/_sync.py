@@ -1,0 +1,391 @@
+# Generated from core/stampede/_async.py by scripts/generate_sync.py: do not edit.
+"""get_or_compute with soft expiry, one recomputing winner, early recomputation.
+
+The algorithm of :mod:`django_mcpatterns.core.stampede` (read its docstring),
+written once for an :class:`~django_mcpatterns.core.store.AsyncStore`; the sync
+:class:`~django_mcpatterns.core.stampede.Stampede` is generated from it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import random
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from django_mcpatterns.core.concurrency import (
+    Compute,
+    Extender,
+    Sleeper,
+    Undo,
+    finish_then_undo,
+    sleep,
+)
+from django_mcpatterns.core.exceptions import (
+    ComputeFailedError,
+    EncodingError,
+    LockTimeoutError,
+)
+from django_mcpatterns.core.keys import Key
+from django_mcpatterns.core.leases import PLACEHOLDER
+from django_mcpatterns.core.locks import (
+    EventHook,
+    LockTimedOut,
+    LockWaited,
+    emit,
+    exptime_for,
+    new_token,
+)
+from django_mcpatterns.core.store import CasToken, Claimed, Store, TokenStore
+from django_mcpatterns.core.values.envelope import Envelope
+
+from ._model import (
+    MARK_STALE_ATTEMPTS,
+    NO_VALUE,
+    OVERWRITE,
+    Claim,
+    ComputeFailed,
+    Fetched,
+    Reason,
+    StampedePolicy,
+    as_envelope,
+    checked_timeout,
+    failure_marker,
+    lock_key,
+    read_failure_marker,
+    recent_failures,
+)
+from ._sync_steps import Held, Job, StampedeSteps, Won
+
+logger = logging.getLogger("django_mcpatterns.stampede")
+
+T = TypeVar("T")
+
+
+class Stampede(StampedeSteps):
+    """Stampede-protected computation of values cached in ``store``.
+
+    ``store``'s serde must know envelopes (both stores' default does, see
+    :mod:`django_mcpatterns.core.values.envelope`).  ``clock`` is wall time in seconds (soft
+    expiries are shared between processes); ``sleep`` and ``rng`` drive the waits and
+    XFetch; ``on_event`` receives :class:`Recomputed`, :class:`StaleServed`,
+    :class:`ComputeFailed`, :class:`RefreshDropped`,
+    :class:`~django_mcpatterns.core.locks.LockWaited` and
+    :class:`~django_mcpatterns.core.locks.LockTimedOut`.  Stateless apart from these (and the
+    process's :data:`recent_failures`): safe to share between threads and tasks.
+
+    ``compute`` may be a coroutine function (awaited) or a plain callable (in
+    async, run through ``sync_to_async``: it may use the ORM); waiting for
+    another caller's computation is ``sleep`` (``asyncio.sleep`` in async), so
+    it never blocks the event loop; the lock's keepalive is a task in async, a
+    thread in sync (:mod:`~django_mcpatterns.core.background`).
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        policy: StampedePolicy | None = None,
+        *,
+        clock: Callable[[], float] = time.time,
+        sleep: Sleeper = sleep,
+        rng: Callable[[], float] = random.random,
+        on_event: EventHook | None = None,
+    ) -> None:
+        self.store = store
+        self.policy = policy or StampedePolicy()
+        self._clock = clock
+        self._sleep = sleep
+        self._rng = rng
+        self._on_event = on_event
+        self._tokens = store if isinstance(store, TokenStore) else None
+
+    # -- public --
+
+    def get_or_compute(
+        self,
+        key: Key,
+        compute: Compute[T],
+        timeout: float | None,
+        *,
+        policy: StampedePolicy | None = None,
+        should_cache: Callable[[T], bool] | None = None,
+    ) -> T:
+        """Return the value of ``key``, computing it with ``compute`` at most once at a time.
+
+        ``timeout``: seconds until the value is stale (``None``: never; 0 or
+        less: compute and store nothing).  ``should_cache(value)``: store only
+        values it accepts (e.g. cacheable responses).
+        """
+        fetched = self.fetch(key, compute, timeout, policy=policy, should_cache=should_cache)
+        return fetched.value
+
+    def fetch(
+        self,
+        key: Key,
+        compute: Compute[T],
+        timeout: float | None,
+        *,
+        policy: StampedePolicy | None = None,
+        should_cache: Callable[[T], bool] | None = None,
+    ) -> Fetched[T]:
+        """Like :meth:`get_or_compute`, also saying how the value was obtained."""
+        job = Job(key, compute, checked_timeout(timeout), policy or self.policy, should_cache)
+        if job.timeout == 0:
+            return self._compute(job, "miss")
+        claimed = self._claim_tokens(job)
+        if claimed is not None:
+            return self._by_tokens(job, claimed)
+        seen = self._read(key)
+        if seen is NO_VALUE:
+            return self._cold(job)
+        now = self._clock()
+        if not seen.fresh(now):
+            return self._refresh(job, seen, "stale")
+        if self._early(seen, now, job.policy.beta):
+            return self._refresh(job, seen, "early")
+        return Fetched(seen.value, "fresh", seen)
+
+    def recompute(
+        self,
+        key: Key,
+        compute: Compute[T],
+        timeout: float | None,
+        *,
+        policy: StampedePolicy | None = None,
+        should_cache: Callable[[T], bool] | None = None,
+    ) -> T:
+        """Compute and store the value now, whatever is cached (no lock); return it."""
+        job = Job(key, compute, checked_timeout(timeout), policy or self.policy, should_cache)
+        fetched = self._compute(job, "refresh", OVERWRITE)
+        return fetched.value
+
+    def mark_stale(self, key: Key) -> bool:
+        """Make the cached value stale now, keeping it servable until its hard expiry.
+
+        The next :meth:`get_or_compute` recomputes it (one caller) while the
+        others are served the old value: an invalidation without a stampede.
+        Return False when there is no envelope to mark (a miss, or a plain value).
+        """
+        for _ in range(MARK_STALE_ATTEMPTS):
+            found, cas = self.store.gets_envelope(key)
+            if type(found) is not Envelope or cas is None or found.pending:
+                return False
+            now = self._clock()
+            remaining = found.hard_expiry - now
+            if remaining <= 0:
+                return True  # memcached drops it any moment
+            # Rewritten even when already stale: the new cas voids the lease of a
+            # recompute under way, which may have read the data before this change.
+            stale = dataclasses.replace(found, soft_expiry=min(found.soft_expiry, now))
+            expire = exptime_for(remaining, now=now)
+            if self._tokens is not None:  # meta: also md <key> I, so memcached hands out W
+                if self._tokens.cas_stale(key, stale, cas, expire):
+                    return True
+            elif self.store.cas(key, stale, cas, expire):
+                return True
+        return False  # rewritten under us every time: someone keeps refreshing it
+
+    def read(self, key: Key) -> Envelope | None:
+        """The envelope cached under ``key`` (a plain value wrapped as never stale), or None."""
+        found = self._read(key)
+        return None if found is NO_VALUE else found
+
+    # -- server-side tokens (meta mode: memcached picks the winner, see
+    # :mod:`django_mcpatterns.core.store`) --
+
+    def _claim_tokens(self, job: Job[Any]) -> Claimed | None:
+        """Round trip 1: the item with a recompute token, and a placeholder's add on a miss."""
+        if self._tokens is None:
+            return None
+        recache = None
+        if job.timeout is not None:
+            grace = int(job.policy.grace_for(job.timeout))
+            recache = grace if grace >= 1 else None  # TTL left < grace: past the soft expiry
+        try:
+            # Sync code runs the claim here, so within the try.
+            claim = self._tokens.claim(
+                job.key, recache, PLACEHOLDER, exptime_for(job.policy.lock_timeout)
+            )
+            return finish_then_undo(claim, self._unclaim_placeholder(job))
+        except EncodingError:
+            return None  # unreadable: the lock-based path logs and overwrites it
+
+    def _unclaim_placeholder(self, job: Job[Any]) -> Undo[Claimed | None]:
+        """What hands back a placeholder a cancelled caller's claim added
+        (:mod:`django_mcpatterns.core.concurrency`)."""
+
+        def undo(claimed: Claimed | None) -> None:
+            if claimed is not None and claimed.cas is None and claimed.added is not None:
+                self.store.cas(job.key, PLACEHOLDER, claimed.added, -1)
+
+        return undo
+
+    def _by_tokens(self, job: Job[T], claimed: Claimed | None) -> Fetched[T]:
+        """Act on what memcached said: serve, recompute (``W``), win a miss, or wait."""
+        start = self._clock()
+        attempt = 0
+        while True:
+            if claimed is None:
+                return self._cold(job)  # text mode or unreadable: the lock-based path
+            if claimed.cas is None and claimed.added is not None:
+                return self._won_miss(job, claimed.added)
+            seen = NO_VALUE if claimed.cas is None else as_envelope(claimed.found)
+            if seen is not NO_VALUE:
+                if attempt:
+                    emit(self._on_event, LockWaited(job.key, self._clock() - start))
+                    return Fetched(seen.value, "waited", seen)
+                return self._hit(job, seen, claimed)
+            found = claimed.found
+            failure = read_failure_marker(found.value if type(found) is Envelope else None)
+            if failure is not None:
+                raise self._shared_failure(job, *failure)
+            # A placeholder: another caller computes.  Poll (re-claiming: if it
+            # vanished, this caller's add wins) until its value or failure shows.
+            remaining = start + job.policy.wait - self._clock()
+            if remaining <= 0:
+                return self._wait_timed_out(job, job.key, start)
+            self._sleep(min(job.policy.backoff.delay(attempt, self._rng), remaining))
+            attempt += 1
+            claimed = self._claim_tokens(job)
+
+    def _hit(self, job: Job[T], seen: Envelope, claimed: Claimed) -> Fetched[T]:
+        now = self._clock()
+        stale = claimed.stale or not seen.fresh(now)
+        reason: Reason = "stale" if stale else "early"
+        if claimed.won and type(claimed.found) is Envelope:
+            if job.policy.runner is not None:
+                return self._refresh(job, seen, reason)  # the runner needs the lock's owner
+            try:
+                return self._compute(job, reason, claimed.cas)  # lease: the item's cas
+            except Exception as exc:
+                logger.warning("computing the value of %r failed", job.key, exc_info=True)
+                emit(self._on_event, ComputeFailed(job.key, exc))
+                if stale and not job.policy.serve_stale_on_error:
+                    raise
+                return self._serve(job, seen, reason)
+        if stale:
+            if claimed.lost:
+                return self._serve(job, seen, "stale")  # another caller holds the token
+            return self._refresh(job, seen, "stale")  # no token (clocks disagree): the lock
+        if self._early(seen, now, job.policy.beta):
+            return self._refresh(job, seen, "early")  # XFetch: the lock-based path
+        return Fetched(seen.value, "fresh", seen)
+
+    def _won_miss(self, job: Job[T], cas: CasToken) -> Fetched[T]:
+        """This caller's placeholder won the miss: compute, keeping it alive; fill by its cas."""
+        lease = Won(cas)
+        taken_at = self._clock()
+        try:
+            with self._keepalive(job, taken_at, self._extend_placeholder(job, lease)):
+                return self._compute(job, "miss", lease)
+        except Exception as exc:
+            logger.warning("computing the value of %r failed", job.key, exc_info=True)
+            emit(self._on_event, ComputeFailed(job.key, exc))
+            if job.policy.failure_backoff <= 0:
+                self._drop_placeholder(job, lease)
+            else:  # the placeholder becomes the failure marker every waiter reads
+                token = new_token()
+                recent_failures.remember(token, exc)
+                failed = Envelope(failure_marker(token, exc), -math.inf, -math.inf)
+                expire = exptime_for(job.policy.failure_backoff)
+                self.store.cas(job.key, failed, lease.cas, expire)
+            raise
+        except BaseException:
+            self._drop_placeholder(job, lease)
+            raise
+
+    def _extend_placeholder(self, job: Job[Any], lease: Won) -> Extender:
+        """Extend the won placeholder while it is ours: a cas, never a blind ``touch``.
+
+        A writer may replace the placeholder meanwhile; a ``touch`` would then
+        keep rewriting the writer's TTL.  The new cas becomes the lease's.
+        """
+
+        def extend(ttl: float) -> bool:
+            with lease.guard:
+                if lease.filled:
+                    return False
+                cas = self.store.recas(job.key, PLACEHOLDER, lease.cas, exptime_for(ttl))
+                if cas is None:
+                    return False  # replaced or gone: the fill will not land either
+                lease.cas = cas
+                return True
+
+        return extend
+
+    # -- the three states --
+
+    def _refresh(self, job: Job[T], seen: Envelope, reason: Reason) -> Fetched[T]:
+        """A stale (or XFetch-chosen) value: one caller recomputes, the others serve ``seen``."""
+        held = self._claim(job)
+        if not isinstance(held, Held):
+            return self._serve(job, seen, reason)  # recomputing, failed moments ago, or unreachable
+        current, lease = self._lease_held(job, held, missing=False)
+        if current is not NO_VALUE and current.soft_expiry > seen.soft_expiry:
+            self._release(held)  # another caller refreshed it between our get and our add
+            return Fetched(current.value, "fresh", current)
+        if job.policy.runner is not None:
+            self._dispatch(job, held, reason, lease)
+            return self._serve(job, seen, reason)
+        try:
+            return self._recompute_locked(job, held, reason, lease)
+        except Exception:
+            if reason == "stale" and not job.policy.serve_stale_on_error:
+                raise
+            return self._serve(job, seen, reason)
+
+    def _cold(self, job: Job[T]) -> Fetched[T]:
+        """A miss: one caller computes; the others wait for its value, for a bounded time."""
+        lock = lock_key(job.key)
+        start = self._clock()
+        attempt = 0
+        while True:
+            held = self._claim(job)
+            if held is Claim.UNREACHABLE:
+                # No lock to share the work through (and likely no lease either).
+                return self._compute(job, "miss", OVERWRITE)
+            if isinstance(held, Held):
+                current, lease = self._lease_held(job, held, missing=True)
+                if current is not NO_VALUE:
+                    self._release(held)  # stored between our get and our add
+                    return Fetched(current.value, "fresh", current)
+                return self._recompute_locked(job, held, "miss", lease)
+            while True:  # lost: poll until the value appears, the lock goes, or it failed
+                remaining = start + job.policy.wait - self._clock()
+                if remaining <= 0:
+                    return self._wait_timed_out(job, lock, start)
+                self._sleep(min(job.policy.backoff.delay(attempt, self._rng), remaining))
+                attempt += 1
+                value, holder = self._poll(job.key, lock)
+                if value is not NO_VALUE:
+                    emit(self._on_event, LockWaited(lock, self._clock() - start))
+                    return Fetched(value.value, "waited", value)
+                failure = read_failure_marker(holder)
+                if failure is not None:
+                    raise self._shared_failure(job, *failure)
+                if holder is None:
+                    break  # its holder left without storing a value: race for the lock again
+
+    def _wait_timed_out(self, job: Job[T], key: Key, start: float) -> Fetched[T]:
+        waited = self._clock() - start
+        emit(self._on_event, LockTimedOut(key, waited))
+        if job.policy.on_wait_timeout == "raise":
+            raise LockTimeoutError(
+                f"gave up after {waited:.3g}s waiting for another caller to compute {job.key!r}"
+            )
+        _, lease = self._lease(job, missing=False)
+        return self._compute(job, "miss", lease)
+
+    def _shared_failure(self, job: Job[Any], token: bytes, error: str) -> ComputeFailedError:
+        """The error for a caller that found another caller's failure marker."""
+        failed = ComputeFailedError(
+            f"computing {job.key!r} failed moments ago ({error}); it is not retried for up "
+            f"to {job.policy.failure_backoff:g}s",
+            key=job.key,
+            error=error,
+        )
+        failed.__cause__ = recent_failures.get(token)  # the original, in the process it failed in
+        return failed
