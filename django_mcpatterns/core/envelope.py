@@ -1,23 +1,4 @@
 """The soft-expiry envelope's documented path: it lives in :mod:`django_mcpatterns.core.values`."""
 
-from __future__ import annotations
-
-from .values.envelope import (
-    FLAG_ENVELOPE,
-    STALE,
-    VERSION,
-    Envelope,
-    EnvelopeSerde,
-    Serde,
-    with_envelopes,
-)
-
-__all__ = [
-    "FLAG_ENVELOPE",
-    "STALE",
-    "VERSION",
-    "Envelope",
-    "EnvelopeSerde",
-    "Serde",
-    "with_envelopes",
-]
+from .values.envelope import *  # noqa: F403
+from .values.envelope import __all__ as __all__

@@ -1,6 +1,6 @@
 """A store that keeps values over the item size limit in chunks (``large_values="chunk"``).
 
-The layout, the checksum and the TTL rules are in :mod:`django_mcpatterns.core.chunks`;
+The layout, the checksum and the TTL rules are in :mod:`django_mcpatterns.core.values.layout`;
 this module does the I/O: a write of a value that does not fit in one item sends
 its chunks and then its manifest, a read that finds a manifest fetches every chunk
 in one multi-get from the key's server.  Round trips: ``get`` of a chunked value
@@ -10,7 +10,7 @@ and ``set_many`` 1 (chunks and manifests pipelined in one write per server; 2 fo
 ``add``/``cas``/``add_cas``/``recas`` 2 (the chunks, then the conditional write of
 the manifest).  A value that fits costs what it costs on the store underneath.
 
-Its reads run inside :func:`~django_mcpatterns.core.chunks.manifests_read`, so the
+Its reads run inside :func:`~django_mcpatterns.core.values.layout.manifests_read`, so the
 store's serde hands manifests here as :class:`~django_mcpatterns.core.chunks.ChunkManifest`
 (and refuses them to every other reader).
 """
@@ -42,7 +42,7 @@ class AsyncChunkedStore:
     ``max_item_size`` is the servers' item size limit (memcached's ``-I``).
     Methods that carry no value (``delete``, ``incr``...) are the store's
     own: ``delete`` removes the manifest, and the chunks expire (see
-    :mod:`django_mcpatterns.core.chunks`); ``touch`` renews the chunks too;
+    :mod:`django_mcpatterns.core.values.layout`); ``touch`` renews the chunks too;
     ``bump`` refreshes the manifest only.
     """
 

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import heapq
 import math
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -30,17 +28,18 @@ from .items import (
     parse_counter,
     serde_key,
 )
+from .table import ItemTable
 
 __all__ = ["MemoryStore"]
 
 _MISS: Any = object()  # what _deserialize answers for a refused item
 
 
-class MemoryStore:
+class MemoryStore(ItemTable):
     """An in-process memcached: the :class:`~.store.Store` protocol in one process.
 
     ``max_item_size`` is memcached's ``-I`` and ``max_bytes`` its ``-m`` (in
-    bytes); ``serde`` defaults to a :class:`~django_mcpatterns.core.values.serializers.ValueSerde`
+    bytes); ``serde`` defaults to a :class:`~django_mcpatterns.core.values.serde.ValueSerde`
     with pickle (pymemcache's ``pickle_serde`` layout, what Django's
     ``PyMemcacheCache`` uses; an item it refuses reads as a miss), wrapped to
     read soft-expiry envelopes as plain values (:mod:`django_mcpatterns.core.values.envelope`);
@@ -66,22 +65,14 @@ class MemoryStore:
                 "max_bytes must be at least twice max_item_size, as memcached requires of -m",
                 option="max_bytes",
             )
+        super().__init__(max_bytes)
         self._max_item_size = max_item_size
-        self._max_bytes = max_bytes
         # Every read unwraps soft-expiry envelopes (core/values/envelope.py).
         self._serde: EnvelopeSerde = with_envelopes(
             serde if serde is not None else ValueSerde(), clock=clock
         )
         self._clock = clock
         self._lock = threading.Lock()
-        self._items: OrderedDict[bytes, Item] = OrderedDict()  # least recently used first
-        self._expiries: list[tuple[int, bytes]] = []  # heap of (deadline, key); may be stale
-        self._used = 0
-        self._last_cas = 0
-        self._evictions = 0
-        self._reclaimed = 0
-        self._get_hits = 0
-        self._get_misses = 0
 
     # -- reads -------------------------------------------------------------
 
@@ -383,70 +374,3 @@ class MemoryStore:
             data = text.ljust(len(item.data)) if len(text) <= len(item.data) else text
             self._link(raw, self._new_item(raw, data, item.flags, item.deadline), now)
         return number
-
-    def _new_item(self, raw: bytes, data: bytes, flags: int, deadline: int | None) -> Item:
-        """An item with the next CAS token.  Caller holds the lock."""
-        self._last_cas += 1
-        return Item(data, flags, deadline, self._last_cas, item_size(raw, data, flags))
-
-    def _live(self, raw: bytes, now: int) -> Item | None:
-        """The unexpired item, marked most recently used.  Caller holds the lock."""
-        item = self._items.get(raw)
-        if item is None:
-            return None
-        if item.expired(now):
-            self._discard(raw)
-            return None
-        self._items.move_to_end(raw)
-        return item
-
-    def _read(self, raw: bytes, now: int) -> Item | None:
-        """:meth:`_live` for a read, counted as a hit or a miss.  Caller holds the lock."""
-        item = self._live(raw, now)
-        if item is None:
-            self._get_misses += 1
-        else:
-            self._get_hits += 1
-        return item
-
-    def _discard(self, raw: bytes) -> bool:
-        """Unlink the item if present.  Caller holds the lock."""
-        item = self._items.pop(raw, None)
-        if item is None:
-            return False
-        self._used -= item.size
-        return True
-
-    def _link(self, raw: bytes, item: Item, now: int) -> None:
-        """Replace the key's item, making room first.  Caller holds the lock."""
-        self._discard(raw)
-        if item.expired(now):
-            return  # stored and expired at once: nothing visible remains
-        self._reclaim(now)
-        while self._used + item.size > self._max_bytes:
-            _, evicted = self._items.popitem(last=False)
-            self._used -= evicted.size
-            self._evictions += 1
-        self._items[raw] = item
-        self._used += item.size
-        if item.deadline is not None:
-            heapq.heappush(self._expiries, (item.deadline, raw))
-            if len(self._expiries) > 2 * len(self._items) + 64:
-                self._rebuild_expiries()
-
-    def _reclaim(self, now: int) -> None:
-        """Drop every expired item, like memcached's LRU crawler.  Caller holds the lock."""
-        while self._expiries and self._expiries[0][0] <= now:
-            _, raw = heapq.heappop(self._expiries)
-            item = self._items.get(raw)
-            # Entries go stale when an item is replaced or touched; check the item itself.
-            if item is not None and item.expired(now):
-                self._discard(raw)
-                self._reclaimed += 1
-
-    def _rebuild_expiries(self) -> None:
-        """Drop stale heap entries (overwrites of keys with a TTL).  Caller holds the lock."""
-        self._expiries = [
-            (item.deadline, raw) for raw, item in self._items.items() if item.deadline is not None
-        ]
-        heapq.heapify(self._expiries)
