@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Install what the tests need (memcached, the ketama peers) and run them all.
-# Extra arguments go to pytest, e.g. scripts/test.sh tests/core -k ketama
+# Extra arguments go to pytest, e.g. scripts/test.sh tests/core -k ketama, or -m 'not slow'
+# for the fast loop (README, "Testing").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -31,4 +32,10 @@ source scripts/bootstrap.sh "django,flask,test,interop,dev" --no-binary pylibmc
 .venv/bin/ruff check .
 .venv/bin/mypy django_mcpatterns  # [tool.mypy] in pyproject.toml
 .venv/bin/python scripts/generate_sync.py --check  # core/_sync/ is generated from core/_async/
-exec .venv/bin/python -m pytest "$@"
+# Bytecode caches (git-ignored __pycache__): pytest rewrites ~200 test modules on every
+# collection without them, and dozens of tests start interpreters that import the package.
+unset PYTHONDONTWRITEBYTECODE
+# Four workers, each taking whole test files (module fixtures start once): most of the
+# suite waits on servers, timeouts and subprocesses, so four overlap on two cores.
+# PYTEST_WORKERS=0 runs everything in this one process.
+exec .venv/bin/python -m pytest -n "${PYTEST_WORKERS:-4}" --dist loadfile "$@"

@@ -119,6 +119,7 @@ def test_api_reference_names_only_methods_the_cache_has() -> None:
     assert not missing, f"docs/api.md documents cache methods that do not exist: {missing}"
 
 
+@pytest.mark.slow
 def test_site_builds_without_warnings(tmp_path: Path) -> None:
     require_module("mkdocs", "pip install -e '.[test]'")
     site = tmp_path / "site"
