@@ -132,3 +132,20 @@ def test_site_builds_without_warnings(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stdout + result.stderr
     assert (site / "index.html").is_file()
     assert (site / "operations" / "index.html").is_file()
+
+
+def test_operations_lists_every_management_command() -> None:
+    """docs/operations.md's table names each command the app ships, and no other."""
+    shipped = {
+        path.stem
+        for path in (ROOT / "django_mcpatterns" / "management" / "commands").glob("*.py")
+        if path.stem != "__init__"
+    }
+    operations = (ROOT / "docs" / "operations.md").read_text()
+    section = operations.split("## Management commands", 1)[1].split("\n## ", 1)[0]
+    listed = set(re.findall(r"^\| `(\w+)` \|", section, re.MULTILINE))
+    assert shipped, "no management commands found"
+    assert listed == shipped, (
+        f"docs/operations.md's Management commands table lists {sorted(listed)}, "
+        f"the app ships {sorted(shipped)}"
+    )
