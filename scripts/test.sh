@@ -20,6 +20,7 @@ if ! "${PYTHON:-python3}" -c 'import os, sysconfig, sys; sys.exit(not os.path.ex
 fi
 if [ ${#missing[@]} -gt 0 ]; then
     if [ "$(id -u)" = 0 ]; then
+        echo "==> apt-get install ${missing[*]}"
         apt-get update -qq
         DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
     else
@@ -27,8 +28,13 @@ if [ ${#missing[@]} -gt 0 ]; then
     fi
 fi
 
+# pylibmc builds from source (--no-binary): a minute or two the first time.
 source scripts/bootstrap.sh "django,flask,test,interop,dev" --no-binary pylibmc
+step "ruff check"
 .venv/bin/ruff check .
+step "mypy --strict django_mcpatterns"
 .venv/bin/mypy django_mcpatterns  # [tool.mypy] in pyproject.toml
-.venv/bin/python scripts/generate_sync.py --check  # core/_sync/ is generated from core/_async/
+step "the generated sync modules match their async sources"
+.venv/bin/python scripts/generate_sync.py --check  # each _sync*.py is generated from its _async*.py
+step "pytest${*:+ $*}"
 exec .venv/bin/python -m pytest "$@"
