@@ -12,6 +12,7 @@ from django.http import HttpRequest, HttpResponse
 from django.test import Client, override_settings
 
 from tests.harness import MemcachedServer
+from tests.links import broken, served_by_django
 
 pytestmark = pytest.mark.usefixtures("reset_shared_stores")
 
@@ -124,3 +125,12 @@ def test_the_panel_lists_the_calls_of_an_async_view() -> None:
     nav = re.search(r"(\d+) calls, (\d+) round trips in [\d.]+ ms", html)
     assert nav is not None
     assert int(nav.group(1)) == 3
+
+
+@pytest.mark.usefixtures("toolbar_site")
+def test_every_link_of_the_page_with_the_panel_is_served() -> None:
+    """The panel names the operations documentation; it links nowhere the site does not serve."""
+    html = Client().get("/page/", REMOTE_ADDR="127.0.0.1").content.decode()
+    assert "“Metrics and traces” in the operations documentation" in html
+    assert "docs/operations.md" not in html
+    assert broken(html, "/page/", served_by_django) == []
