@@ -32,13 +32,13 @@ from .patterns.pages import CachedPage
 from .patterns.stampede import soft_timeout
 
 if TYPE_CHECKING:
-    from .backend import _StoreCache
+    from .backend import StoreCache
 
 CACHED_METHODS = ("GET", "HEAD")
 _PRIVATE_DIRECTIVES = ("private", "no-cache", "no-store")
 
 
-def patterns_cache(alias: str) -> _StoreCache:
+def patterns_cache(alias: str) -> StoreCache:
     """``caches[alias]``, which must be a django-mcpatterns backend (it has ``get_or_compute``)."""
     cache = caches[alias]
     if not hasattr(cache, "get_or_compute_result"):
@@ -47,7 +47,7 @@ def patterns_cache(alias: str) -> _StoreCache:
             "stampede protection: use django_mcpatterns.backend.KetamaMemcacheCache or "
             "LocMemPatternsCache"
         )
-    return cast("_StoreCache", cache)
+    return cast("StoreCache", cache)
 
 
 def refuse_runner(policy: StampedePolicy | None, user: str) -> None:

@@ -17,11 +17,19 @@ Renames, besides unasync's own (``__aenter__`` -> ``__enter__``, ...):
 * ``AsyncName`` -> ``Name`` (``AsyncStore`` -> ``Store``, ``AsyncAppendSets`` -> ``AppendSets``);
 * ``async_name`` -> ``name`` (``async_sleep`` -> ``sleep``, and another pattern folder's
   ``async_fill`` -> ``fill``: a folder's ``__init__`` exports both forms; the few operations
-  that differ live in hand-written pairs, see ``django_mcpatterns/core/concurrency.py``).
+  that differ live in hand-written pairs, see ``django_mcpatterns/core/concurrency.py``);
+* in the façade (the pattern methods on cache objects, ``django_mcpatterns/patterns/``,
+  whose ``_async*.py`` are generated beside them as the core's are, and the Django cache
+  API, ``django_mcpatterns/_async/``), names follow Django's a-prefix: a method defined as
+  ``async def asadd`` is generated as ``def sadd``, and the host's asyncio attributes (each
+  ``aname`` or ``_aname`` that ``django_mcpatterns/patterns/host.py`` defines beside
+  ``name`` or ``_name``: ``astore``, ``avalues``...) become their sync twins.
 """
 
 from __future__ import annotations
 
+import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -32,8 +40,14 @@ import unasync
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "django_mcpatterns"
 CORE = PACKAGE / "core"
-# The Django glue written once in asyncio (stampede_guard's page flow): a directory pair.
+# The Django glue written once in asyncio (stampede_guard's page flow, the cache API): a
+# directory pair.
 GLUE = (PACKAGE / "_async", PACKAGE / "_sync")
+# The pattern methods on cache objects: _async*.py generated beside, as in a pattern folder.
+FACADE = PACKAGE / "patterns"
+# Sources written with Django's a-prefixed names (see the module docstring).
+A_PREFIXED = (FACADE, GLUE[0])
+HOST = FACADE / "host.py"
 HEADER = "# Generated from {source} by scripts/generate_sync.py: do not edit.\n"
 RUFF = Path(sys.executable).with_name("ruff")
 
@@ -41,8 +55,8 @@ RUFF = Path(sys.executable).with_name("ruff")
 class _Rule(unasync.Rule):  # type: ignore[misc]
     """unasync's rule, with this project's renames."""
 
-    def __init__(self) -> None:
-        super().__init__("/_async/", "/_sync/", {"_async": "_sync"})
+    def __init__(self, renames: dict[str, str] | None = None) -> None:
+        super().__init__("/_async/", "/_sync/", {"_async": "_sync", **(renames or {})})
 
     def _unasync_name(self, name: str) -> str:
         if name in self.token_replacements:
@@ -70,11 +84,33 @@ def _ruff(args: list[str], source: str, filename: Path) -> str:
     return done.stdout
 
 
+def host_pairs() -> dict[str, str]:
+    """``aname`` -> ``name`` (``_aname`` -> ``_name``) for each pair the pattern host defines."""
+    defined = {
+        node.name
+        for node in ast.walk(ast.parse(HOST.read_text(encoding="utf-8")))
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+    }
+    found = {}
+    for name in defined:
+        sync = "_" + name[2:] if name.startswith("_a") else name[1:]
+        if name.lstrip("_").startswith("a") and sync in defined:
+            found[name] = sync
+    return found
+
+
+def a_forms(text: str) -> dict[str, str]:
+    """The façade's renames for a source: its ``async def a<name>`` methods, the host's pairs."""
+    methods = re.findall(r"\basync def (a[a-z]\w*)", text)
+    return {**host_pairs(), **{name: name[1:] for name in methods}}
+
+
 def pairs() -> list[tuple[Path, Path]]:
-    """Every (async source, sync target): ``core/<pattern>/_async*.py`` and the glue's pair."""
+    """Every (async source, sync target): ``core/<pattern>/_async*.py``, the façade's
+    ``patterns/_async*.py`` and the glue's pair."""
     found = [
         (source, source.with_name("_sync" + source.name[len("_async") :]))
-        for source in sorted(CORE.glob("*/_async*.py"))
+        for source in sorted([*CORE.glob("*/_async*.py"), *FACADE.glob("_async*.py")])
     ]
     source_dir, target_dir = GLUE
     found += [(source, target_dir / source.name) for source in sorted(source_dir.glob("*.py"))]
@@ -83,13 +119,15 @@ def pairs() -> list[tuple[Path, Path]]:
 
 def generated() -> list[Path]:
     """The generated files there are now (to find those left from a removed source)."""
-    return sorted([*CORE.glob("*/_sync*.py"), *GLUE[1].glob("*.py")])
+    return sorted([*CORE.glob("*/_sync*.py"), *FACADE.glob("_sync*.py"), *GLUE[1].glob("*.py")])
 
 
 def generate(source: Path, target: Path) -> str:
     """The sync module ``target`` that ``source`` (an asyncio module) makes."""
-    tokens = tokenize_rt.src_to_tokens(source.read_text(encoding="utf-8"))
-    text = tokenize_rt.tokens_to_src(_Rule()._unasync_tokens(tokens))
+    text = source.read_text(encoding="utf-8")
+    renames = a_forms(text) if source.parent in A_PREFIXED else {}
+    tokens = tokenize_rt.src_to_tokens(text)
+    text = tokenize_rt.tokens_to_src(_Rule(renames)._unasync_tokens(tokens))
     text = HEADER.format(source=source.relative_to(PACKAGE).as_posix()) + text
     text = _ruff(
         ["check", "--fix", "--select", "I,F401,RUF022", "--quiet", "--exit-zero"], text, target

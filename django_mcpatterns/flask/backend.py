@@ -13,12 +13,19 @@ these backends keep it to the letter:
 * ``inc``/``dec`` start from 0 on a missing key and may go below 0;
 * ``clear`` flushes every server (memcached has no per-prefix flush).
 
-The pattern mixins (:mod:`django_mcpatterns.patterns`) put sets, locks,
+The pattern methods (:mod:`django_mcpatterns.patterns`) put sets, locks,
 ``get_or_compute`` and namespaces on the same object (``cache.cache``) through
-the three hooks ``store``, ``_pattern_key`` and ``_pattern_expire``, with
-Flask-Caching's timeout convention.  Unlike the cache API, the patterns raise
+the hooks ``_pattern_key`` and ``_pattern_expire``, with Flask-Caching's timeout
+convention.  Unlike the cache API, the patterns raise
 :class:`~django_mcpatterns.core.exceptions.InvalidKeyError` for an invalid key:
 a lock or a set that silently does nothing is worse than an error.
+
+The store, values and options are wired by :mod:`django_mcpatterns.binding`, as
+for Django, with Flask-Caching's conventions where they differ: one embedded
+store per backend instance (as ``SimpleCache``), errors naming the Flask
+setting.  The class names follow Flask-Caching's (``MemcachedCache``); the
+Django backends follow Django's (``PyMemcacheCache``):
+``django_mcpatterns.backend.KetamaMemcacheCache``.
 """
 
 from __future__ import annotations
@@ -29,15 +36,21 @@ import random
 import re
 import time
 from collections.abc import Callable, Iterable, Mapping
-from functools import cached_property
 from typing import Any
 
 from flask import Flask
 from flask_caching.backends.base import BaseCache
 
+from ..binding import (
+    ClusterBinding,
+    Conventions,
+    EmbeddedBinding,
+    Setting,
+    bind_cluster,
+    bind_embedded,
+)
 from ..core.aio import AsyncCluster
-from ..core.chunks import AsyncChunkedStore, ChunkedStore
-from ..core.cluster import Cluster, shared_cluster
+from ..core.cluster import Cluster
 from ..core.exceptions import (
     ConfigurationError,
     InvalidKeyError,
@@ -47,23 +60,14 @@ from ..core.exceptions import (
 )
 from ..core.keys import key_bytes, shorten
 from ..core.locks import Backoff
-from ..core.memory import AsyncMemoryStore, MemoryStore, memory_options
-from ..core.observe import check_installed
-from ..core.options import INSTRUMENTATION_OPTIONS, ClusterOptions
-from ..core.servers import parse_servers
-from ..core.store import MAX_RELATIVE_EXPIRE, AsyncStore, Store
-from ..core.values.serde import SerdeOptions
-from ..core.values.signing import with_derived_keys
-from ..patterns import DEFAULT
-from ..patterns.limits import LimitsMixin
-from ..patterns.locks import LocksMixin
-from ..patterns.namespaces import NamespacesMixin
-from ..patterns.observed import observe_event, observe_patterns
-from ..patterns.sets import SetsMixin
-from ..patterns.stampede import StampedeMixin
+from ..core.memory import AsyncMemoryStore, MemoryStore
+from ..core.sets import SetOptions
+from ..core.store import MAX_RELATIVE_EXPIRE, Store
+from ..patterns import DEFAULT, PatternMethods
+from ..patterns.observed import observe_event
 from .signals import send_pattern_event, send_value_refused
 
-__all__ = ["KetamaMemcachedCache", "LocMemPatternsCache", "memcached_exptime"]
+__all__ = ["KetamaMemcachedCache", "LocMemPatternsCache", "PatternsCache", "memcached_exptime"]
 
 logger = logging.getLogger("django_mcpatterns.flask")
 
@@ -94,9 +98,12 @@ def memcached_exptime(seconds: int, now: float) -> int:
     return seconds
 
 
-@observe_patterns(SetsMixin, LocksMixin, StampedeMixin, NamespacesMixin, LimitsMixin)
-class _PatternsCache(SetsMixin, LocksMixin, StampedeMixin, NamespacesMixin, LimitsMixin, BaseCache):
-    """Flask-Caching's backend contract over a Store; subclasses say which Store."""
+class PatternsCache(PatternMethods, BaseCache):
+    """Flask-Caching's backend contract over a binding, with every pattern method.
+
+    The base of both backends (for type hints and ``isinstance``); subclasses
+    say which store.
+    """
 
     def __init__(
         self,
@@ -107,6 +114,7 @@ class _PatternsCache(SetsMixin, LocksMixin, StampedeMixin, NamespacesMixin, Limi
         clock: Callable[[], float] = time.time,
         sleep: Callable[[float], object] = time.sleep,
         rng: Callable[[], float] = random.random,
+        secret_key: str | bytes | None = None,
     ) -> None:
         super().__init__(
             # Flask-Caching annotates int; cachelib, which gets it, converts a timedelta.
@@ -117,37 +125,22 @@ class _PatternsCache(SetsMixin, LocksMixin, StampedeMixin, NamespacesMixin, Limi
         self._clock = clock
         self._sleep = sleep
         self._rng = rng
-        # Set by the subclasses from CACHE_OPTIONS (long_keys, large_values).
-        self._hash_long_keys = False
-        self._values: ChunkedStore | None = None
+        self._secret_key = secret_key
 
-    @property
-    def store(self) -> Store:
-        """The Store behind this cache (a Cluster or a MemoryStore)."""
-        raise NotImplementedError
+    def _conventions(self, **given: Any) -> Conventions:
+        """Flask-Caching's conventions for this cache's binding (see :mod:`..binding`)."""
+        return Conventions(
+            # signed=True without a key: one derived from the app's SECRET_KEY.
+            secrets=lambda: [self._secret_key],
+            # Prefixes match the caller's key: after CACHE_KEY_PREFIX.
+            key_scope=re.escape(self.key_prefix),
+            on_value_refused=send_value_refused,
+            refused=_setting_error,
+            **given,
+        )
 
-    @property
-    def values(self) -> Store:
-        """What the cache API reads and writes: the store, chunking large values if asked."""
-        return self.store if self._values is None else self._values
-
-    def _configure_values(self, options: Mapping[str, Any], max_item_size: int) -> None:
-        """Apply ``long_keys`` and ``large_values`` (validated already) from ``CACHE_OPTIONS``."""
-        self._hash_long_keys = options.get("long_keys") == "hash"
-        if options.get("large_values") == "chunk":
-            self._values = ChunkedStore(self.store, max_item_size)
-
-    @property
-    def astore(self) -> AsyncStore:
-        """The same store for asyncio (an AsyncCluster or an AsyncMemoryStore)."""
-        raise NotImplementedError
-
-    @cached_property
-    def avalues(self) -> AsyncStore:
-        """:attr:`values` for asyncio: :attr:`astore`, chunked the same way."""
-        if self._values is None:
-            return self.astore
-        return AsyncChunkedStore(self.astore, self._values.max_item_size)
+    def _bound_set_options(self, store: Store) -> SetOptions:
+        return self._set_options()
 
     # -- the patterns' hooks ----------------------------------------------------
 
@@ -159,7 +152,7 @@ class _PatternsCache(SetsMixin, LocksMixin, StampedeMixin, NamespacesMixin, Limi
         if not isinstance(key, str):
             raise InvalidKeyError(f"Flask-Caching keys are str, not {type(key).__name__}")
         made = self.key_prefix + (key if version is None else f"{version}:{key}")
-        if self._hash_long_keys:
+        if self.binding.hash_long_keys:
             made = shorten(made)  # OPTIONS["long_keys"] = "hash": a digest form under 250 bytes
         key_bytes(made)
         return made
@@ -348,7 +341,7 @@ class _PatternsCache(SetsMixin, LocksMixin, StampedeMixin, NamespacesMixin, Limi
         return 0 if left < 0 else memcached_exptime(max(left, 1), self._clock())
 
 
-class KetamaMemcachedCache(_PatternsCache):
+class KetamaMemcachedCache(PatternsCache):
     """A memcached cluster with ketama routing, for Flask-Caching's ``CACHE_TYPE``.
 
     ``servers`` (``CACHE_MEMCACHED_SERVERS``) are ``host:port[:weight]`` specs,
@@ -357,6 +350,8 @@ class KetamaMemcachedCache(_PatternsCache):
     (``ketama``, ``failover``, timeouts...) and the socket options (``no_delay``...).
     Every backend of the process naming the same servers and options shares
     one :class:`Cluster`: its connection pools and its servers' health.
+    ``secret_key`` (the factory passes the app's ``SECRET_KEY``) is what a
+    signing key is derived from for ``signed=True`` without one.
     """
 
     def __init__(
@@ -369,6 +364,7 @@ class KetamaMemcachedCache(_PatternsCache):
         clock: Callable[[], float] = time.time,
         sleep: Callable[[float], object] = time.sleep,
         rng: Callable[[], float] = random.random,
+        secret_key: str | bytes | None = None,
         **options: Any,
     ) -> None:
         super().__init__(
@@ -378,28 +374,14 @@ class KetamaMemcachedCache(_PatternsCache):
             clock=clock,
             sleep=sleep,
             rng=rng,
+            secret_key=secret_key,
         )
-        given = DEFAULT_SERVERS if servers is None else servers
-        try:
-            self._servers = parse_servers(given if isinstance(given, str) else list(given))
-        except ConfigurationError as exc:
-            raise _setting_error("CACHE_MEMCACHED_SERVERS", exc) from exc
-        if options.get("replicate") and "replicate_scope" not in options:
-            # Prefixes match the caller's key: after CACHE_KEY_PREFIX.
-            options = {**options, "replicate_scope": re.escape(self.key_prefix)}
-        try:
-            cluster_options = ClusterOptions.from_mapping(options)
-        except ConfigurationError as exc:
-            raise _setting_error("CACHE_OPTIONS", exc) from exc
-        try:
-            # Built now so that ring errors (server names on a variant without
-            # them) show at init; no socket exists before the first request.
-            self._cluster = shared_cluster(
-                self._servers, cluster_options, on_value_refused=send_value_refused
-            )
-        except ConfigurationError as exc:
-            raise _setting_error("CACHE_MEMCACHED_SERVERS", exc) from exc
-        self._configure_values(options, cluster_options.max_item_size)
+        self.binding = bind_cluster(
+            DEFAULT_SERVERS if servers is None else servers,
+            options,
+            self._conventions(),
+            set_options=self._bound_set_options,
+        )
 
     @classmethod
     def factory(
@@ -410,25 +392,28 @@ class KetamaMemcachedCache(_PatternsCache):
         return cls(
             config["CACHE_MEMCACHED_SERVERS"],
             key_prefix=config["CACHE_KEY_PREFIX"],
-            **_with_signing_key(kwargs, config),
+            secret_key=config.get("SECRET_KEY"),
+            **kwargs,
         )
+
+    binding: ClusterBinding
 
     @property
     def servers(self) -> list[str]:
         """The servers' nodes (``host:port``), in the order configured."""
-        return [server.node for server in self._servers]
+        return [server.node for server in self.binding.servers]
 
     @property
     def store(self) -> Cluster:
-        return self._cluster
+        return self.binding.store
 
     @property
     def astore(self) -> AsyncCluster:
         """The Cluster's asyncio twin (same servers, node health and serde; its own connections)."""
-        return self._cluster.aio
+        return self.binding.async_store
 
 
-class LocMemPatternsCache(_PatternsCache):
+class LocMemPatternsCache(PatternsCache):
     """The embedded backend: memcached's semantics in-process, no server needed.
 
     Each backend instance (one per Flask app and ``Cache``) owns its store, as
@@ -448,6 +433,7 @@ class LocMemPatternsCache(_PatternsCache):
         clock: Callable[[], float] = time.time,
         sleep: Callable[[float], object] = time.sleep,
         rng: Callable[[], float] = random.random,
+        secret_key: str | bytes | None = None,
         **options: Any,
     ) -> None:
         super().__init__(
@@ -457,41 +443,43 @@ class LocMemPatternsCache(_PatternsCache):
             clock=clock,
             sleep=sleep,
             rng=rng,
+            secret_key=secret_key,
         )
-        try:
-            if any(name in options for name in INSTRUMENTATION_OPTIONS):
-                # Checked, then set aside (as the Django backend does): no wire to measure.
-                check_installed(options.get("instrumentation", ()))
-                options = {k: v for k, v in options.items() if k not in INSTRUMENTATION_OPTIONS}
-            sizes = memory_options(options)
-            serde = SerdeOptions.from_mapping(options).build(send_value_refused)
-            self._memory = MemoryStore(**sizes, serde=serde, clock=clock)
-        except ConfigurationError as exc:
-            raise _setting_error("CACHE_OPTIONS", exc) from exc
-        self._configure_values(options, sizes.get("max_item_size", 1024 * 1024))
+        # Checked, then set aside (as the Django backend does): no wire to measure.
+        self.binding = bind_embedded(
+            "", options, self._conventions(clock=clock), set_options=self._bound_set_options
+        )
 
     @classmethod
     def factory(
         cls, app: Flask, config: dict[str, Any], args: list[Any], kwargs: dict[str, Any]
     ) -> LocMemPatternsCache:
         _refuse_cache_args(args)
-        return cls(key_prefix=config["CACHE_KEY_PREFIX"], **_with_signing_key(kwargs, config))
+        return cls(
+            key_prefix=config["CACHE_KEY_PREFIX"], secret_key=config.get("SECRET_KEY"), **kwargs
+        )
+
+    binding: EmbeddedBinding
 
     @property
     def store(self) -> MemoryStore:
-        return self._memory
+        return self.binding.store
 
-    @cached_property
+    @property
     def astore(self) -> AsyncMemoryStore:
-        return AsyncMemoryStore(self._memory)
+        return self.binding.async_store
 
 
 # -- configuration -------------------------------------------------------------------
 
 
-def _setting_error(setting: str, exc: ConfigurationError) -> ConfigurationError:
+SETTINGS: dict[Setting, str] = {"servers": "CACHE_MEMCACHED_SERVERS", "options": "CACHE_OPTIONS"}
+
+
+def _setting_error(setting: Setting, exc: ConfigurationError) -> ConfigurationError:
     """The same error, naming the Flask setting it came from."""
-    return ConfigurationError(f"{setting}: {exc}", option=exc.option, choices=exc.choices)
+    name = SETTINGS[setting]
+    return ConfigurationError(f"{name}: {exc}", option=exc.option, choices=exc.choices)
 
 
 def _checked_prefix(prefix: str | None) -> str:
@@ -509,11 +497,6 @@ def _checked_prefix(prefix: str | None) -> str:
         except InvalidKeyError as exc:
             raise ConfigurationError(f"CACHE_KEY_PREFIX: {exc}", option="CACHE_KEY_PREFIX") from exc
     return prefix
-
-
-def _with_signing_key(options: Mapping[str, Any], config: Mapping[str, Any]) -> dict[str, Any]:
-    """``CACHE_OPTIONS``, with a key derived from the app's ``SECRET_KEY`` for ``signed=True``."""
-    return with_derived_keys(options, lambda: [config.get("SECRET_KEY")])
 
 
 def _refuse_cache_args(args: list[Any]) -> None:

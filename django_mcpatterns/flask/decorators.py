@@ -40,7 +40,7 @@ from ..patterns import pages
 from ..patterns.namespaces import CacheNamespace, NamespaceArg, namespace_parts
 
 if TYPE_CHECKING:
-    from .backend import _PatternsCache
+    from .backend import PatternsCache
 
 __all__ = ["CachedPage", "cacheable", "stampede_guard"]
 
@@ -120,7 +120,7 @@ def stampede_guard(
             made = f"{made}?{digest}"
         return made
 
-    def pages_of(args: tuple[Any, ...], kwargs: dict[str, Any]) -> _PatternsCache | CacheNamespace:
+    def pages_of(args: tuple[Any, ...], kwargs: dict[str, Any]) -> PatternsCache | CacheNamespace:
         """Where a call's pages live: the backend, or the namespace ``namespace`` names."""
         backend = _backend(cache)
         if namespace is None:
@@ -198,12 +198,12 @@ def _ensure_sync(view: Callable[..., Any]) -> Callable[..., Any]:
     return run
 
 
-def _backend(cache: Cache) -> _PatternsCache:
+def _backend(cache: Cache) -> PatternsCache:
     """``cache.cache``: one of our backends, where Flask-Caching's annotation says SimpleCache."""
-    return cast("_PatternsCache", cache.cache)
+    return cast("PatternsCache", cache.cache)
 
 
-def _validate_key(where: _PatternsCache | CacheNamespace, key: str) -> None:
+def _validate_key(where: PatternsCache | CacheNamespace, key: str) -> None:
     """Raise InvalidKeyError when memcached would refuse the key of ``key`` in ``where``."""
     if isinstance(where, CacheNamespace):
         where.validate_key(key)

@@ -1,71 +1,37 @@
 """The patterns' methods on cache objects, shared by the Django and Flask backends.
 
 Each pattern's algorithm lives in :mod:`django_mcpatterns.core` and knows nothing
-of frameworks.  The mixins here put it on a cache object with the public names of
-``design.md`` (``sadd``, ``lock``, ``get_or_compute``, ``namespace``...), adapting
-keys and timeouts through three hooks every backend provides, and reporting what
-they did through an optional fourth:
+of frameworks.  The methods here put it on a cache object with the public names
+of ``design.md`` (``sadd``, ``lock``, ``get_or_compute``, ``namespace``...): thin
+typed delegates to the pattern objects of the cache's
+:class:`~django_mcpatterns.binding.Binding`, adapting keys and timeouts through
+the hooks of :class:`~.host.PatternHost`, which both backends subclass.
 
-``store``
-    the :class:`~django_mcpatterns.core.store.Store` behind the cache;
-``values``
-    the store the cache API reads and writes values through: ``store``, or a
-    chunked store over it (``OPTIONS["large_values"] = "chunk"``); ``avalues``
-    is the same over ``astore``;
-    ``get_or_set`` uses it, as Django's ``get``/``set`` do;
-``astore``
-    the same store for asyncio (:class:`~django_mcpatterns.core.store.AsyncStore`),
-    what the async forms (``asadd``, ``aget_or_compute``...) use;
-``_pattern_key(key, version=None) -> str``
-    the full, validated memcached key (Django: ``make_and_validate_key``, with
-    ``KEY_PREFIX``/``VERSION``/``KEY_FUNCTION``; Flask: its key prefix);
-``_pattern_expire(timeout) -> int``
-    memcached's exptime for the framework's ``timeout`` convention, where
-    :data:`DEFAULT` means the cache's default timeout;
-``_pattern_event(event)`` (optional)
-    receives the core's events (:class:`~django_mcpatterns.core.stampede.Recomputed`,
-    ``StaleServed``, ``ComputeFailed``, :class:`~django_mcpatterns.core.locks.LockWaited`,
-    ``LockTimedOut``...; an exception it raises is logged, never raised into
-    the caller).  The Django backends send them as
-    :mod:`django_mcpatterns.signals`, the Flask ones as blinker signals.  The
-    mixins look it up with ``getattr`` (:func:`.locks.event_hook`), so a host
-    without it simply reports nothing.
+Every method has an asyncio form with Django's a-prefix (``asadd``,
+``aget_or_compute``...).  Each pair is written once, as the asyncio source
+(``_async_sets.py``, ``_async_stampede.py``, ``_async_namespaces.py``,
+``_async_limits.py``), and its sync form is generated beside it
+(``_sync_*.py``, ``scripts/generate_sync.py``).  :class:`PatternMethods` is all of
+them, each call observed by instrumentation (:mod:`.observed`).
 
-The mixins import neither Django nor Flask.
+The package imports neither Django nor Flask.
 """
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from .host import DEFAULT, PatternHost
+from .limits import LimitsMixin
+from .locks import LocksMixin
+from .namespaces import NamespacesMixin
+from .observed import observe_patterns
+from .sets import SetsMixin
+from .stampede import StampedeMixin
 
-from django_mcpatterns.core.store import AsyncStore, Store
+__all__ = ["DEFAULT", "PATTERN_MIXINS", "PatternHost", "PatternMethods"]
 
-
-class _Default:
-    """The "use the cache's default timeout" sentinel."""
-
-    def __repr__(self) -> str:
-        return "DEFAULT"
-
-
-DEFAULT: Any = _Default()
+PATTERN_MIXINS = (SetsMixin, LocksMixin, StampedeMixin, NamespacesMixin, LimitsMixin)
 
 
-class PatternsHost(Protocol):
-    """What a backend gives the pattern mixins."""
-
-    @property
-    def store(self) -> Store: ...
-
-    @property
-    def values(self) -> Store: ...
-
-    @property
-    def astore(self) -> AsyncStore: ...
-
-    @property
-    def avalues(self) -> AsyncStore: ...
-
-    def _pattern_key(self, key: Any, version: int | None = None) -> str: ...
-
-    def _pattern_expire(self, timeout: Any = DEFAULT) -> int: ...
+@observe_patterns(*PATTERN_MIXINS)
+class PatternMethods(SetsMixin, LocksMixin, StampedeMixin, NamespacesMixin, LimitsMixin):
+    """Every pattern method, sync and async, for a cache backend to inherit."""

@@ -3,25 +3,20 @@
 The algorithms are :mod:`django_mcpatterns.core.ratelimit` (a slotted sliding
 window) and :mod:`django_mcpatterns.core.flights` (a cached count kept exact
 by a flight record); this mixin names their items with the backend's key rules
-and gives each a sync and an async form.  Imports neither Django nor Flask.
+and gives each a sync and an async form (``ratelimit`` is written once, in
+``_async_limits.py``; a :class:`Counter` delegates to the core's two forms).
+Imports neither Django nor Flask.
 """
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import Any
 
-from django_mcpatterns.core.concurrency import AsyncCompute, Compute
 from django_mcpatterns.core.counters import AsyncCachedCounter, AsyncChange, CachedCounter, Change
-from django_mcpatterns.core.ratelimit import (
-    DEFAULT_SLOTS,
-    AsyncRateLimiter,
-    Decision,
-    FailMode,
-    Rate,
-    RateLimiter,
-)
 
-from . import PatternsHost
+from ._async_limits import AsyncLimitMethods
+from ._sync_limits import LimitMethods
+from .host import PatternHost
 
 __all__ = ["Counter", "LimitsMixin"]
 
@@ -33,21 +28,20 @@ class Counter:
     async forms (``async with counter.achange(+1):``).  See ``docs/counters.md``.
     """
 
-    def __init__(self, host: PatternsHost, key: str, loader: Any, expire: int) -> None:
+    def __init__(self, host: PatternHost, key: str, loader: Any, expire: int) -> None:
         self.key = key
         self._host = host
         self._loader = loader
         self._expire = expire
-        self.sync = CachedCounter(host.store, key, cast(Compute[int], loader), expire=expire)
+        self.sync = CachedCounter(host.store, key, loader, expire=expire)
         self._async: AsyncCachedCounter | None = None
 
     @property
     def aio(self) -> AsyncCachedCounter:
         """The asyncio form, over the cache's ``astore`` (built on first use)."""
         if self._async is None:
-            loader = cast(AsyncCompute[int], self._loader)
             self._async = AsyncCachedCounter(
-                self._host.astore, self.key, loader, expire=self._expire
+                self._host.astore, self.key, self._loader, expire=self._expire
             )
         return self._async
 
@@ -90,45 +84,8 @@ class Counter:
         return f"<Counter {self.key!r}>"
 
 
-class LimitsMixin:
+class LimitsMixin(LimitMethods, AsyncLimitMethods):
     """Adds :meth:`ratelimit`, :meth:`aratelimit` and :meth:`counter` to a cache backend."""
-
-    def ratelimit(
-        self,
-        name: Any,
-        rate: str | Rate,
-        *,
-        cost: int = 1,
-        fail: FailMode = "open",
-        slots: int = DEFAULT_SLOTS,
-        version: int | None = None,
-    ) -> Decision:
-        """Count an attempt of ``cost`` against ``rate`` (``"5/s"``, ``"100/m"``, ``"10/30s"``).
-
-        Return a :class:`~django_mcpatterns.core.ratelimit.Decision` with
-        ``allowed``, ``remaining`` and ``retry_after`` (seconds).  Never more
-        than the limit in any interval of the period; 1 round trip when
-        admitted.  An unreachable server admits (``fail="open"``) or refuses
-        (``"closed"``); it never raises.
-        """
-        host = cast(PatternsHost, self)
-        limiter = RateLimiter(host.store, rate, slots=slots, fail=fail)
-        return limiter.hit(host._pattern_key(name, version), cost)
-
-    async def aratelimit(
-        self,
-        name: Any,
-        rate: str | Rate,
-        *,
-        cost: int = 1,
-        fail: FailMode = "open",
-        slots: int = DEFAULT_SLOTS,
-        version: int | None = None,
-    ) -> Decision:
-        """:meth:`ratelimit` for asyncio."""
-        host = cast(PatternsHost, self)
-        limiter = AsyncRateLimiter(host.astore, rate, slots=slots, fail=fail)
-        return await limiter.hit(host._pattern_key(name, version), cost)
 
     def counter(
         self, key: Any, loader: Any, timeout: Any = None, *, version: int | None = None
@@ -139,6 +96,5 @@ class LimitsMixin:
         function works for the async methods); ``timeout`` is the cache's
         convention, ``None`` (the default) keeps the count until evicted.
         """
-        host = cast(PatternsHost, self)
-        expire = 0 if timeout is None else host._pattern_expire(timeout)
-        return Counter(host, host._pattern_key(key, version), loader, expire)
+        expire = 0 if timeout is None else self._pattern_expire(timeout)
+        return Counter(self, self._pattern_key(key, version), loader, expire)

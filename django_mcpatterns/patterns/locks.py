@@ -27,15 +27,12 @@ from django_mcpatterns.core.keys import Key
 from django_mcpatterns.core.locks import DEFAULT_TIMEOUT, AsyncLock, Backoff, EventHook, Lock
 from django_mcpatterns.core.store import AsyncStore, Store
 
-from . import PatternsHost
+from .host import PatternHost
 from .observed import observe_lock_methods
 
+__all__ = ["CacheLock", "LocksMixin"]
+
 F = TypeVar("F", bound=Callable[..., Any])
-
-
-def event_hook(host: object) -> EventHook | None:
-    """The backend's ``_pattern_event`` hook, if it has one."""
-    return getattr(host, "_pattern_event", None)
 
 
 @observe_lock_methods
@@ -157,8 +154,8 @@ class CacheLock(Lock):
         return cast(F, locked_call)
 
 
-class LocksMixin:
-    """Adds :meth:`lock` to a cache backend (see :mod:`django_mcpatterns.patterns`)."""
+class LocksMixin(PatternHost):
+    """Adds :meth:`lock` to a cache backend (see :mod:`django_mcpatterns.patterns.host`)."""
 
     def lock(
         self,
@@ -182,14 +179,13 @@ class LocksMixin:
         ``await lock.aacquire()``, ``arelease()``, ``aextend()``, ``alocked()``,
         ``aowned()``.
         """
-        host = cast(PatternsHost, self)
         return CacheLock(
-            host.store,
-            lambda: host.astore,
-            host._pattern_key(name, version),
+            self.store,
+            lambda: self.astore,
+            self._pattern_key(name, version),
             timeout,
             blocking,
             blocking_timeout,
             backoff=backoff,
-            on_event=event_hook(self),
+            on_event=self._pattern_event,
         )

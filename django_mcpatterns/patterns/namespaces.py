@@ -21,34 +21,21 @@ that only the namespace reads).
 Every method has an a-prefixed form for asyncio (``aget``, ``aset``,
 ``aget_or_compute``, ``ainvalidate``..., ``cache.ainvalidate_namespace``): the
 same algorithm (:class:`~django_mcpatterns.core.namespaces.AsyncNamespace`) over
-the host's ``astore``, built on first use.
+the host's ``astore``, built on first use.  The methods are written once, in
+``_async_namespaces.py``; ``_sync_namespaces.py`` is generated from it.
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterable, Mapping
-from functools import cached_property
-from typing import Any, TypeVar, cast
+from collections.abc import Callable
+from typing import Any
 
-from django_mcpatterns.core.concurrency import AsyncCompute
 from django_mcpatterns.core.keys import placed
-from django_mcpatterns.core.namespaces import (
-    AsyncNamespace,
-    AsyncNamespaces,
-    Namespace,
-    Namespaces,
-    Part,
-)
-from django_mcpatterns.core.stampede import AsyncStampede, Fetched, Stampede, StampedePolicy
-from django_mcpatterns.core.store import AsyncStore, Store
+from django_mcpatterns.core.namespaces import Part
 
-from . import DEFAULT, PatternsHost
-from .locks import event_hook
+from ._async_namespaces import AsyncCacheNamespaces, AsyncNamespaceMethods
+from ._sync_namespaces import CacheNamespaces, NamespaceMethods
 from .observed import observe_namespace_methods
-from .stampede import soft_timeout
-
-T = TypeVar("T")
 
 __all__ = ["CacheNamespace", "NamespaceArg", "NamespacesMixin", "namespace_parts"]
 
@@ -69,8 +56,8 @@ def namespace_parts(namespace: NamespaceArg, /, *args: Any, **kwargs: Any) -> tu
     return tuple(parts) if isinstance(parts, tuple | list) else (parts,)
 
 
-@observe_namespace_methods
-class CacheNamespace:
+@observe_namespace_methods(NamespaceMethods, AsyncNamespaceMethods)
+class CacheNamespace(NamespaceMethods, AsyncNamespaceMethods):
     """A namespace of a cache: the cache's key rules and timeout convention.
 
     Every key of it (and of the namespaces nested in it) lives on one server;
@@ -82,12 +69,7 @@ class CacheNamespace:
     stored, and an invalid key raises, in both frameworks.
     """
 
-    __slots__ = ("_ans", "_host", "_ns")
-
-    def __init__(self, host: PatternsHost, namespace: Namespace) -> None:
-        self._host = host
-        self._ns = namespace
-        self._ans: AsyncNamespace | None = None  # the async form, made on first use
+    __slots__ = ()
 
     def __repr__(self) -> str:
         return repr(self._ns)
@@ -113,209 +95,9 @@ class CacheNamespace:
         """
         placed(self._ns.key(key, version=version))
 
-    # -- reads --
 
-    def get(self, key: Any, default: Any = None, version: int | None = None) -> Any:
-        return self._ns.get(key, default, version=version)
-
-    def get_many(self, keys: Iterable[Any], version: int | None = None) -> dict[Any, Any]:
-        return self._ns.get_many(keys, version=version)
-
-    # -- writes --
-
-    def set(self, key: Any, value: Any, timeout: Any = DEFAULT, version: int | None = None) -> bool:
-        return self._ns.set(key, value, self._expire(timeout), version=version)
-
-    def add(self, key: Any, value: Any, timeout: Any = DEFAULT, version: int | None = None) -> bool:
-        return self._ns.add(key, value, self._expire(timeout), version=version)
-
-    def set_many(
-        self, data: Mapping[Any, Any], timeout: Any = DEFAULT, version: int | None = None
-    ) -> list[Any]:
-        return self._ns.set_many(data, self._expire(timeout), version=version)
-
-    def delete(self, key: Any, version: int | None = None) -> bool:
-        return self._ns.delete(key, version=version)
-
-    def delete_many(self, keys: Iterable[Any], version: int | None = None) -> None:
-        self._ns.delete_many(keys, version=version)
-
-    def get_or_set(
-        self, key: Any, default: Any, timeout: Any = DEFAULT, version: int | None = None
-    ) -> Any:
-        return self._ns.get_or_set(key, default, self._expire(timeout), version=version)
-
-    def get_or_compute(
-        self,
-        key: Any,
-        compute: Callable[[], T],
-        timeout: Any = DEFAULT,
-        *,
-        version: int | None = None,
-        policy: StampedePolicy | None = None,
-        should_cache: Callable[[T], bool] | None = None,
-    ) -> T:
-        """``cache.get_or_compute`` in this namespace: soft expiry after ``timeout``.
-
-        In a soft namespace an invalidated value is served stale while one
-        caller recomputes it; otherwise it is a miss (one caller computes, the
-        others wait for its value).
-        """
-        return self.get_or_compute_result(
-            key, compute, timeout, version=version, policy=policy, should_cache=should_cache
-        ).value
-
-    def get_or_compute_result(
-        self,
-        key: Any,
-        compute: Callable[[], T],
-        timeout: Any = DEFAULT,
-        *,
-        version: int | None = None,
-        policy: StampedePolicy | None = None,
-        should_cache: Callable[[T], bool] | None = None,
-    ) -> Fetched[T]:
-        """Like :meth:`get_or_compute`, returning a ``Fetched`` (value, outcome, envelope)."""
-        soft = soft_timeout(self._expire(timeout), time.time())
-        return self._ns.fetch(
-            key, compute, soft, version=version, policy=policy, should_cache=should_cache
-        )
-
-    def recompute(
-        self,
-        key: Any,
-        compute: Callable[[], T],
-        timeout: Any = DEFAULT,
-        *,
-        version: int | None = None,
-        policy: StampedePolicy | None = None,
-        should_cache: Callable[[T], bool] | None = None,
-    ) -> T:
-        """Compute the value now and store it for :meth:`get_or_compute` readers; return it."""
-        soft = soft_timeout(self._expire(timeout), time.time())
-        return self._ns.recompute(
-            key, compute, soft, version=version, policy=policy, should_cache=should_cache
-        )
-
-    # -- invalidation --
-
-    def invalidate(self) -> int:
-        """Invalidate every key of this namespace and the nested ones; return the new version."""
-        return self._ns.invalidate()
-
-    def invalidate_namespace(self, *parts: Part) -> int:
-        """Invalidate the namespace ``parts`` nested in this one."""
-        return self._ns.invalidate_namespace(*parts)
-
-    def versions(self) -> tuple[int | None, ...]:
-        """Each level's current version, outermost first (None: not created yet)."""
-        return self._ns.versions()
-
-    # -- asyncio: the same methods, awaited, over the host's astore --
-
-    async def aget(self, key: Any, default: Any = None, version: int | None = None) -> Any:
-        return await self._async.get(key, default, version=version)
-
-    async def aget_many(self, keys: Iterable[Any], version: int | None = None) -> dict[Any, Any]:
-        return await self._async.get_many(keys, version=version)
-
-    async def aset(
-        self, key: Any, value: Any, timeout: Any = DEFAULT, version: int | None = None
-    ) -> bool:
-        return await self._async.set(key, value, self._expire(timeout), version=version)
-
-    async def aadd(
-        self, key: Any, value: Any, timeout: Any = DEFAULT, version: int | None = None
-    ) -> bool:
-        return await self._async.add(key, value, self._expire(timeout), version=version)
-
-    async def aset_many(
-        self, data: Mapping[Any, Any], timeout: Any = DEFAULT, version: int | None = None
-    ) -> list[Any]:
-        return await self._async.set_many(data, self._expire(timeout), version=version)
-
-    async def adelete(self, key: Any, version: int | None = None) -> bool:
-        return await self._async.delete(key, version=version)
-
-    async def adelete_many(self, keys: Iterable[Any], version: int | None = None) -> None:
-        await self._async.delete_many(keys, version=version)
-
-    async def aget_or_set(
-        self, key: Any, default: Any, timeout: Any = DEFAULT, version: int | None = None
-    ) -> Any:
-        """:meth:`get_or_set`; a callable ``default`` may be a coroutine function."""
-        return await self._async.get_or_set(key, default, self._expire(timeout), version=version)
-
-    async def aget_or_compute(
-        self,
-        key: Any,
-        compute: AsyncCompute[T],
-        timeout: Any = DEFAULT,
-        *,
-        version: int | None = None,
-        policy: StampedePolicy | None = None,
-        should_cache: Callable[[T], bool] | None = None,
-    ) -> T:
-        """:meth:`get_or_compute`; ``compute`` may be a coroutine function."""
-        fetched = await self.aget_or_compute_result(
-            key, compute, timeout, version=version, policy=policy, should_cache=should_cache
-        )
-        return fetched.value
-
-    async def aget_or_compute_result(
-        self,
-        key: Any,
-        compute: AsyncCompute[T],
-        timeout: Any = DEFAULT,
-        *,
-        version: int | None = None,
-        policy: StampedePolicy | None = None,
-        should_cache: Callable[[T], bool] | None = None,
-    ) -> Fetched[T]:
-        soft = soft_timeout(self._expire(timeout), time.time())
-        return await self._async.fetch(
-            key, compute, soft, version=version, policy=policy, should_cache=should_cache
-        )
-
-    async def arecompute(
-        self,
-        key: Any,
-        compute: AsyncCompute[T],
-        timeout: Any = DEFAULT,
-        *,
-        version: int | None = None,
-        policy: StampedePolicy | None = None,
-        should_cache: Callable[[T], bool] | None = None,
-    ) -> T:
-        soft = soft_timeout(self._expire(timeout), time.time())
-        return await self._async.recompute(
-            key, compute, soft, version=version, policy=policy, should_cache=should_cache
-        )
-
-    async def ainvalidate(self) -> int:
-        """:meth:`invalidate` for asyncio: one ``incr``."""
-        return await self._async.invalidate()
-
-    async def ainvalidate_namespace(self, *parts: Part) -> int:
-        return await self._async.invalidate_namespace(*parts)
-
-    async def aversions(self) -> tuple[int | None, ...]:
-        return await self._async.versions()
-
-    @property
-    def _async(self) -> AsyncNamespace:
-        made = self._ans
-        if made is None:
-            context = cast(NamespacesMixin, self._host)._anamespaces
-            made = self._ans = AsyncNamespace(context, self._ns.path, self._ns.soft)
-        return made
-
-    def _expire(self, timeout: Any) -> int:
-        return self._host._pattern_expire(timeout)
-
-
-class NamespacesMixin:
-    """Adds :meth:`namespace` and :meth:`invalidate_namespace` to a cache backend."""
+class NamespacesMixin(CacheNamespaces, AsyncCacheNamespaces):
+    """Adds :meth:`namespace`, :meth:`invalidate_namespace` and its asyncio form."""
 
     def namespace(self, *parts: Part, soft: bool = False) -> CacheNamespace:
         """The namespace named by ``parts`` (str or int; ``42`` and ``"42"`` are the same).
@@ -323,33 +105,4 @@ class NamespacesMixin:
         ``soft``: after an invalidation, ``get_or_compute`` serves the old value
         as stale while one caller recomputes it (plain reads still miss).
         """
-        host = cast(PatternsHost, self)
-        return CacheNamespace(host, self._namespaces.namespace(*parts, soft=soft))
-
-    def invalidate_namespace(self, *parts: Part) -> int:
-        """Invalidate every key of the namespace ``parts`` (one ``incr``); return its version."""
-        return self._namespaces.invalidate(*parts)
-
-    async def ainvalidate_namespace(self, *parts: Part) -> int:
-        """:meth:`invalidate_namespace` for asyncio."""
-        return await self._anamespaces.invalidate(*parts)
-
-    @cached_property
-    def _anamespaces(self) -> AsyncNamespaces:
-        host = cast(PatternsHost, self)
-        return AsyncNamespaces(
-            host.astore, make_key=host._pattern_key, stampede=self._anamespace_stampede
-        )
-
-    def _anamespace_stampede(self, store: AsyncStore) -> AsyncStampede:
-        policy = getattr(self, "stampede_policy", None)
-        return AsyncStampede(store, policy, on_event=event_hook(self))
-
-    @cached_property
-    def _namespaces(self) -> Namespaces:
-        host = cast(PatternsHost, self)
-        return Namespaces(host.store, make_key=host._pattern_key, stampede=self._namespace_stampede)
-
-    def _namespace_stampede(self, store: Store) -> Stampede:
-        policy = getattr(self, "stampede_policy", None)
-        return Stampede(store, policy, on_event=event_hook(self))
+        return CacheNamespace(self, self._namespaces.namespace(*parts, soft=soft))

@@ -45,7 +45,9 @@ _inside: contextvars.ContextVar[bool] = contextvars.ContextVar(
 
 def observer_of(host: Any) -> Observer | None:
     """The observer of ``host``'s store, or None (instrumentation off, embedded store)."""
-    observer: Observer | None = getattr(host.store, "observer", None)
+    binding = getattr(host, "binding", None)
+    store = host.store if binding is None else binding.store
+    observer: Observer | None = getattr(store, "observer", None)
     return observer
 
 
@@ -54,15 +56,16 @@ def _namespace_observer(namespace: Any) -> Observer | None:
 
 
 def pattern_methods(*mixins: type, skip: tuple[str, ...] = ()) -> dict[str, Callable[..., Any]]:
-    """The public methods the mixins define themselves (properties and generators excluded)."""
+    """The public methods the mixins and their bases define (properties and generators excluded)."""
     found: dict[str, Callable[..., Any]] = {}
     for mixin in mixins:
-        for name, member in vars(mixin).items():
-            if name.startswith("_") or name in skip or not inspect.isfunction(member):
-                continue
-            if inspect.isgeneratorfunction(member) or inspect.isasyncgenfunction(member):
-                continue
-            found.setdefault(name, member)
+        for cls in mixin.__mro__[:-1]:  # not object's
+            for name, member in vars(cls).items():
+                if name.startswith("_") or name in skip or not inspect.isfunction(member):
+                    continue
+                if inspect.isgeneratorfunction(member) or inspect.isasyncgenfunction(member):
+                    continue
+                found.setdefault(name, member)
     return found
 
 
@@ -77,15 +80,17 @@ def observe_patterns(*mixins: type) -> Callable[[C], C]:
     return decorate
 
 
-def observe_namespace_methods(cls: C) -> C:
-    """Wrap a cache namespace's own methods as ``namespace.<name>`` calls of its cache.
+def observe_namespace_methods(*methods: type) -> Callable[[C], C]:
+    """Wrap a cache namespace's methods (those ``methods`` define) as ``namespace.<name>``
+    calls of its cache."""
 
-    ``namespace()`` (a nested handle) and ``validate_key`` send nothing: not calls.
-    """
-    for name in pattern_methods(cls, skip=("namespace", "validate_key")):
-        method = getattr(cls, name)
-        setattr(cls, name, observed(f"namespace.{name}", method, _namespace_observer))
-    return cls
+    def decorate(cls: C) -> C:
+        for name in pattern_methods(*methods):
+            method = getattr(cls, name)
+            setattr(cls, name, observed(f"namespace.{name}", method, _namespace_observer))
+        return cls
+
+    return decorate
 
 
 # A cache lock's calls, by the method that makes each (``__aenter__`` takes the lock).

@@ -35,7 +35,7 @@ from django.template.base import FilterExpression, Parser, Token
 from ..decorators import inline_policy, patterns_cache
 
 if TYPE_CHECKING:
-    from ..backend import _StoreCache
+    from ..backend import StoreCache
     from ..patterns.namespaces import CacheNamespace
 
 register = Library()
@@ -93,7 +93,7 @@ class FragmentNode(Node):
                 f"{TAG!r} tag got a non-integer timeout value: {timeout!r}"
             ) from exc
 
-    def _cache(self, context: Context) -> _StoreCache:
+    def _cache(self, context: Context) -> StoreCache:
         using = self.options.get("using")
         if using is not None:
             alias = self._resolve(using, context)
@@ -114,7 +114,7 @@ class FragmentNode(Node):
         except ImproperlyConfigured as exc:
             raise TemplateSyntaxError(f"{TAG!r} tag: {exc}") from exc
 
-    def _namespace(self, cache: _StoreCache, context: Context) -> _StoreCache | CacheNamespace:
+    def _namespace(self, cache: StoreCache, context: Context) -> StoreCache | CacheNamespace:
         expression = self.options.get("namespace")
         if expression is None:
             return cache

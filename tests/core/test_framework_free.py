@@ -55,6 +55,30 @@ def test_the_sets_mixin_imports_no_framework() -> None:
     assert out == "SetsMixin"
 
 
+def test_the_binding_and_the_pattern_methods_import_no_framework() -> None:
+    # Both frameworks' backends build on them (binding.py, patterns/).
+    out = run_without_frameworks(
+        """
+        from django_mcpatterns.binding import Conventions, bind_embedded
+        from django_mcpatterns.patterns import PatternMethods
+
+        class Cache(PatternMethods):
+            def __init__(self):
+                self.binding = bind_embedded("", {}, Conventions())
+
+            def _pattern_key(self, key, version=None):
+                return key
+
+            def _pattern_expire(self, timeout=None):
+                return 0
+
+        cache = Cache()
+        print(cache.sadd("k", "m"), sorted(cache.smembers("k")))
+        """
+    )
+    assert out == "1 ['m']"
+
+
 def test_the_signal_table_imports_no_framework() -> None:
     # Both frameworks' signal modules read it (patterns/events.py).
     out = run_without_frameworks(

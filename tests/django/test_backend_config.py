@@ -434,3 +434,18 @@ class TestEmbeddedOptions:
             assert "its own LOCATION" in str(caught.value)
             assert "k" * 32 not in str(caught.value)  # keys are never shown
             assert caches["plain"].get("key") == {"pickled": True}
+
+
+@pytest.mark.usefixtures("reset_shared_stores")
+def test_a_backend_subclass_tunes_its_sets_as_docs_sets_md_shows() -> None:
+    from django_mcpatterns.backend import LocMemPatternsCache
+    from django_mcpatterns.core.sets import SetOptions
+
+    class WriteHeavySetsCache(LocMemPatternsCache):
+        def _set_options(self) -> SetOptions:
+            return SetOptions(compact_on_write=0.05, max_shards=1024)
+
+    cache = WriteHeavySetsCache("tuned-sets", {})
+    assert cache.sadd("tags", "a", "b") == 2
+    assert cache.binding.sets.options == SetOptions(compact_on_write=0.05, max_shards=1024)
+    assert LocMemPatternsCache("tuned-sets", {}).binding.sets.options.max_shards != 1024

@@ -307,7 +307,7 @@ def test_async_requests_share_one_algorithm_object_per_store() -> None:
 
     async def reach() -> tuple[int, int, Any]:
         cache = caches["default"]
-        return id(cache), id(cache._async_append_sets), cache._async_append_sets
+        return id(cache), id(cache.binding.async_sets), cache.binding.async_sets
 
     async def scenario() -> list[tuple[int, int, Any]]:
         return list(await asyncio.gather(*(asyncio.create_task(reach()) for _ in range(5))))
@@ -317,7 +317,7 @@ def test_async_requests_share_one_algorithm_object_per_store() -> None:
         assert len({backend for backend, _, _ in reached}) == 5  # a backend per task...
         assert len({sets for _, sets, _ in reached}) == 1  # ...one AsyncAppendSets
         elsewhere: list[Any] = []
-        thread = threading.Thread(target=lambda: elsewhere.append(caches["default"]._append_sets))
+        thread = threading.Thread(target=lambda: elsewhere.append(caches["default"].binding.sets))
         thread.start()
         thread.join()
-        assert elsewhere[0] is caches["default"]._append_sets  # one per store, not per thread
+        assert elsewhere[0] is caches["default"].binding.sets  # one per store, not per thread

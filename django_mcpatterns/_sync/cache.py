@@ -1,0 +1,105 @@
+# Generated from _async/cache.py by scripts/generate_sync.py: do not edit.
+"""Django's cache API over a binding: each method written once, here, in asyncio.
+
+``_sync/cache.py`` is generated from this module (``aget`` there is ``get``, over
+``binding.values`` where this one awaits ``binding.async_values``).  The
+conventions both forms keep (key making and validation, versions, timeouts, the
+item size limit, return values) are :class:`MemcachedContract`'s.  Nothing here
+hops to a thread: Django's defaults (``BaseCache.aget`` and friends) run the
+sync method through ``sync_to_async``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from django.core.cache.backends.base import DEFAULT_TIMEOUT
+
+from django_mcpatterns.memcached_contract import (
+    MemcachedContract,
+    as_given,
+    counted,
+    made_values,
+    size_limited,
+)
+
+
+class CacheMethods(MemcachedContract):
+    """Django's cache API (``add``, ``get``, ``set``, ``touch``, ``delete``, ``get_many``,
+    ``incr``, ``set_many``, ``delete_many``, ``clear``) and ``bump``, in one form."""
+
+    def add(
+        self, key: Any, value: Any, timeout: Any = DEFAULT_TIMEOUT, version: Any = None
+    ) -> bool:
+        key, expire = self._write_args(key, timeout, version)
+        with size_limited(key) as outcome:
+            outcome.stored = self.binding.values.add(key, value, expire)
+        return outcome.stored
+
+    def get(self, key: Any, default: Any = None, version: Any = None) -> Any:
+        key = self.make_and_validate_key(key, version=version)
+        return self.binding.values.get(key, default)
+
+    def set(  # type: ignore[override]  # says whether it stored; Django's returns None
+        self, key: Any, value: Any, timeout: Any = DEFAULT_TIMEOUT, version: Any = None
+    ) -> bool:
+        """Store ``value``; return False (never raise) when it was not stored.
+
+        As in Django's memcached backends, a failed set deletes the old value so
+        that readers never see data older than the write that failed (memcached
+        refuses values over its 1 MB item limit).
+        """
+        key, expire = self._write_args(key, timeout, version)
+        values = self.binding.values
+        with size_limited(key) as outcome:
+            outcome.stored = values.set(key, value, expire)
+        if not outcome.stored:
+            values.delete(key)
+        return outcome.stored
+
+    def touch(self, key: Any, timeout: Any = DEFAULT_TIMEOUT, version: Any = None) -> bool:
+        key, expire = self._write_args(key, timeout, version)
+        return bool(self.binding.values.touch(key, expire))
+
+    def delete(self, key: Any, version: Any = None) -> bool:
+        key = self.make_and_validate_key(key, version=version)
+        return bool(self.binding.values.delete(key))
+
+    def get_many(self, keys: Iterable[Any], version: Any = None) -> dict[Any, Any]:
+        """The values found, keyed as given: one call to the store (one pipelined
+        request per server)."""
+        key_map = self._key_map(keys, version)
+        return as_given(self.binding.values.get_many(list(key_map)), key_map)
+
+    def incr(self, key: Any, delta: int = 1, version: Any = None) -> int:
+        key = self.make_and_validate_key(key, version=version)
+        values = self.binding.values
+        counter = values.decr if delta < 0 else values.incr  # memcached: no negative deltas
+        return counted(key, counter(key, abs(delta)))
+
+    def set_many(
+        self, data: Mapping[Any, Any], timeout: Any = DEFAULT_TIMEOUT, version: Any = None
+    ) -> list[Any]:
+        """Store every value; return the keys that failed, as Django does."""
+        key_map = self._key_map(data, version)
+        expire = self.get_backend_timeout(timeout)
+        failed = self.binding.values.set_many(made_values(data, key_map), expire)
+        return [key_map[k] for k in failed]
+
+    def delete_many(self, keys: Iterable[Any], version: Any = None) -> None:
+        self.binding.values.delete_many(list(self._key_map(keys, version)))
+
+    def clear(self) -> None:
+        """Flush the whole store: memcached's ``flush_all`` empties every server, whatever
+        the key prefix."""
+        self.binding.values.flush_all()
+
+    def bump(self, key: Any, version: Any = None) -> bool:
+        """Refresh ``key``'s place in memcached's LRU, without fetching it or changing its TTL.
+
+        Return whether it was there: memcached's "touching keys with add"
+        (meta ``mg <key>`` with no flags; text ``add``).  A False is the
+        playbook's cue that the value is gone and due to be recomputed.
+        """
+        return self.binding.store.bump(self.make_and_validate_key(key, version=version))

@@ -1,0 +1,341 @@
+"""From a cache's configuration to what its backend serves, for Django and Flask alike.
+
+A backend is thin: it makes keys and timeouts its framework's way and asks a
+:class:`Binding` for everything else.  :func:`bind_cluster` and
+:func:`bind_embedded` build one from the servers and the options mapping
+(Django's ``LOCATION`` and ``OPTIONS``, Flask-Caching's ``CACHE_MEMCACHED_SERVERS``
+and ``CACHE_OPTIONS``); each option is wired here, once: the signing keys,
+the instrumentation name, the replicate scope, ``long_keys``, ``large_values``
+and the embedded store's sizes.  A binding holds the store (shared by every
+backend over the same servers and options), ``values`` (chunked with
+``large_values="chunk"``), their asyncio forms and the pattern objects.
+
+Where the frameworks differ on purpose, the difference is a parameter, a
+:class:`Conventions` each backend fills in, never a second path:
+
+* the embedded store: Django shares one per ``LOCATION`` name between aliases
+  and threads, as its ``LocMemCache`` does (``shared=True``); Flask-Caching
+  keeps one per backend instance, as its ``SimpleCache`` does;
+* the secrets signing keys are derived from (``SECRET_KEY`` and its fallbacks,
+  or the Flask app's ``SECRET_KEY``), the instrumentation label (Django: the
+  alias), what precedes the caller's key in a made key (``replicate`` prefixes
+  are matched after it), who hears of dead nodes and refused values, and how a
+  configuration error is raised (``ImproperlyConfigured``, or a
+  ``ConfigurationError`` naming the Flask setting).
+
+Key making and timeouts stay with the backends: the pattern methods reach them
+through the hooks of :class:`~django_mcpatterns.patterns.host.PatternHost`.
+Imports neither Django nor Flask.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Hashable, Iterable, Mapping
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any, Generic, Literal, TypeVar
+
+from .core.aio import AsyncCluster
+from .core.chunks import AsyncChunkedStore, ChunkedStore
+from .core.cluster import Cluster, NodeEvent, shared_cluster
+from .core.exceptions import ConfigurationError
+from .core.memory import AsyncMemoryStore, MemoryStore, memory_options, shared_memory_store
+from .core.observe import check_installed
+from .core.options import INSTRUMENTATION_OPTIONS, ClusterOptions
+from .core.servers import Server, parse_servers
+from .core.sets import AppendLists, AppendSets, AsyncAppendLists, AsyncAppendSets, SetOptions
+from .core.store import AsyncStore, Store
+from .core.values import SerdeOptions, ValueRefused, with_derived_keys
+
+__all__ = [
+    "DEFAULT_ITEM_SIZE",
+    "Binding",
+    "ClusterBinding",
+    "Conventions",
+    "EmbeddedBinding",
+    "Setting",
+    "bind_cluster",
+    "bind_embedded",
+    "per_store",
+]
+
+S = TypeVar("S", bound=Store, covariant=True)
+A = TypeVar("A", bound=AsyncStore, covariant=True)
+T = TypeVar("T")
+
+Setting = Literal["servers", "options"]
+"""Which part of a configuration an error is about (Flask names each its setting)."""
+
+DEFAULT_ITEM_SIZE = 1024 * 1024  # memcached's -I default, the embedded store's too
+
+
+def _as_is(setting: Setting, error: ConfigurationError) -> Exception:
+    return error
+
+
+@dataclass(frozen=True)
+class Conventions:
+    """What a framework decides for its backends; the binding follows it.
+
+    secrets
+        The secrets a signing key is derived from when ``signed`` is True with
+        no key (Django: ``SECRET_KEY`` and ``SECRET_KEY_FALLBACKS``; Flask:
+        the app's ``SECRET_KEY``); called only then.  None: derive nothing.
+    label
+        The instrumentation label when the options name none (Django: the
+        cache's alias); called only when instrumentation is on.
+    key_scope
+        A regular expression for what precedes the caller's key in the key
+        sent (Django: ``KEY_PREFIX:version:``; Flask: ``CACHE_KEY_PREFIX``),
+        so that ``replicate`` prefixes match the caller's key; None matches
+        them on the whole key (a custom ``KEY_FUNCTION``).
+    shared
+        The embedded store: one per name, shared by every backend naming it
+        (Django), or one per binding (Flask-Caching).
+    on_node_event, on_value_refused
+        Listeners of the store: a server died or came back; a value was refused.
+    clock
+        The embedded store's clock, when it is the binding's own.
+    refused
+        Turns a configuration error about ``servers`` or ``options`` into the
+        exception the framework raises.
+    """
+
+    secrets: Callable[[], Iterable[str | bytes | None]] | None = None
+    label: Callable[[], str] | None = None
+    key_scope: str | None = None
+    shared: bool = False
+    on_node_event: Callable[[NodeEvent], object] | None = None
+    on_value_refused: Callable[[ValueRefused], object] | None = None
+    clock: Callable[[], float] = time.time
+    refused: Callable[[Setting, ConfigurationError], Exception] = _as_is
+
+
+class Binding(Generic[S, A]):
+    """A configured store, its values and pattern objects, for one backend.
+
+    ``store`` is made on first use (the embedded store) or given (a shared
+    cluster); everything else is made from it once, on first use.  The set
+    and list objects are shared by every binding over the same store and set
+    options: Django makes a backend per thread and per async task, and a set
+    object remembers the layout of sharded sets.
+    """
+
+    def __init__(
+        self,
+        make_store: Callable[[], S],
+        make_async: Callable[[S], A],
+        *,
+        max_item_size: int,
+        large_values: str = "refuse",
+        long_keys: str = "refuse",
+        set_options: Callable[[Store], SetOptions] = SetOptions.for_store,
+    ) -> None:
+        self._make_store = make_store
+        self._make_async = make_async
+        self.max_item_size = max_item_size
+        self.chunked = large_values == "chunk"
+        self.hash_long_keys = long_keys == "hash"
+        self._set_options = set_options
+
+    @cached_property
+    def store(self) -> S:
+        """The Store: a :class:`Cluster` or a :class:`MemoryStore`."""
+        return self._make_store()
+
+    @cached_property
+    def async_store(self) -> A:
+        """The same store for asyncio (the cluster's twin, or the embedded store on the loop)."""
+        return self._make_async(self.store)
+
+    @cached_property
+    def values(self) -> Store:
+        """What the cache API reads and writes: the store, chunked with ``large_values="chunk"``."""
+        return ChunkedStore(self.store, self.max_item_size) if self.chunked else self.store
+
+    @cached_property
+    def async_values(self) -> AsyncStore:
+        """:attr:`values` for asyncio, chunked the same way."""
+        store = self.async_store
+        return AsyncChunkedStore(store, self.max_item_size) if self.chunked else store
+
+    # -- pattern objects ---------------------------------------------------------
+
+    @cached_property
+    def set_options(self) -> SetOptions:
+        """The thresholds of this cache's sets and lists."""
+        return self._set_options(self.store)
+
+    @cached_property
+    def sets(self) -> AppendSets:
+        return self._shared(AppendSets, lambda: AppendSets(self.store, self.set_options))
+
+    @cached_property
+    def async_sets(self) -> AsyncAppendSets:
+        return self._shared(
+            AsyncAppendSets, lambda: AsyncAppendSets(self.async_store, self.set_options)
+        )
+
+    @cached_property
+    def lists(self) -> AppendLists:
+        return self._shared(AppendLists, lambda: AppendLists(self.store, self.set_options))
+
+    @cached_property
+    def async_lists(self) -> AsyncAppendLists:
+        return self._shared(
+            AsyncAppendLists, lambda: AsyncAppendLists(self.async_store, self.set_options)
+        )
+
+    def _shared(self, kind: type[T], build: Callable[[], T]) -> T:
+        return per_store(self.store, (kind, self.set_options), build)
+
+
+class ClusterBinding(Binding[Cluster, AsyncCluster]):
+    """A binding over a shared :class:`Cluster`; ``servers`` as configured."""
+
+    def __init__(self, servers: tuple[Server, ...], cluster: Cluster, **values: Any) -> None:
+        super().__init__(lambda: cluster, _twin, **values)
+        self.servers = servers
+
+
+class EmbeddedBinding(Binding[MemoryStore, AsyncMemoryStore]):
+    """A binding over the embedded :class:`MemoryStore`."""
+
+
+def _twin(cluster: Cluster) -> AsyncCluster:
+    return cluster.aio
+
+
+def bind_cluster(
+    servers: str | Iterable[str],
+    options: Mapping[str, Any],
+    conventions: Conventions,
+    *,
+    set_options: Callable[[Store], SetOptions] = SetOptions.for_store,
+) -> ClusterBinding:
+    """Bind the memcached cluster of ``servers`` with ``options`` (a :class:`ClusterOptions`
+    mapping): the process's one :class:`Cluster` for them, built now so that ring
+    errors surface at configuration (nothing connects before the first request)."""
+    try:
+        parsed = parse_servers(servers if isinstance(servers, str) else list(servers))
+    except ConfigurationError as exc:
+        raise conventions.refused("servers", exc) from exc
+    given = _with_label(options, conventions)
+    given = _with_secrets(given, conventions)
+    if conventions.key_scope is not None and given.get("replicate"):
+        given.setdefault("replicate_scope", conventions.key_scope)
+    try:
+        parsed_options = ClusterOptions.from_mapping(given)
+    except ConfigurationError as exc:
+        raise conventions.refused("options", exc) from exc
+    try:
+        cluster = shared_cluster(
+            parsed,
+            parsed_options,
+            on_node_event=conventions.on_node_event,
+            on_value_refused=conventions.on_value_refused,
+        )
+    except ConfigurationError as exc:
+        raise conventions.refused("servers", exc) from exc
+    return ClusterBinding(
+        parsed,
+        cluster,
+        max_item_size=parsed_options.max_item_size,
+        large_values=parsed_options.large_values,
+        long_keys=parsed_options.long_keys,
+        set_options=set_options,
+    )
+
+
+def bind_embedded(
+    name: str,
+    options: Mapping[str, Any],
+    conventions: Conventions,
+    *,
+    set_options: Callable[[Store], SetOptions] = SetOptions.for_store,
+) -> EmbeddedBinding:
+    """Bind the embedded store called ``name`` (shared by name, or the binding's own).
+
+    The options are checked now; the store is made on first use, when one
+    shared by name must agree with it on how values are encoded.  The
+    instrumentation options are accepted (a development configuration may
+    share its options with production) and measure nothing: there is no wire.
+    """
+    try:
+        given = _without_instrumentation(options)
+        sizes = memory_options(given)
+        serde = SerdeOptions.from_mapping(_with_secrets(given, conventions))
+    except ConfigurationError as exc:
+        raise conventions.refused("options", exc) from exc
+
+    def make_store() -> MemoryStore:
+        if not conventions.shared:
+            built = serde.build(conventions.on_value_refused)
+            return MemoryStore(**sizes, serde=built, clock=conventions.clock)
+        try:
+            return shared_memory_store(
+                name, serde, on_refused=conventions.on_value_refused, **sizes
+            )
+        except ConfigurationError as exc:
+            raise conventions.refused("options", exc) from exc
+
+    return EmbeddedBinding(
+        make_store,
+        AsyncMemoryStore,
+        max_item_size=sizes.get("max_item_size", DEFAULT_ITEM_SIZE),
+        large_values=given.get("large_values", "refuse"),
+        long_keys=given.get("long_keys", "refuse"),
+        set_options=set_options,
+    )
+
+
+def _with_label(options: Mapping[str, Any], conventions: Conventions) -> dict[str, Any]:
+    given = dict(options)
+    named = "instrumentation_name" in given
+    if conventions.label is not None and given.get("instrumentation") and not named:
+        given["instrumentation_name"] = conventions.label()
+    return given
+
+
+def _with_secrets(options: Mapping[str, Any], conventions: Conventions) -> dict[str, Any]:
+    if conventions.secrets is None:
+        return dict(options)
+    return with_derived_keys(options, conventions.secrets)
+
+
+def _without_instrumentation(options: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``options`` without the instrumentation options, once they are checked."""
+    if not any(name in options for name in INSTRUMENTATION_OPTIONS):
+        return options
+    check_installed(options.get("instrumentation", ()))
+    return {k: v for k, v in options.items() if k not in INSTRUMENTATION_OPTIONS}
+
+
+# -- objects kept per store ---------------------------------------------------------
+
+_ATTRIBUTE = "_mcpatterns_pattern_objects"
+_guard = threading.Lock()
+
+
+def per_store(store: object, key: Hashable, build: Callable[[], T]) -> T:
+    """The object ``build()`` made for ``store`` and ``key``, made on first use.
+
+    Kept on the store object itself, under a lock: they go when it goes
+    (``reset_shared_clusters()``, a test's throwaway cache), which a registry
+    keyed by the store could not do, since a pattern object holds its store.
+    A store without a ``__dict__`` gets a new object each time.
+    """
+    try:
+        attributes: dict[str, Any] = vars(store)
+    except TypeError:  # no __dict__
+        return build()
+    with _guard:
+        made: dict[Hashable, Any] = attributes.setdefault(_ATTRIBUTE, {})
+        # By identity too: a shallow copy of the store (Cluster.strict()) shares the dict.
+        mine = (id(store), key)
+        if mine not in made:
+            made[mine] = build()
+        found: T = made[mine]
+        return found

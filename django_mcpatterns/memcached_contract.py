@@ -1,0 +1,153 @@
+"""Django's memcached cache contract, kept by this project without Django's memcached backend.
+
+Django's ``BaseMemcachedCache`` wants a client library (``_lib``, ``_class``,
+``LibraryValueNotFoundException``...); our backends bring a
+:class:`~django_mcpatterns.binding.Binding` instead, so they subclass ``BaseCache``
+and keep the conventions of Django's memcached backends here, in the open:
+
+* keys: ``KEY_PREFIX``, ``VERSION`` and ``KEY_FUNCTION`` (``BaseCache.make_key``),
+  then (``OPTIONS["long_keys"] = "hash"``) the digest form of a key over 250
+  bytes, then validation with Django's own messages for what memcached refuses;
+* timeouts: ``None`` never expires, ``0`` expires at once, over 30 days is sent
+  as a Unix time (memcached's rule, ``get_backend_timeout``);
+* answers: a value over the item size limit is not stored (logged, ``False``),
+  a failed ``set`` deletes the old value, ``incr`` of a missing key is a
+  ``ValueError``, ``set_many`` returns the keys that failed, ``get_many`` the
+  keys as given.
+
+The cache API itself (``get``, ``aget``, ``set``, ``aset``...) is written once, in
+``_async/cache.py``, on top of :class:`MemcachedContract`; ``_sync/cache.py`` is
+generated from it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any
+
+from django.core.cache.backends.base import (
+    DEFAULT_TIMEOUT,
+    BaseCache,
+    InvalidCacheKey,
+    memcache_key_warnings,
+)
+
+from .core.exceptions import InvalidKeyError, ValueTooLargeError
+from .core.keys import key_bytes, shorten
+from .core.store import MAX_RELATIVE_EXPIRE
+from .patterns import DEFAULT, PatternHost
+
+__all__ = ["MemcachedContract", "Stored", "as_given", "counted", "made_values", "size_limited"]
+
+logger = logging.getLogger("django_mcpatterns.backend")
+
+
+class MemcachedContract(PatternHost, BaseCache):
+    """Keys, timeouts and answers as Django's memcached backends have them.
+
+    ``location`` is the ``LOCATION`` of the ``CACHES`` entry and ``params`` the
+    rest of it, as Django passes them to every cache backend.
+    """
+
+    def __init__(self, location: str | list[str], params: dict[str, Any]) -> None:
+        super().__init__(params)
+        self._location = location
+        self._options: Mapping[str, Any] = params.get("OPTIONS") or {}
+        self._hash_long_keys = self._options.get("long_keys") == "hash"
+
+    def make_and_validate_key(self, key: Any, version: Any = None) -> str:
+        """Django's key (``KEY_PREFIX``, version, ``KEY_FUNCTION``), validated.
+
+        With ``OPTIONS["long_keys"] = "hash"``, a key over 250 bytes becomes its
+        digest form first (:func:`~django_mcpatterns.core.keys.shorten`).
+        """
+        made = self.make_key(key, version=version)
+        if self._hash_long_keys:
+            made = shorten(made)
+        self.validate_key(made)
+        return made
+
+    def validate_key(self, key: str) -> None:
+        # Ours is the stricter check (memcached's 250 limit is on the UTF-8
+        # bytes, where Django counts characters) and the cheaper one, run per
+        # key on every call; a key it refuses gets Django's own message first,
+        # word for word that of its memcached backends.
+        try:
+            key_bytes(key)
+        except InvalidKeyError as exc:
+            for warning in memcache_key_warnings(key):
+                raise InvalidCacheKey(warning) from exc
+            raise InvalidCacheKey(str(exc)) from exc
+
+    def get_backend_timeout(self, timeout: Any = DEFAULT_TIMEOUT) -> int:
+        """memcached's exptime for a Django timeout (Django's memcached backends' rule).
+
+        ``None`` never expires (0); ``0`` expires at once (memcached: a negative
+        exptime); over 30 days memcached reads the exptime as a Unix time, so
+        long timeouts are sent as ``now + timeout``.
+        """
+        if timeout is DEFAULT_TIMEOUT:
+            timeout = self.default_timeout
+        if timeout is None:
+            return 0
+        if int(timeout) == 0:
+            timeout = -1
+        if timeout > MAX_RELATIVE_EXPIRE:
+            timeout += int(time.time())
+        return int(timeout)
+
+    # -- the pattern methods' hooks --
+
+    def _pattern_key(self, key: Any, version: int | None = None) -> str:
+        return self.make_and_validate_key(key, version=version)
+
+    def _pattern_expire(self, timeout: Any = DEFAULT) -> int:
+        return self.get_backend_timeout(DEFAULT_TIMEOUT if timeout is DEFAULT else timeout)
+
+    # -- what the sync and async forms of the cache API share --
+
+    def _write_args(self, key: Any, timeout: Any, version: Any) -> tuple[str, int]:
+        return self.make_and_validate_key(key, version=version), self.get_backend_timeout(timeout)
+
+    def _key_map(self, keys: Iterable[Any], version: Any) -> dict[str, Any]:
+        """The made key of each key as given (validated before any I/O)."""
+        return {self.make_and_validate_key(key, version=version): key for key in keys}
+
+
+class Stored:
+    """What a write answered: False until the store says otherwise."""
+
+    stored: bool = False
+
+
+@contextmanager
+def size_limited(key: str) -> Iterator[Stored]:
+    """Answer False (logged) for a value over memcached's item size limit, as Django does.
+
+    A sync context manager, so a sync call and an awaited one share it.
+    """
+    outcome = Stored()
+    try:
+        yield outcome
+    except ValueTooLargeError:
+        logger.warning("value for cache key %r is over the item size limit", key)
+        outcome.stored = False
+
+
+def as_given(found: Mapping[Any, Any], key_map: Mapping[Any, Any]) -> dict[Any, Any]:
+    """``found`` (keyed by made keys) keyed by the keys as the caller gave them."""
+    return {key_map[k]: v for k, v in found.items()}
+
+
+def made_values(data: Mapping[Any, Any], key_map: Mapping[str, Any]) -> dict[str, Any]:
+    return {made: data[key] for made, key in key_map.items()}
+
+
+def counted(key: str, value: int | None) -> int:
+    """``incr``'s answer; a missing key is Django's ValueError."""
+    if value is None:
+        raise ValueError(f"Key '{key}' not found")
+    return value

@@ -1,0 +1,204 @@
+# Generated from patterns/_async_sets.py by scripts/generate_sync.py: do not edit.
+"""Sets and lists on cache objects: ``sadd``, ``smembers``, ``rpush``... and their a-forms.
+
+The algorithms are :class:`~django_mcpatterns.core.sets.AppendSets` and
+:class:`~django_mcpatterns.core.lists.AppendLists`; these methods only make keys
+(``version=``, the framework's prefix) and timeouts (``timeout=``, applied when
+a set or list is created) through the host's hooks.  ``_sync_sets.py`` is
+generated from this module (``scripts/generate_sync.py``): ``asadd`` there is
+``sadd``, over the host's sync store.  A ``loader=`` of an a-form may be a
+coroutine function (awaited) or a plain callable (run through ``sync_to_async``:
+it may use the ORM).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django_mcpatterns.core.sets import Loader, Member
+
+from .host import DEFAULT, PatternHost
+
+
+class SetMethods(PatternHost):
+    """Redis-style sets and lists with django-redis's names (see ``docs/sets.md``)."""
+
+    # -- sets: writes --
+
+    def sadd(
+        self,
+        key: Any,
+        *values: Member,
+        version: int | None = None,
+        timeout: Any = DEFAULT,
+        loader: Loader | None = None,
+    ) -> int:
+        """Add members; return how many distinct members were written (Redis: how many were new)."""
+        made = self._pattern_key(key, version)
+        expire = self._pattern_expire(timeout)
+        return self.binding.sets.sadd(made, *values, expire=expire, loader=loader)
+
+    def srem(
+        self,
+        key: Any,
+        *members: Member,
+        version: int | None = None,
+        loader: Loader | None = None,
+    ) -> int:
+        """Remove members; return how many distinct members were written."""
+        made = self._pattern_key(key, version)
+        return self.binding.sets.srem(made, *members, loader=loader)
+
+    def spop(
+        self,
+        key: Any,
+        count: int | None = None,
+        version: int | None = None,
+        *,
+        loader: Loader | None = None,
+        timeout: Any = DEFAULT,
+    ) -> Any:
+        made = self._pattern_key(key, version)
+        expire = self._pattern_expire(timeout)
+        return self.binding.sets.spop(made, count, expire=expire, loader=loader)
+
+    def smove(
+        self,
+        source: Any,
+        destination: Any,
+        member: Member,
+        version: int | None = None,
+        *,
+        timeout: Any = DEFAULT,
+    ) -> bool:
+        """Move a member: not atomic (a crash in between leaves it in both sets)."""
+        return self.binding.sets.smove(
+            self._pattern_key(source, version),
+            self._pattern_key(destination, version),
+            member,
+            expire=self._pattern_expire(timeout),
+        )
+
+    # -- sets: reads --
+
+    def smembers(
+        self,
+        key: Any,
+        version: int | None = None,
+        *,
+        loader: Loader | None = None,
+        timeout: Any = DEFAULT,
+    ) -> set[Member]:
+        made = self._pattern_key(key, version)
+        expire = self._pattern_expire(timeout)
+        return self.binding.sets.smembers(made, expire=expire, loader=loader)
+
+    def sismember(
+        self,
+        key: Any,
+        member: Member,
+        version: int | None = None,
+        *,
+        loader: Loader | None = None,
+        timeout: Any = DEFAULT,
+    ) -> bool:
+        made = self._pattern_key(key, version)
+        expire = self._pattern_expire(timeout)
+        return self.binding.sets.sismember(made, member, expire=expire, loader=loader)
+
+    def smismember(
+        self,
+        key: Any,
+        *members: Member,
+        version: int | None = None,
+        loader: Loader | None = None,
+        timeout: Any = DEFAULT,
+    ) -> list[bool]:
+        made = self._pattern_key(key, version)
+        expire = self._pattern_expire(timeout)
+        return self.binding.sets.smismember(made, *members, expire=expire, loader=loader)
+
+    def scard(
+        self,
+        key: Any,
+        version: int | None = None,
+        *,
+        loader: Loader | None = None,
+        timeout: Any = DEFAULT,
+    ) -> int:
+        made = self._pattern_key(key, version)
+        expire = self._pattern_expire(timeout)
+        return self.binding.sets.scard(made, expire=expire, loader=loader)
+
+    def srandmember(
+        self,
+        key: Any,
+        count: int | None = None,
+        version: int | None = None,
+        *,
+        loader: Loader | None = None,
+        timeout: Any = DEFAULT,
+    ) -> Any:
+        made = self._pattern_key(key, version)
+        expire = self._pattern_expire(timeout)
+        return self.binding.sets.srandmember(made, count, expire=expire, loader=loader)
+
+    # -- sets: algebra --
+
+    def sunion(self, *keys: Any, version: int | None = None) -> set[Member]:
+        return self.binding.sets.sunion(*self._made_keys(keys, version))
+
+    def sinter(self, *keys: Any, version: int | None = None) -> set[Member]:
+        return self.binding.sets.sinter(*self._made_keys(keys, version))
+
+    def sdiff(self, *keys: Any, version: int | None = None) -> set[Member]:
+        return self.binding.sets.sdiff(*self._made_keys(keys, version))
+
+    def sunionstore(
+        self, destination: Any, *keys: Any, version: int | None = None, timeout: Any = DEFAULT
+    ) -> int:
+        made = self._pattern_key(destination, version)
+        sources = self._made_keys(keys, version)
+        expire = self._pattern_expire(timeout)
+        return self.binding.sets.sunionstore(made, *sources, expire=expire)
+
+    def sinterstore(
+        self, dest: Any, *keys: Any, version: int | None = None, timeout: Any = DEFAULT
+    ) -> int:
+        made = self._pattern_key(dest, version)
+        sources = self._made_keys(keys, version)
+        expire = self._pattern_expire(timeout)
+        return self.binding.sets.sinterstore(made, *sources, expire=expire)
+
+    def sdiffstore(
+        self,
+        dest: Any,
+        *keys: Any,
+        version_dest: int | None = None,
+        version_keys: int | None = None,
+        timeout: Any = DEFAULT,
+    ) -> int:
+        made = self._pattern_key(dest, version_dest)
+        sources = self._made_keys(keys, version_keys)
+        expire = self._pattern_expire(timeout)
+        return self.binding.sets.sdiffstore(made, *sources, expire=expire)
+
+    # -- lists --
+
+    def rpush(
+        self, key: Any, *values: Member, version: int | None = None, timeout: Any = DEFAULT
+    ) -> int:
+        """Append values; return how many were pushed (Redis: the new length)."""
+        made = self._pattern_key(key, version)
+        expire = self._pattern_expire(timeout)
+        return self.binding.lists.rpush(made, *values, expire=expire)
+
+    def lrange(self, key: Any, start: int, end: int, version: int | None = None) -> list[Any]:
+        return self.binding.lists.lrange(self._pattern_key(key, version), start, end)
+
+    def llen(self, key: Any, version: int | None = None) -> int:
+        return self.binding.lists.llen(self._pattern_key(key, version))
+
+    def lrem(self, key: Any, count: int, value: Member, version: int | None = None) -> int:
+        """Remove like ``LREM``; return 1 once recorded, 0 for a missing list (Redis: how many)."""
+        return self.binding.lists.lrem(self._pattern_key(key, version), count, value)
