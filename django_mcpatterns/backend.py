@@ -72,6 +72,13 @@ class StoreCache(PatternMethods, CacheMethods, AsyncCacheMethods):
         # (like PyLibMCCache, unlike PyMemcacheCache which reconnects each time).
         pass
 
+    async def aclose(self, **kwargs: Any) -> None:
+        """Close this event loop's connections, once idle (no thread hop, unlike Django's
+        default ``aclose``); they reopen on the next call.  A loop that ends without it
+        closes them as it shuts down (``core/loops.py``)."""
+        if "async_store" in vars(self.binding):  # made: there may be connections
+            await self.binding.async_store.close()
+
     def _conventions(self, **listeners: Any) -> Conventions:
         """Django's conventions for this cache's binding (see :mod:`.binding`)."""
         ours = self.key_func is default_key_func

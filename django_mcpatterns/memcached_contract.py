@@ -40,9 +40,20 @@ from .core.keys import key_bytes, shorten
 from .core.store import MAX_RELATIVE_EXPIRE
 from .patterns import DEFAULT, PatternHost
 
-__all__ = ["MemcachedContract", "Stored", "as_given", "counted", "made_values", "size_limited"]
+__all__ = [
+    "MISSING",
+    "MemcachedContract",
+    "Stored",
+    "as_given",
+    "counted",
+    "made_values",
+    "size_limited",
+]
 
 logger = logging.getLogger("django_mcpatterns.backend")
+
+MISSING: Any = object()
+"""A ``default`` no stored value is: what tells a stored ``None`` from a miss."""
 
 
 class MemcachedContract(PatternHost, BaseCache):

@@ -16,6 +16,7 @@ from typing import Any
 from django.core.cache.backends.base import DEFAULT_TIMEOUT
 
 from django_mcpatterns.memcached_contract import (
+    MISSING,
     MemcachedContract,
     as_given,
     counted,
@@ -26,7 +27,14 @@ from django_mcpatterns.memcached_contract import (
 
 class AsyncCacheMethods(MemcachedContract):
     """Django's cache API (``add``, ``get``, ``set``, ``touch``, ``delete``, ``get_many``,
-    ``incr``, ``set_many``, ``delete_many``, ``clear``) and ``bump``, in one form."""
+    ``has_key``, ``incr``, ``decr``, ``set_many``, ``delete_many``, ``clear``,
+    ``incr_version``, ``decr_version``) and ``bump``, in one form.
+
+    Every method Django 6's ``BaseCache`` has an a-form of is defined here, so none
+    of them falls back to Django's default (``sync_to_async`` of the sync method,
+    a thread hop); ``aclose`` is the backends' own, ``aget_or_set`` the leased one
+    of the pattern methods.
+    """
 
     async def aadd(
         self, key: Any, value: Any, timeout: Any = DEFAULT_TIMEOUT, version: Any = None
@@ -71,11 +79,17 @@ class AsyncCacheMethods(MemcachedContract):
         key_map = self._key_map(keys, version)
         return as_given(await self.binding.async_values.get_many(list(key_map)), key_map)
 
+    async def ahas_key(self, key: Any, version: Any = None) -> bool:
+        return await self.aget(key, MISSING, version=version) is not MISSING
+
     async def aincr(self, key: Any, delta: int = 1, version: Any = None) -> int:
         key = self.make_and_validate_key(key, version=version)
         values = self.binding.async_values
         counter = values.decr if delta < 0 else values.incr  # memcached: no negative deltas
         return counted(key, await counter(key, abs(delta)))
+
+    async def adecr(self, key: Any, delta: int = 1, version: Any = None) -> int:
+        return await self.aincr(key, -delta, version=version)
 
     async def aset_many(
         self, data: Mapping[Any, Any], timeout: Any = DEFAULT_TIMEOUT, version: Any = None
@@ -93,6 +107,24 @@ class AsyncCacheMethods(MemcachedContract):
         """Flush the whole store: memcached's ``flush_all`` empties every server, whatever
         the key prefix."""
         await self.binding.async_values.flush_all()
+
+    async def aincr_version(self, key: Any, delta: int = 1, version: Any = None) -> int:
+        """Move the value of ``key`` to version ``version + delta``; return the new version.
+
+        Django's steps (read, write under the new version, delete the old one),
+        with a ``ValueError`` for a missing key.
+        """
+        if version is None:
+            version = self.version
+        value = await self.aget(key, MISSING, version=version)
+        if value is MISSING:
+            raise ValueError(f"Key '{key}' not found")
+        await self.aset(key, value, version=version + delta)
+        await self.adelete(key, version=version)
+        return int(version + delta)
+
+    async def adecr_version(self, key: Any, delta: int = 1, version: Any = None) -> int:
+        return await self.aincr_version(key, -delta, version)
 
     async def abump(self, key: Any, version: Any = None) -> bool:
         """Refresh ``key``'s place in memcached's LRU, without fetching it or changing its TTL.

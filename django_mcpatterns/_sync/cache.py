@@ -17,6 +17,7 @@ from typing import Any
 from django.core.cache.backends.base import DEFAULT_TIMEOUT
 
 from django_mcpatterns.memcached_contract import (
+    MISSING,
     MemcachedContract,
     as_given,
     counted,
@@ -27,7 +28,14 @@ from django_mcpatterns.memcached_contract import (
 
 class CacheMethods(MemcachedContract):
     """Django's cache API (``add``, ``get``, ``set``, ``touch``, ``delete``, ``get_many``,
-    ``incr``, ``set_many``, ``delete_many``, ``clear``) and ``bump``, in one form."""
+    ``has_key``, ``incr``, ``decr``, ``set_many``, ``delete_many``, ``clear``,
+    ``incr_version``, ``decr_version``) and ``bump``, in one form.
+
+    Every method Django 6's ``BaseCache`` has an a-form of is defined here, so none
+    of them falls back to Django's default (``sync_to_async`` of the sync method,
+    a thread hop); ``aclose`` is the backends' own, ``aget_or_set`` the leased one
+    of the pattern methods.
+    """
 
     def add(
         self, key: Any, value: Any, timeout: Any = DEFAULT_TIMEOUT, version: Any = None
@@ -72,11 +80,17 @@ class CacheMethods(MemcachedContract):
         key_map = self._key_map(keys, version)
         return as_given(self.binding.values.get_many(list(key_map)), key_map)
 
+    def has_key(self, key: Any, version: Any = None) -> bool:
+        return self.get(key, MISSING, version=version) is not MISSING
+
     def incr(self, key: Any, delta: int = 1, version: Any = None) -> int:
         key = self.make_and_validate_key(key, version=version)
         values = self.binding.values
         counter = values.decr if delta < 0 else values.incr  # memcached: no negative deltas
         return counted(key, counter(key, abs(delta)))
+
+    def decr(self, key: Any, delta: int = 1, version: Any = None) -> int:
+        return self.incr(key, -delta, version=version)
 
     def set_many(
         self, data: Mapping[Any, Any], timeout: Any = DEFAULT_TIMEOUT, version: Any = None
@@ -94,6 +108,24 @@ class CacheMethods(MemcachedContract):
         """Flush the whole store: memcached's ``flush_all`` empties every server, whatever
         the key prefix."""
         self.binding.values.flush_all()
+
+    def incr_version(self, key: Any, delta: int = 1, version: Any = None) -> int:
+        """Move the value of ``key`` to version ``version + delta``; return the new version.
+
+        Django's steps (read, write under the new version, delete the old one),
+        with a ``ValueError`` for a missing key.
+        """
+        if version is None:
+            version = self.version
+        value = self.get(key, MISSING, version=version)
+        if value is MISSING:
+            raise ValueError(f"Key '{key}' not found")
+        self.set(key, value, version=version + delta)
+        self.delete(key, version=version)
+        return int(version + delta)
+
+    def decr_version(self, key: Any, delta: int = 1, version: Any = None) -> int:
+        return self.incr_version(key, -delta, version)
 
     def bump(self, key: Any, version: Any = None) -> bool:
         """Refresh ``key``'s place in memcached's LRU, without fetching it or changing its TTL.

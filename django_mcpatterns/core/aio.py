@@ -104,12 +104,13 @@ from .exceptions import (
 from .gutter import clamp
 from .health import Admission, HealthSnapshot, NodeEvent
 from .keys import Key, KeyT, placed
+from .loops import at_shutdown
 from .options import ClusterOptions
 from .replicas import CopyToken
 from .routes import FAILED, UNROUTED, Parallel, Plan, Refuse, Routes, Run
 from .servers import Server
 from .store import CasToken, Claimed
-from .transport import SocketOptions
+from .transport import ConnectionClosedError, SocketOptions
 from .values.envelope import STALE
 from .values.refusals import ValueRefused, is_refused
 from .wire import (
@@ -191,7 +192,16 @@ class _Links:
             if abandoned is not None:
                 abandoned.abandon()  # its loop is gone: nothing can use it
         self.channels[loop] = channel
+        await at_shutdown(self, self._shut)
         return channel
+
+    async def _shut(self) -> None:
+        """End the channel of a loop that shuts down (:mod:`.loops`), rather than leave it
+        to the garbage collector."""
+        channel = self.channels.pop(asyncio.get_running_loop(), None)
+        if channel is not None:
+            channel.fail(ConnectionClosedError("its event loop shut down"))
+            await asyncio.sleep(0)  # the transport's connection_lost closes the socket
 
     def close(self, loop: asyncio.AbstractEventLoop) -> None:
         """Close this loop's channel (once idle: requests held are answered first)."""

@@ -12,9 +12,10 @@ it may use the ORM).
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import Any
 
-from django_mcpatterns.core.sets import AsyncLoader, Member
+from django_mcpatterns.core.sets import AsyncLoader, Member, matching
 
 from .host import DEFAULT, PatternHost
 
@@ -143,6 +144,40 @@ class AsyncSetMethods(PatternHost):
         made = self._pattern_key(key, version)
         expire = self._pattern_expire(timeout)
         return await self.binding.async_sets.srandmember(made, count, expire=expire, loader=loader)
+
+    async def asscan(
+        self,
+        key: Any,
+        match: str | None = None,
+        count: int | None = 10,
+        version: int | None = None,
+        *,
+        loader: AsyncLoader | None = None,
+        timeout: Any = DEFAULT,
+    ) -> set[Member]:
+        """The members matching ``match`` (Redis's glob: ``*``, ``?``, ``[abc]``), as
+        django-redis's ``sscan`` returns them.
+
+        A set is read whole, in one request: one scan returns every member, as a
+        Redis ``SSCAN`` whose cursor comes back 0 at once; ``count`` (Redis's hint
+        of members per call) changes nothing.
+        """
+        return matching(await self.asmembers(key, version, loader=loader, timeout=timeout), match)
+
+    async def asscan_iter(
+        self,
+        key: Any,
+        match: str | None = None,
+        count: int | None = 10,
+        version: int | None = None,
+        *,
+        loader: AsyncLoader | None = None,
+        timeout: Any = DEFAULT,
+    ) -> AsyncIterator[Member]:
+        """The members of ``sscan``, one by one (read in one request when iteration starts)."""
+        found = await self.asscan(key, match, count, version, loader=loader, timeout=timeout)
+        for member in found:
+            yield member
 
     # -- sets: algebra --
 

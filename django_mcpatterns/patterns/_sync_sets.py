@@ -13,9 +13,10 @@ it may use the ORM).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
-from django_mcpatterns.core.sets import Loader, Member
+from django_mcpatterns.core.sets import Loader, Member, matching
 
 from .host import DEFAULT, PatternHost
 
@@ -142,6 +143,40 @@ class SetMethods(PatternHost):
         made = self._pattern_key(key, version)
         expire = self._pattern_expire(timeout)
         return self.binding.sets.srandmember(made, count, expire=expire, loader=loader)
+
+    def sscan(
+        self,
+        key: Any,
+        match: str | None = None,
+        count: int | None = 10,
+        version: int | None = None,
+        *,
+        loader: Loader | None = None,
+        timeout: Any = DEFAULT,
+    ) -> set[Member]:
+        """The members matching ``match`` (Redis's glob: ``*``, ``?``, ``[abc]``), as
+        django-redis's ``sscan`` returns them.
+
+        A set is read whole, in one request: one scan returns every member, as a
+        Redis ``SSCAN`` whose cursor comes back 0 at once; ``count`` (Redis's hint
+        of members per call) changes nothing.
+        """
+        return matching(self.smembers(key, version, loader=loader, timeout=timeout), match)
+
+    def sscan_iter(
+        self,
+        key: Any,
+        match: str | None = None,
+        count: int | None = 10,
+        version: int | None = None,
+        *,
+        loader: Loader | None = None,
+        timeout: Any = DEFAULT,
+    ) -> Iterator[Member]:
+        """The members of ``sscan``, one by one (read in one request when iteration starts)."""
+        found = self.sscan(key, match, count, version, loader=loader, timeout=timeout)
+        for member in found:
+            yield member
 
     # -- sets: algebra --
 

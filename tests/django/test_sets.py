@@ -38,6 +38,8 @@ DJANGO_REDIS_SIGNATURES = {
     "sunionstore": ["destination", "*keys", "version"],
     "sinterstore": ["dest", "*keys", "version"],
     "sdiffstore": ["dest", "*keys", "version_dest", "version_keys"],
+    # django-redis 7
+    "sscan": ["key", "match", "count", "version"],
     "rpush": ["key", "*values", "version"],
     "lrange": ["key", "start", "end", "version"],
     "llen": ["key", "version"],
@@ -70,6 +72,18 @@ class SetsOnDjango(DeploymentSuite):
     def test_django_redis_names_and_signatures(self, cache: Any, name: str) -> None:
         expected = DJANGO_REDIS_SIGNATURES[name]
         assert parameters(getattr(cache, name))[: len(expected)] == expected
+
+    def test_sscan_returns_every_member_at_once_filtered_by_match(self, cache: Any) -> None:
+        cache.sadd("s", "bar1", "bar2", "zoo", b"bar3", 12)
+        assert cache.sscan("s") == {"bar1", "bar2", "zoo", b"bar3", 12}
+        assert cache.sscan("s", match="bar*") == {"bar1", "bar2", b"bar3"}
+        assert cache.sscan("s", match="1?", count=1) == {12}
+        assert cache.sscan("s", match="[bz]??") == {"zoo"}
+        assert cache.sscan("missing") == set()
+        assert parameters(cache.sscan_iter)[:4] == ["key", "match", "count", "version"]
+        assert set(cache.sscan_iter("s", match="bar?")) == {"bar1", "bar2", b"bar3"}
+        cache.sadd("s", "a", version=2)
+        assert cache.sscan("s", version=2) == {"a"}
 
     def test_members_keep_their_type(self, cache: Any) -> None:
         assert cache.sadd("s", "1", b"1", 1, "", "ünï\ncödé") == 5

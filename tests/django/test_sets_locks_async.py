@@ -66,6 +66,16 @@ class AsyncPatternsOnDjango(DeploymentSuite):
         assert inspect.iscoroutinefunction(coroutine)
         assert shape(coroutine) == shape(sync)
 
+    def test_async_scans_answer_as_the_sync_ones(self, cache: Any) -> None:
+        async def scenario() -> tuple[set[Any], list[Any]]:
+            await cache.asadd("s", "bar1", "bar2", "zoo")
+            every = [member async for member in cache.asscan_iter("s", match="bar*")]
+            return await cache.asscan("s", match="z*", count=1), sorted(every)
+
+        assert run(scenario()) == ({"zoo"}, ["bar1", "bar2"])
+        assert shape(cache.asscan_iter) == shape(cache.sscan_iter)
+        assert inspect.isasyncgenfunction(cache.asscan_iter)
+
     def test_async_sets_answer_as_the_sync_ones(self, cache: Any) -> None:
         async def scenario() -> None:
             assert await cache.asadd("s", "a", "b", "c", 1) == 4

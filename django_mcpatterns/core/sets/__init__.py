@@ -60,7 +60,7 @@ from ._async_lists import AsyncAppendLists
 from ._model import Carry, SetOptions
 from ._model_layout import Member
 from ._model_shards import SHARD_TTL_MARGIN, shard_key
-from ._model_views import AsyncLoader, Loader
+from ._model_views import AsyncLoader, Loader, matching
 from ._sync import AppendSets
 from ._sync_append import AppendCollections
 from ._sync_lists import AppendLists
@@ -78,5 +78,6 @@ __all__ = [
     "Loader",
     "Member",
     "SetOptions",
+    "matching",
     "shard_key",
 ]

@@ -9,6 +9,7 @@ eviction took.
 
 from __future__ import annotations
 
+import fnmatch
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -31,6 +32,7 @@ __all__ = [
     "LostShard",
     "SetView",
     "carry_appends",
+    "matching",
     "replay",
     "unique_members",
 ]
@@ -104,3 +106,22 @@ def replay(view: SetView, data: bytes, start: int) -> None:
             if mentioned is not None:
                 mentioned.add(member)
     view.mentioned = mentioned
+
+
+def matching(members: Iterable[Member], match: str | bytes | None) -> set[Member]:
+    """The members a Redis ``SSCAN ... MATCH match`` returns: glob-style (``*``, ``?``,
+    ``[abc]``), on a member's text (an int's decimal digits; bytes match bytes, or a str
+    pattern encoded as UTF-8).  ``None`` matches every member."""
+    if match is None:
+        return set(members)
+    text = match if isinstance(match, str) else match.decode("utf-8", "surrogateescape")
+    raw = text.encode("utf-8", "surrogateescape")
+    found: set[Member] = set()
+    for member in members:
+        if isinstance(member, bytes):
+            hit = fnmatch.fnmatchcase(member, raw)
+        else:
+            hit = fnmatch.fnmatchcase(str(member), text)
+        if hit:
+            found.add(member)
+    return found
