@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from django.apps import apps
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.utils.decorators import method_decorator
@@ -159,6 +160,15 @@ def build_section(alias: str) -> Section:
     return section
 
 
+def orm_rows() -> list[dict[str, Any]] | None:
+    """The ORM cache's counts per model (this process); None when its app is not installed."""
+    if not apps.is_installed("django_mcpatterns.orm"):
+        return None
+    from django_mcpatterns.orm import stats
+
+    return [{"model": model, **counts} for model, counts in stats().items()]
+
+
 @method_decorator(never_cache, name="dispatch")
 class StatusView(PermissionView):
     """Render ``django_mcpatterns/status.html`` for the configured caches."""
@@ -172,6 +182,7 @@ class StatusView(PermissionView):
         aliases = list(self.aliases) if self.aliases is not None else pattern_aliases()
         context = {
             "sections": [build_section(alias) for alias in aliases],
+            "orm": orm_rows(),
             "counters": counters.snapshot(),
             "metrics_docs": self.metrics_docs,
             "metrics": METRICS,

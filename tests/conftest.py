@@ -4,12 +4,20 @@ from __future__ import annotations
 
 from collections.abc import Generator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from tests.drills.tls import Certificate, make_certificate, tls_memcached
 from tests.harness import MemcachedServer, Nutcracker, memcached_cluster, nutcracker_on
 from tests.processes import deaths
+
+# No wall clock in any test: hypothesis's per-example deadline (200 ms) and its "too slow"
+# health check time the machine, and failed examples on a busy one (a ketama ring of
+# 500 servers took 265 ms).  Performance is measured in benchmarks/.
+settings.register_profile("suite", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("suite")
 
 
 @pytest.fixture(scope="session")
@@ -64,9 +72,25 @@ def pytest_runtest_makereport(
     return report
 
 
+# Deaths the xdist workers saw (each worker starts servers of its own), told to the
+# controller at each worker's end.
+_WORKER_DEATHS: list[str] = []
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    output = getattr(session.config, "workeroutput", None)  # set in an xdist worker only
+    if output is not None:
+        output["deaths"] = deaths()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: object) -> None:
+    _WORKER_DEATHS.extend(getattr(node, "workeroutput", {}).get("deaths", []))
+
+
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     """The run's summary names every server that died on its own, even if no test failed."""
-    dead = deaths()
+    dead = [*deaths(), *_WORKER_DEATHS]
     if dead:
         terminalreporter.section("servers that died during the run", red=True)
         for line in dead:

@@ -36,7 +36,7 @@ import pytest
 from pymemcache.client.base import Client
 
 from django_mcpatterns.core.keys import Key, placed
-from tests.processes import ServerProcess
+from tests.processes import MEMCACHED_STOP, ServerProcess
 
 if TYPE_CHECKING:
     from django_mcpatterns.core.cluster import Cluster
@@ -131,7 +131,9 @@ class MemcachedServer:
         return cmd
 
     def start(self) -> MemcachedServer:
-        self.executor = ServerProcess(self.command(), (LOOPBACK, self.port), name="memcached")
+        self.executor = ServerProcess(
+            self.command(), (LOOPBACK, self.port), name="memcached", stop_signal=MEMCACHED_STOP
+        )
         self.executor.start()
         return self
 

@@ -137,12 +137,14 @@ def built_site(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     return site, result.stdout + result.stderr
 
 
+@pytest.mark.slow
 def test_site_builds_without_warnings(built_site: tuple[Path, str]) -> None:
     site, _ = built_site
     assert (site / "index.html").is_file()
     assert (site / "operations" / "index.html").is_file()
 
 
+@pytest.mark.slow
 def test_every_link_of_the_site_leads_to_a_page_of_it_or_another_site(
     built_site: tuple[Path, str],
 ) -> None:

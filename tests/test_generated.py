@@ -23,6 +23,7 @@ def _script() -> object:
     return module
 
 
+@pytest.mark.slow
 def test_sync_modules_are_generated_from_the_async_source() -> None:
     script: object = _script()
     stale = script.stale()  # type: ignore[attr-defined]

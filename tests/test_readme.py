@@ -17,6 +17,7 @@ import contextlib
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import socket
@@ -43,7 +44,7 @@ TALLIES = 20
 KINDS = {
     "example": re.compile(r"^(MEMCACHED_SERVERS=\S+ )?bash scripts/run-example\.sh\b"),
     "flask example": re.compile(r"^bash scripts/run-flask-example\.sh\b"),
-    "tests": re.compile(r"^bash scripts/test\.sh\b"),
+    "tests": re.compile(r"^(PYTEST_WORKERS=\d+ )?bash scripts/test\.sh\b"),
     "memcached": re.compile(r"^for p in [\d ]+; do memcached -d .*; done\b"),
     "uvicorn": re.compile(r"^\.venv/bin/python -m uvicorn "),
     "wheel": re.compile(r"^\.venv/bin/python -m pip wheel "),
@@ -251,11 +252,31 @@ def test_the_first_command_serves_the_example_on_the_embedded_cache(
     assert (venv / "bin" / "python").exists()
 
 
-def test_the_test_command_is_what_ci_runs() -> None:
-    """``bash scripts/test.sh`` runs the whole suite (this test among it): CI runs it."""
-    command = the("tests")
-    assert command.split("#")[0].strip() == "bash scripts/test.sh"
+def test_the_test_commands_are_what_ci_runs() -> None:
+    """``bash scripts/test.sh`` runs the whole suite (this test among it): CI runs it.  The
+    README's other forms add pytest arguments: files that exist, markers that are declared."""
+    commands = of_kind("tests")
+    assert "bash scripts/test.sh" in [c.split("#")[0].strip() for c in commands]
     assert "bash scripts/test.sh" in (ROOT / ".ci" / "run").read_text()
+    markers = {line.split(":")[0].strip() for line in pytest_ini("markers")}
+    for command in commands:
+        words = [w for w in shlex.split(command, comments=True) if not re.match(r"^\w+=", w)]
+        assert words[:2] == ["bash", "scripts/test.sh"], command
+        arguments = iter(words[2:])
+        for word in arguments:
+            if word == "-m":
+                named = set(re.findall(r"\w+", next(arguments))) - {"not", "and", "or"}
+                assert named <= markers, f"{command}: undeclared markers {named - markers}"
+            elif not word.startswith("-"):
+                assert (ROOT / word.split("::")[0]).exists(), f"{command}: no {word}"
+
+
+def pytest_ini(name: str) -> list[str]:
+    """A list setting of [tool.pytest.ini_options] in pyproject.toml."""
+    import tomllib
+
+    options = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]
+    return list(options["ini_options"][name])
 
 
 def test_one_variable_runs_the_example_on_the_readmes_memcached(

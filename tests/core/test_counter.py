@@ -20,6 +20,7 @@ from django_mcpatterns.core.cluster import Cluster
 from django_mcpatterns.core.keys import Routed
 from django_mcpatterns.core.memory import AsyncMemoryStore, MemoryStore
 from django_mcpatterns.core.options import ClusterOptions
+from tests.core.asyncio_tools import others_finished
 from tests.drills.proxy import Proxy
 from tests.harness import MemcachedServer
 
@@ -321,7 +322,7 @@ def test_a_writer_cancelled_while_it_applies_still_exits(
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await task
-            await asyncio.sleep(0.5)  # whatever still runs, finishes
+            await others_finished()  # whatever still runs, finishes
             await aio.close()
 
         asyncio.run(main())
@@ -400,7 +401,7 @@ def test_a_writer_cancelled_while_it_enters_leaves_no_flight_open(
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await task
-            await asyncio.sleep(0.5)
+            await others_finished()
             await aio.close()
 
         asyncio.run(main())

@@ -25,6 +25,8 @@ from django_mcpatterns.core.keys import Routed
 from django_mcpatterns.core.options import ClusterOptions
 from tests.harness import MemcachedServer
 
+pytestmark = pytest.mark.slow  # processes of their own: a drill
+
 RUNS = 6
 APPLY_DELAY = 0.004  # seconds a writer may wait between its commit and its apply
 WRITERS, READERS, WRITES = 3, 2, 40

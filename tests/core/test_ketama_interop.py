@@ -31,9 +31,9 @@ from tests.harness import (
     require_binary,
     require_module,
 )
-from tests.processes import ServerProcess
+from tests.processes import MEMCACHED_STOP, ServerProcess
 
-pytestmark = pytest.mark.interop
+pytestmark = [pytest.mark.interop, pytest.mark.slow]
 
 KEY_COUNT = 10_000
 SIZES = (3, 5, 10)
@@ -161,7 +161,9 @@ def socket_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[st
             command = [binary, "-s", path, "-m", "64", "-t", "1"]
             if os.geteuid() == 0:
                 command += ["-u", "root"]  # memcached refuses to run as root without -u
-            executors.append(ServerProcess(command, path, name="memcached"))
+            executors.append(
+                ServerProcess(command, path, name="memcached", stop_signal=MEMCACHED_STOP)
+            )
             executors[-1].start()
         yield {str(e.address): str(e.address) for e in executors}
     finally:

@@ -6,7 +6,8 @@ Drills that kill and stall servers are in tests/drills/test_replication.py.
 from __future__ import annotations
 
 import asyncio
-import time
+import contextlib
+import threading
 from collections import Counter
 from collections.abc import Iterator
 
@@ -304,21 +305,42 @@ def test_a_replicated_lock_is_held_once_its_home_decides(five):
     second.release()
 
 
+@contextlib.contextmanager
+def proxied_cluster(servers, **options) -> Iterator[tuple[Cluster, dict[str, Proxy]]]:
+    """A replicated cluster whose servers are each behind a :class:`Proxy` (by its spec)."""
+    with contextlib.ExitStack() as stack:
+        proxies = [stack.enter_context(Proxy(server.port)) for server in servers]
+        for server in servers:
+            server.flush()
+        settings = {"replicate": {"hot:": 3}, **options}
+        cluster = Cluster([p.spec for p in proxies], ClusterOptions(**settings))
+        try:
+            yield cluster, {p.spec: p for p in proxies}
+        finally:
+            for proxy in proxies:
+                if proxy.gate is not None:
+                    proxy.gate.set()
+            cluster.close()
+
+
 def test_a_stalled_copy_costs_one_timeout_and_is_journaled(five):
     """The home and the live copy are written before the stalled copy's reply is awaited."""
-    cluster = replicated(five[:4], timeout=0.5, retry_attempts=1)
-    key = "hot:parallel"
-    home, live, stalled = (next(s for s in five if s.spec == n) for n in cluster.replicas(key))
-    stalled.pause()
-    try:
-        started = time.monotonic()
+    events = []
+    with proxied_cluster(five[:4], timeout=0.5, retry_attempts=1) as (cluster, proxies):
+        cluster.listen(on_node_event=events.append)
+        key = "hot:parallel"
+        home, live, stalled = (proxies[n] for n in cluster.replicas(key))
+        stalled.gate = threading.Event()  # its replies never come
         assert cluster.set(key, b"v")  # the home stored it
-        elapsed = time.monotonic() - started
-        assert holders([home, live], key) == {home.spec: b"v", live.spec: b"v"}
-    finally:
-        stalled.resume()
-    assert 0.45 < elapsed < 0.9, elapsed
-    assert cluster.journal() == {stalled.spec: 1}
+        by_port = {s.port: s for s in five}
+        holding = holders([by_port[home.upstream[1]], by_port[live.upstream[1]]], key)
+        assert holding == {
+            s.spec: b"v" for s in (by_port[home.upstream[1]], by_port[live.upstream[1]])
+        }
+        assert cluster.journal() == {stalled.spec: 1}
+        assert stalled.round_trips == 1  # asked once, not again
+    failures = [(e.node, type(e.error)) for e in events if e.kind == "failure"]
+    assert failures == [(stalled.spec, TimeoutError)]  # one timeout
 
 
 def test_each_replica_gets_one_round_trip_per_write(five):
@@ -339,21 +361,19 @@ def test_each_replica_gets_one_round_trip_per_write(five):
 
 
 def test_two_stalled_copies_cost_one_timeout_not_two(five):
-    """Every copy is written before any reply is awaited, and the replies are awaited together."""
-    cluster = replicated(five[:4], timeout=0.5, retry_attempts=1)
-    key = "hot:both-stalled"
-    stalled = [s for s in five[:4] if s.spec in cluster.replicas(key)[1:]]
-    for server in stalled:
-        server.pause()
-    try:
-        started = time.monotonic()
+    """Every copy is written before any reply is awaited, and the replies are awaited together.
+
+    The second stalled copy answers as soon as the client gives up on the first (closes
+    its connection): a client waiting for them one after the other would get that answer
+    within its second wait; waiting together, both are judged at the one deadline.
+    """
+    with proxied_cluster(five[:4], timeout=0.5, retry_attempts=1) as (cluster, proxies):
+        key = "hot:both-stalled"
+        first, second = (proxies[n] for n in cluster.replicas(key)[1:])
+        first.gate = threading.Event()  # never answers
+        second.gate = first.client_closed  # answers once the client has given up on the first
         assert cluster.set(key, b"v")  # the home stored it
-        elapsed = time.monotonic() - started
-    finally:
-        for server in stalled:
-            server.resume()
-    assert 0.45 < elapsed < 0.85, elapsed
-    assert cluster.journal() == {server.spec: 1 for server in stalled}
+        assert cluster.journal() == {first.spec: 1, second.spec: 1}
 
 
 def test_flush_all_flushes_the_gutter_too(five):

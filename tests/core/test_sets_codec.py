@@ -148,7 +148,9 @@ def test_member_hash_is_stable_across_processes() -> None:
 NOT_MEMBERS = [True, False, 1.5, None, bytearray(b"x"), ("t",), object()]
 
 
-@pytest.mark.parametrize("bad", NOT_MEMBERS, ids=repr)
+@pytest.mark.parametrize(
+    "bad", NOT_MEMBERS, ids=lambda v: "object()" if type(v) is object else repr(v)
+)
 def test_members_are_str_bytes_or_int_only(bad: Any) -> None:
     with pytest.raises(TypeError, match="str, bytes or int"):
         member_token(bad)

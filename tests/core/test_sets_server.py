@@ -295,6 +295,7 @@ def run_processes(make_store: Callable[[], Any]) -> set[str]:
     return set().union(*views)
 
 
+@pytest.mark.slow
 def test_eight_processes_on_a_three_server_cluster(
     three: Cluster, memcached_3: list[MemcachedServer]
 ) -> None:
@@ -315,6 +316,7 @@ def _given(store: Any) -> Any:
     return store
 
 
+@pytest.mark.slow
 def test_eight_processes_on_the_embedded_store() -> None:
     with _StoreManager(ctx=multiprocessing.get_context("fork")) as manager:
         shared = manager.MemoryStore()  # type: ignore[attr-defined]

@@ -22,7 +22,7 @@ from django_mcpatterns.core.namespaces import AsyncNamespaces
 from django_mcpatterns.core.options import ClusterOptions
 from django_mcpatterns.core.stampede import AsyncStampede, StampedePolicy, lock_key
 from tests.conftest import flush
-from tests.core.asyncio_tools import STALL_LIMIT, Computes, LagMeter, least_stall, run
+from tests.core.asyncio_tools import Computes, Ticker, loop_never_blocks, others_finished, run
 from tests.drills.proxy import Proxy
 from tests.harness import MemcachedServer, server_requests
 
@@ -39,26 +39,26 @@ def test_50_tasks_on_one_cold_key_compute_once_without_stalling_the_loop(
     memcached_3: list[MemcachedServer], protocol: str
 ) -> None:
     flush(memcached_3)
+    store = cluster(memcached_3, protocol)
+    stampede = AsyncStampede(store)
+    key = f"cold-{protocol}"
 
-    async def scenario(attempt: int) -> float:
-        store = cluster(memcached_3, protocol)
-        compute = Computes({"rows": list(range(100))}, seconds=0.2)
-        stampede = AsyncStampede(store)
-        key = f"cold-{protocol}-{attempt}"
+    async def scenario() -> None:
         try:
-            async with LagMeter() as lag:
+            async with Ticker() as ticker:
+                # The compute ends after 50 turns of another task: the loop ran all along.
+                compute = Computes({"rows": list(range(100))}, until=lambda: ticker.reached(50))
                 values = await asyncio.gather(
                     *(stampede.get_or_compute(key, compute, 60) for _ in range(TASKS))
                 )
             assert values == [{"rows": list(range(100))}] * TASKS
             assert compute.calls == 1
-            assert store.sync.get(key) == {"rows": list(range(100))}  # the sync Cluster reads it
         finally:
             await store.close()
-        return lag.worst
 
-    worst = least_stall(scenario)
-    assert worst < STALL_LIMIT, f"the loop stalled {worst * 1000:.1f} ms"
+    with loop_never_blocks():
+        run(scenario)
+    assert store.sync.get(key) == {"rows": list(range(100))}  # the sync Cluster reads it
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
@@ -68,26 +68,22 @@ def test_a_cancelled_winner_does_not_wedge_the_key(
     flush(memcached_3)
     slow = Computes("never", seconds=10)
 
-    async def scenario() -> tuple[Any, float]:
+    async def scenario() -> Any:
         store = cluster(memcached_3, protocol)
-        # A short wait: the key must be free again long before a lock or placeholder TTL.
         stampede = AsyncStampede(store, StampedePolicy(wait=2.0))
+        # No wait at all: a lock or placeholder left behind would raise LockTimeoutError.
+        impatient = AsyncStampede(store, StampedePolicy(wait=0))
         try:
             winner = asyncio.ensure_future(stampede.get_or_compute("wedge", slow, 60))
             await asyncio.sleep(0.1)
             winner.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await winner
-            loop = asyncio.get_running_loop()
-            started = loop.time()
-            value = await stampede.get_or_compute("wedge", Computes("next"), 60)
-            return value, loop.time() - started
+            return await impatient.get_or_compute("wedge", Computes("next"), 60)
         finally:
             await store.close()
 
-    value, took = run(scenario)
-    assert value == "next"
-    assert took < 0.5  # computed at once: no lock or placeholder left to wait for
+    assert run(scenario) == "next"  # computed at once: no lock or placeholder left to wait for
     assert slow.calls == 1
 
 
@@ -98,21 +94,21 @@ def test_a_stale_value_is_served_while_one_task_recomputes(
     flush(memcached_3)
     fresh = Computes("new", seconds=0.1)
 
-    async def scenario() -> tuple[list[Any], Any, float]:
+    async def scenario() -> tuple[list[Any], Any]:
         store = cluster(memcached_3, protocol)
         stampede = AsyncStampede(store)
         try:
             await stampede.get_or_compute("page", Computes("old"), 60)
             assert await stampede.mark_stale("page")
-            async with LagMeter() as lag:
-                values = await asyncio.gather(
-                    *(stampede.get_or_compute("page", fresh, 60) for _ in range(TASKS))
-                )
-            return values, await stampede.get_or_compute("page", fresh, 60), lag.worst
+            values = await asyncio.gather(
+                *(stampede.get_or_compute("page", fresh, 60) for _ in range(TASKS))
+            )
+            return values, await stampede.get_or_compute("page", fresh, 60)
         finally:
             await store.close()
 
-    values, after, _ = run(scenario)
+    with loop_never_blocks():
+        values, after = run(scenario)
     assert sorted(values) == ["new"] + ["old"] * (TASKS - 1)
     assert fresh.calls == 1
     assert after == "new"
@@ -149,6 +145,7 @@ def test_async_namespaces_on_real_servers(
     assert after is None
 
 
+@pytest.mark.slow  # real time on memcached's clock: a loop starved for a second misses a beat
 @pytest.mark.parametrize("protocol", PROTOCOLS)
 def test_the_keepalive_task_holds_the_key_through_a_compute_longer_than_the_lock(
     memcached_3: list[MemcachedServer], protocol: str
@@ -243,7 +240,7 @@ def test_a_recompute_lock_release_cancelled_midway_still_frees_the_lock(
                 winner.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await winner
-                await asyncio.sleep(0.5)  # whatever still runs, finishes
+                await others_finished()  # whatever still runs, finishes
                 proxy.delay = 0.0
                 return await store.get(lock)
             finally:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -52,24 +51,22 @@ def cluster(
 def test_an_uncacheable_value_leaves_no_placeholder_for_the_next_caller(cluster: Cluster) -> None:
     stampede = Stampede(cluster, POLICY)
     assert stampede.fetch("huge", lambda: BIG, 60).value == BIG  # computed, not cached
-    started = time.monotonic()
-    fetched = stampede.fetch("huge", lambda: b"next", 60)
+    impatient = Stampede(cluster, StampedePolicy(wait=0))  # a placeholder left: LockTimeoutError
+    fetched = impatient.fetch("huge", lambda: b"next", 60)
     assert (fetched.value, fetched.outcome) == (b"next", "computed")  # not a 3 s wait, then raise
-    assert time.monotonic() - started < 1.5
     assert cluster.get("huge") == b"next" or cluster.get("huge") is None
 
 
 def test_an_uncacheable_value_leaves_no_placeholder_async_too(cluster: Cluster) -> None:
-    async def scenario() -> tuple[object, str, float]:
+    async def scenario() -> tuple[object, str]:
         stampede = AsyncStampede(cluster.aio, POLICY)
         assert (await stampede.fetch("huge", lambda: BIG, 60)).value == BIG
-        started = time.monotonic()
-        fetched = await stampede.fetch("huge", lambda: b"next", 60)
-        return fetched.value, fetched.outcome, time.monotonic() - started
+        impatient = AsyncStampede(cluster.aio, StampedePolicy(wait=0))
+        fetched = await impatient.fetch("huge", lambda: b"next", 60)
+        return fetched.value, fetched.outcome
 
-    value, outcome, took = asyncio.run(scenario())
-    assert (value, outcome) == (b"next", "computed")
-    assert took < 1.5
+    value, outcome = asyncio.run(scenario())
+    assert (value, outcome) == (b"next", "computed")  # a placeholder left would raise at once
 
 
 # -- memcached out of memory ----------------------------------------------------------

@@ -22,7 +22,7 @@ from django_mcpatterns.core.ketama import VARIANTS, Continuum
 from django_mcpatterns.core.options import FAILOVER_POLICIES
 from tests.django.conftest import CLUSTER_BACKEND, EMBEDDED_BACKEND
 from tests.harness import MemcachedServer, raw_client, require_binary
-from tests.processes import ServerProcess
+from tests.processes import MEMCACHED_STOP, ServerProcess
 
 pytestmark = pytest.mark.usefixtures("reset_shared_stores")
 
@@ -142,7 +142,7 @@ def unix_memcached(tmp_path: Path) -> Iterator[str]:
     command = [require_binary("memcached"), "-s", path, "-a", "0700", "-m", "16", "-t", "1"]
     if os.geteuid() == 0:
         command += ["-u", "root"]  # memcached refuses to run as root without -u
-    executor = ServerProcess(command, path, name="memcached")
+    executor = ServerProcess(command, path, name="memcached", stop_signal=MEMCACHED_STOP)
     executor.start()
     try:
         yield path

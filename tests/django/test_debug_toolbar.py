@@ -26,6 +26,14 @@ def page(request: HttpRequest) -> HttpResponse:
     return HttpResponse(f"<html><body><p>{sorted(members)} {answer}</p></body></html>")
 
 
+def orm_page(request: HttpRequest) -> HttpResponse:
+    from django_mcpatterns.orm.observe import record
+
+    record("hit", "shop.product", 2)  # what the ORM cache's reader records for cached reads
+    record("miss", "shop.product")
+    return HttpResponse("<html><body><p>orm</p></body></html>")
+
+
 async def apage(request: HttpRequest) -> HttpResponse:
     cache = caches["default"]
     await cache.asadd("tags", "red", "green")
@@ -125,6 +133,15 @@ def test_the_panel_lists_the_calls_of_an_async_view() -> None:
     nav = re.search(r"(\d+) calls, (\d+) round trips in [\d.]+ ms", html)
     assert nav is not None
     assert int(nav.group(1)) == 3
+
+
+@pytest.mark.usefixtures("toolbar_site")
+def test_the_panel_counts_the_requests_orm_cache_events() -> None:
+    response = Client().get("/orm/", REMOTE_ADDR="127.0.0.1")
+    assert response.status_code == 200
+    html = text(response.content.decode())
+    assert "ORM cache" in html
+    assert "shop.product 2 1 0 0 0" in html  # hits, misses, not stored, bypassed, renewed
 
 
 @pytest.mark.usefixtures("toolbar_site")

@@ -8,7 +8,12 @@ of replies: a server or network dying in the middle of a response.  With :attr:`
 set, each chunk of replies is held that long (a slow network).  With
 :meth:`Proxy.withhold`, the reply to the next command that starts with the given
 bytes is never delivered (memcached still runs the command): a reply lost after
-the request arrived, which the client can only see as a timeout.
+the request arrived, which the client can only see as a timeout.  With
+:attr:`Proxy.gate` set to an event, replies wait until it is set (a stalled
+server the test releases); :attr:`Proxy.client_closed` is set once the client
+closes a connection (e.g. after its timeout): gating one proxy's replies on
+another's ``client_closed`` shows whether a client waited for two servers one
+after the other or together, with no clock.
 
 :attr:`Proxy.round_trips` counts round trips on the wire: a burst of bytes from
 the client that follows a reply (or opens the connection) starts one; more
@@ -48,6 +53,8 @@ class Proxy:
         self.upstream = (LOOPBACK, upstream_port)
         self.cut_after: int | None = None
         self.delay = 0.0  # seconds each chunk of replies is held before it is forwarded
+        self.gate: threading.Event | None = None  # replies wait until it is set
+        self.client_closed = threading.Event()  # a client closed one of its connections
         self.connections: list[Connection] = []
         self._withhold: bytes | None = None
         self._listener = socket.create_server((LOOPBACK, 0))
@@ -174,6 +181,8 @@ class Proxy:
             while True:
                 data = source.recv(65536)
                 if not data:
+                    if upstream:
+                        self.client_closed.set()
                     break
                 if upstream:
                     self._mark_withheld(record, data)
@@ -189,6 +198,8 @@ class Proxy:
                     continue
                 if not upstream and self.delay:
                     time.sleep(self.delay)
+                if not upstream and self.gate is not None:
+                    self.gate.wait(30)
                 limit = None if upstream else self.cut_after
                 if limit is not None and len(buffer) + len(data) >= limit:
                     data = data[: max(limit - len(buffer), 0)]

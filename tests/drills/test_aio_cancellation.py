@@ -74,8 +74,10 @@ def test_cancellations_at_random_points_leave_every_reply_to_its_request(
     proxies: list[Proxy], memcached_3: list[MemcachedServer], seed: int
 ) -> None:
     rng = random.Random(seed)
-    twin = AsyncCluster([p.spec for p in proxies], ClusterOptions(timeout=2.0))
-    sync = Cluster([p.spec for p in proxies], ClusterOptions(timeout=2.0))
+    # Timeouts far past any answer: a timeout is no cancellation, and on a busy machine the
+    # in-process proxies' delayed replies took over 2 s.
+    twin = AsyncCluster([p.spec for p in proxies], ClusterOptions(timeout=10.0))
+    sync = Cluster([p.spec for p in proxies], ClusterOptions(timeout=10.0))
     # What each key may hold: the generations written and not known to have failed.
     possible: dict[str, set[int | None]] = {key: {None} for key in KEYS}
 

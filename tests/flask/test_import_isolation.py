@@ -13,6 +13,10 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.slow  # interpreters of their own
+
 ROOT = Path(__file__).resolve().parents[2]
 
 # Installs a finder refusing the packages added to ``BLOCKED``, and ``modules(package, skip)``
