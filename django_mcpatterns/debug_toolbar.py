@@ -45,6 +45,7 @@ class _Recording:
     def __init__(self) -> None:
         self.calls: list[dict[str, Any]] = []
         self.plain: list[dict[str, Any]] = []  # round trips outside any pattern call
+        self.orm: dict[str, dict[str, int]] = {}  # ORM cache events by model
 
 
 _recording: contextvars.ContextVar[_Recording | None] = contextvars.ContextVar(
@@ -106,6 +107,20 @@ def summary(value: Any, quote: bool = True) -> str:
     return text if len(text) <= _MOST else text[: _MOST - 1] + "…"
 
 
+def _orm_event(event: str, model: str, count: int, **_: Any) -> None:
+    """An ORM cache event (django_mcpatterns.orm): counted in the current request's recording."""
+    recording = _recording.get()
+    if recording is not None:
+        events = recording.orm.setdefault(model, {})
+        events[event] = events.get(event, 0) + count
+
+
+def _listen_to_orm() -> None:
+    from django_mcpatterns.orm.observe import orm_event  # no models: importable without the app
+
+    orm_event.connect(_orm_event, dispatch_uid="mcpatterns_debug_toolbar_orm")
+
+
 class PatternsPanel(Panel):
     """The pattern calls of the request and the memcached round trips behind each."""
 
@@ -129,6 +144,7 @@ class PatternsPanel(Panel):
                 observe = getattr(store, "observe", None)
                 if observe is not None:
                     observe(_SINK)
+        _listen_to_orm()
         if self._token is None:
             self._token = _recording.set(self._recording)
 
@@ -141,6 +157,7 @@ class PatternsPanel(Panel):
             self._token = None
 
     def generate_stats(self, request: Any, response: Any) -> None:
+        orm = [{"model": model, **events} for model, events in sorted(self._recording.orm.items())]
         calls = self._recording.calls
         plain = self._recording.plain
         trips = [trip for call in calls for trip in call["round_trips"]] + plain
@@ -148,6 +165,7 @@ class PatternsPanel(Panel):
             {
                 "calls": calls,
                 "plain": plain,
+                "orm": orm,
                 "total_calls": len(calls),
                 "total_round_trips": len(trips),
                 "total_commands": sum(trip["commands"] for trip in trips),

@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from django.apps import apps
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.utils.decorators import method_decorator
@@ -51,8 +52,10 @@ PALETTE = (
     "#9c755f",
     "#bab0ac",
 )
-# Where the page's "metrics" link points: set StatusView.metrics_docs to your docs' address.
-METRICS_DOCS = "docs/operations.md#metrics-and-traces"
+# Where the page's "metrics documentation" link points: set StatusView.metrics_docs to the
+# address of these docs where your team reads them (an absolute URL, or a path your site serves).
+# None: no link (the package cannot know where its docs are served), the section is named instead.
+METRICS_DOCS: str | None = None
 METRICS = (
     "mcpatterns_commands_total",
     "mcpatterns_command_seconds",
@@ -157,19 +160,29 @@ def build_section(alias: str) -> Section:
     return section
 
 
+def orm_rows() -> list[dict[str, Any]] | None:
+    """The ORM cache's counts per model (this process); None when its app is not installed."""
+    if not apps.is_installed("django_mcpatterns.orm"):
+        return None
+    from django_mcpatterns.orm import stats
+
+    return [{"model": model, **counts} for model, counts in stats().items()]
+
+
 @method_decorator(never_cache, name="dispatch")
 class StatusView(PermissionView):
     """Render ``django_mcpatterns/status.html`` for the configured caches."""
 
     aliases: Sequence[str] | None = None
     template_name = "django_mcpatterns/status.html"
-    metrics_docs: str = METRICS_DOCS
+    metrics_docs: str | None = METRICS_DOCS
 
     def get(self, request: HttpRequest) -> HttpResponse:
         self.check_permission(request)
         aliases = list(self.aliases) if self.aliases is not None else pattern_aliases()
         context = {
             "sections": [build_section(alias) for alias in aliases],
+            "orm": orm_rows(),
             "counters": counters.snapshot(),
             "metrics_docs": self.metrics_docs,
             "metrics": METRICS,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Generator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -71,9 +72,25 @@ def pytest_runtest_makereport(
     return report
 
 
+# Deaths the xdist workers saw (each worker starts servers of its own), told to the
+# controller at each worker's end.
+_WORKER_DEATHS: list[str] = []
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    output = getattr(session.config, "workeroutput", None)  # set in an xdist worker only
+    if output is not None:
+        output["deaths"] = deaths()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: object) -> None:
+    _WORKER_DEATHS.extend(getattr(node, "workeroutput", {}).get("deaths", []))
+
+
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     """The run's summary names every server that died on its own, even if no test failed."""
-    dead = deaths()
+    dead = [*deaths(), *_WORKER_DEATHS]
     if dead:
         terminalreporter.section("servers that died during the run", red=True)
         for line in dead:

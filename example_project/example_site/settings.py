@@ -17,8 +17,11 @@ ALLOWED_HOSTS = ["127.0.0.1", "localhost", "testserver"]
 
 INSTALLED_APPS = [
     "django_mcpatterns",
+    "django_mcpatterns.orm",  # querysets cached on memcached with .cache() (docs/orm.md)
     "demo",
 ]
+# The ORM cache: results in the default cache, 5 minutes at most; invalidated on every write.
+MCPATTERNS_ORM = {"cache": "default", "timeout": 300}
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "django.middleware.common.CommonMiddleware",

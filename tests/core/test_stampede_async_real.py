@@ -145,6 +145,7 @@ def test_async_namespaces_on_real_servers(
     assert after is None
 
 
+@pytest.mark.slow  # real time on memcached's clock: a loop starved for a second misses a beat
 @pytest.mark.parametrize("protocol", PROTOCOLS)
 def test_the_keepalive_task_holds_the_key_through_a_compute_longer_than_the_lock(
     memcached_3: list[MemcachedServer], protocol: str

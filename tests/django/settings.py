@@ -6,7 +6,9 @@ from typing import Any
 
 SECRET_KEY = "tests-only-not-secret"
 USE_TZ = True
-INSTALLED_APPS = ["django_mcpatterns"]
+# tests.orm.shop: the ORM cache tests' models (tests/orm); the ORM app itself is
+# installed by those tests only (django_mcpatterns.orm.testing.installed).
+INSTALLED_APPS = ["django_mcpatterns", "tests.orm.shop"]
 # SQLite in memory, for the model-signal tests (tests/django/test_namespaces_models.py);
 # other tests never touch it.
 DATABASES: dict[str, dict[str, Any]] = {

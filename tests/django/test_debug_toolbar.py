@@ -12,6 +12,7 @@ from django.http import HttpRequest, HttpResponse
 from django.test import Client, override_settings
 
 from tests.harness import MemcachedServer
+from tests.links import broken, served_by_django
 
 pytestmark = pytest.mark.usefixtures("reset_shared_stores")
 
@@ -23,6 +24,14 @@ def page(request: HttpRequest) -> HttpResponse:
     answer = cache.get_or_compute("answer", lambda: 42, timeout=60)
     cache.get("plain-key")
     return HttpResponse(f"<html><body><p>{sorted(members)} {answer}</p></body></html>")
+
+
+def orm_page(request: HttpRequest) -> HttpResponse:
+    from django_mcpatterns.orm.observe import record
+
+    record("hit", "shop.product", 2)  # what the ORM cache's reader records for cached reads
+    record("miss", "shop.product")
+    return HttpResponse("<html><body><p>orm</p></body></html>")
 
 
 async def apage(request: HttpRequest) -> HttpResponse:
@@ -124,3 +133,21 @@ def test_the_panel_lists_the_calls_of_an_async_view() -> None:
     nav = re.search(r"(\d+) calls, (\d+) round trips in [\d.]+ ms", html)
     assert nav is not None
     assert int(nav.group(1)) == 3
+
+
+@pytest.mark.usefixtures("toolbar_site")
+def test_the_panel_counts_the_requests_orm_cache_events() -> None:
+    response = Client().get("/orm/", REMOTE_ADDR="127.0.0.1")
+    assert response.status_code == 200
+    html = text(response.content.decode())
+    assert "ORM cache" in html
+    assert "shop.product 2 1 0 0 0" in html  # hits, misses, not stored, bypassed, renewed
+
+
+@pytest.mark.usefixtures("toolbar_site")
+def test_every_link_of_the_page_with_the_panel_is_served() -> None:
+    """The panel names the operations documentation; it links nowhere the site does not serve."""
+    html = Client().get("/page/", REMOTE_ADDR="127.0.0.1").content.decode()
+    assert "“Metrics and traces” in the operations documentation" in html
+    assert "docs/operations.md" not in html
+    assert broken(html, "/page/", served_by_django) == []

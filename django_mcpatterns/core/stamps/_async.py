@@ -1,0 +1,150 @@
+"""Stamps' I/O, written once for asyncio (the sync form is generated: ``_sync.py``).
+
+A cached read is one ``gets_many`` of the result and all its stamps and
+registries (:func:`async_read`).  A fill first makes what is missing exist
+(stamps get fresh tokens, schemes get registered), recording the tokens
+*before* the compute, then leases the result key (a placeholder swapped in
+by cas, or added) and stores the value by cas.  A writer that deletes a stamp
+after the compute's tokens were read voids the fill's result at the next read,
+whoever stored it; the lease keeps a late fill from replacing a newer one and
+tells concurrent readers that someone is computing (stampede protection).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from django_mcpatterns.core.concurrency import async_sleep
+from django_mcpatterns.core.exceptions import ValueTooLargeError
+from django_mcpatterns.core.leases import PLACEHOLDER
+from django_mcpatterns.core.store import AsyncStore, CasToken
+
+from ._model import (
+    Cached,
+    Plan,
+    Read,
+    Registry,
+    Scheme,
+    backoff,
+    judge,
+    new_token,
+    registry_line,
+    registry_start,
+    tokens_for,
+)
+
+
+async def async_read(store: AsyncStore, plan: Plan) -> Read:
+    """The one round trip of a cached read: the result, its stamps and registries, judged."""
+    return judge(plan, await store.gets_many(plan.keys()))
+
+
+async def async_prepare(
+    store: AsyncStore, plan: Plan, read: Read, stamp_ttl: int
+) -> tuple[bytes, ...] | None:
+    """Make the plan's stamps and schemes exist; return the tokens a fill records.
+
+    None: the result cannot be cached now (a registry is full, a write failed).
+    Called before the compute: tokens read later could postdate a write the
+    compute did not see.
+    """
+    if read.full or read.tokens is None:
+        return None
+    tokens = dict(read.tokens)
+    for registry, scheme, parsed in read.unregistered:
+        generation = await _register(store, registry, scheme, parsed)
+        if generation is None:
+            return None
+        tokens[registry] = generation
+    if read.missing:
+        fresh = {key: new_token() for key in read.missing}
+        if await store.set_many(fresh, stamp_ttl):
+            return None
+        tokens.update(fresh)
+    return tokens_for(plan, tokens)
+
+
+async def _register(
+    store: AsyncStore, registry: str, scheme: Scheme, parsed: Registry | None
+) -> bytes | None:
+    """Add ``scheme`` to ``registry`` (creating it); return the generation it was added to."""
+    if parsed is not None and await store.append(registry, registry_line(scheme)):
+        return parsed.generation
+    token = new_token()
+    if await store.add(registry, registry_start(token, scheme), 0):
+        return token
+    if not await store.append(registry, registry_line(scheme)):
+        return None
+    again = Registry.parse(await store.get(registry))
+    return again.generation if again is not None and scheme in again.schemes else None
+
+
+async def async_claim(store: AsyncStore, plan: Plan, read: Read, ttl: int) -> CasToken | None:
+    """Lease the result key for a fill: None when another filler holds it (or it failed)."""
+    if read.present:
+        return await store.recas(plan.key, PLACEHOLDER, read.cas, ttl)
+    return await store.add_cas(plan.key, PLACEHOLDER, ttl)
+
+
+async def async_release(store: AsyncStore, plan: Plan, lease: CasToken) -> None:
+    """Give a lease back unfilled (the compute failed): delete the placeholder if still ours."""
+    await store.delete_cas(plan.key, lease)
+
+
+async def async_fill(
+    store: AsyncStore,
+    plan: Plan,
+    lease: CasToken | None,
+    tokens: tuple[bytes, ...],
+    value: object,
+    expire: int,
+) -> bool:
+    """Store ``value`` under the lease (None: only if the key is still empty).
+
+    False when it did not land: another fill, or a value over the item size.
+    """
+    try:
+        if lease is None:
+            return await store.add(plan.key, Cached(tokens, value), expire)
+        stored = await store.cas(plan.key, Cached(tokens, value), lease, expire)
+    except ValueTooLargeError:
+        return False
+    return stored is True
+
+
+async def async_renew(
+    store: AsyncStore, stamps: Sequence[str], drop: Sequence[str], ttl: int
+) -> list[str]:
+    """A writer's invalidation: new tokens for ``stamps``, ``drop`` deleted (registries).
+
+    Renewing rather than deleting keeps the stamps a reader needs in place, so
+    the read after a write costs no extra round trip to recreate them.  Returns
+    the stamps that were not stored.
+    """
+    failed: list[str] = []
+    if stamps:
+        failed = [
+            str(key) for key in await store.set_many({key: new_token() for key in stamps}, ttl)
+        ]
+    if drop:
+        await store.delete_many(drop)
+    return failed
+
+
+async def async_wait(store: AsyncStore, plan: Plan, budget: float) -> Read | None:
+    """Wait up to ``budget`` seconds for another filler's result: the valid read, or None."""
+    for pause in backoff(budget):
+        await async_sleep(pause)
+        again = await async_read(store, plan)
+        if again.hit:
+            return again
+        if again.present:
+            return None  # the fill landed and is already void, or was abandoned
+    return None
+
+
+async def async_registries(store: AsyncStore, keys: Iterable[str]) -> dict[str, Registry | None]:
+    """The registries of the tables a writer touched (a missing one: None)."""
+    wanted = list(keys)
+    found = await store.get_many(wanted)
+    return {key: Registry.parse(found.get(key)) for key in wanted}

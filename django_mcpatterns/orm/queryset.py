@@ -1,0 +1,274 @@
+"""``QuerySet.cache()``/``.nocache()`` and the cached forms of its reading methods.
+
+Installed once by the app (:func:`install`): Django's own methods are wrapped,
+so every queryset of every model has them, managers included.  A wrapped
+method decides from the queryset (``cache()``/``nocache()`` on it, else the
+model's ``MCPATTERNS_ORM["models"]`` rule for the operation) whether to go
+through the :class:`~.reads.Reader`; otherwise it is Django's, unchanged.
+``iterator()`` and ``raw()`` never are.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import AsyncIterator, Callable
+from contextvars import ContextVar
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from django.db.models import QuerySet
+from django.db.models.manager import BaseManager
+from django.db.models.query import MAX_GET_RESULTS, ModelIterable
+
+from .conf import orm_settings
+from .reads import Planned, reader
+from .rows import pack, unpack
+
+__all__ = ["install", "uninstall"]
+
+_MARK = "_mcp"
+_op: ContextVar[str] = ContextVar("mcpatterns_orm_op", default="fetch")
+_ORIGINAL: dict[str, Any] = {}
+
+
+def cache(self: Any, timeout: int | None = None) -> QuerySet[Any]:
+    """This queryset, read through the ORM cache (``timeout``: its results' TTL)."""
+    if timeout is not None and (
+        isinstance(timeout, bool) or not isinstance(timeout, int) or timeout <= 0
+    ):
+        raise ValueError(
+            f"cache(timeout=...) must be a positive number of seconds, not {timeout!r}"
+        )
+    clone: QuerySet[Any] = self._chain()
+    setattr(clone.query, _MARK, (True, timeout))
+    return clone
+
+
+def nocache(self: Any) -> QuerySet[Any]:
+    """This queryset, never read through the ORM cache."""
+    clone: QuerySet[Any] = self._chain()
+    setattr(clone.query, _MARK, (False, None))
+    return clone
+
+
+def _timeout(qs: Any, op: str) -> int | None:
+    """The TTL to cache ``op`` of ``qs`` with, or None when it is not cached."""
+    mark = qs.query.__dict__.get(_MARK)
+    settings = orm_settings()
+    if mark is not None:
+        enabled, timeout = mark
+        if not enabled:
+            return None
+        if timeout is not None:
+            return int(timeout)
+    rule = settings.rule(qs.model)
+    if mark is None and (rule is None or op not in rule.ops):
+        return None
+    if rule is not None and rule.timeout is not None:
+        return rule.timeout
+    return settings.timeout
+
+
+def _planned(qs: Any, op: str, *extra: Any) -> tuple[Planned, int] | None:
+    if qs._result_cache is not None:
+        return None
+    timeout = _timeout(qs, op)
+    if timeout is None:
+        return None
+    found = reader()
+    planned = found.plan(qs.query, qs.db, op, qs._iterable_class, qs._fields, *extra)
+    if planned is None or found.bypassed(planned):
+        return None
+    return planned, timeout
+
+
+def _known_related(qs: Any, results: list[Any]) -> None:
+    """What Django's ModelIterable does for a related manager's rows, on cached rows."""
+    if qs._iterable_class is not ModelIterable:
+        return
+    for field, objects in qs._known_related_objects.items():
+        for obj in results:
+            rel = objects.get(getattr(obj, field.attname))
+            if rel is not None:
+                setattr(obj, field.name, rel)
+
+
+def _rows(qs: Any) -> list[Any]:
+    """What Django's _fetch_all reads."""
+    return list(qs._iterable_class(qs))
+
+
+def _fetch_all(self: Any) -> None:
+    if self._result_cache is None:
+        found = _planned(self, _op.get())
+        if found is not None:
+            planned, timeout = found
+            results = unpack(reader().fetch(planned, lambda: _rows(self), timeout, pack))
+            _known_related(self, results)
+            self._result_cache = results
+    _ORIGINAL["_fetch_all"](self)
+
+
+def get(self: Any, *args: Any, **kwargs: Any) -> Any:
+    token = _op.set("get")
+    try:
+        return _ORIGINAL["get"](self, *args, **kwargs)
+    finally:
+        _op.reset(token)
+
+
+def count(self: Any) -> int:
+    found = _planned(self, "count")
+    if found is None:
+        result: int = _ORIGINAL["count"](self)
+        return result
+    counted: int = reader().fetch(found[0], lambda: _ORIGINAL["count"](self), found[1])
+    return counted
+
+
+def exists(self: Any) -> bool:
+    found = _planned(self, "exists")
+    if found is None:
+        result: bool = _ORIGINAL["exists"](self)
+        return result
+    there: bool = reader().fetch(found[0], lambda: _ORIGINAL["exists"](self), found[1])
+    return there
+
+
+def aggregate(self: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
+    found = _planned(self, "aggregate", args, kwargs)
+    if found is None:
+        result: dict[str, Any] = _ORIGINAL["aggregate"](self, *args, **kwargs)
+        return result
+    return reader().fetch(found[0], lambda: _ORIGINAL["aggregate"](self, *args, **kwargs), found[1])
+
+
+# -- async: a hit is served in the event loop, a miss runs Django's sync path in a thread --
+
+
+async def aget(self: Any, *args: Any, **kwargs: Any) -> Any:
+    if self.query.combinator or self.query.select_for_update:
+        return await _ORIGINAL["aget"](self, *args, **kwargs)
+    clone = self.filter(*args, **kwargs)
+    if clone.query.can_filter() and not clone.query.distinct_fields:
+        clone = clone.order_by()
+    clone.query.set_limits(high=MAX_GET_RESULTS)
+    found = _planned(clone, "get")
+    if found is None:
+        return await _ORIGINAL["aget"](self, *args, **kwargs)
+    results = unpack(await reader().afetch(found[0], lambda: _rows(clone), found[1], pack))
+    _known_related(clone, results)
+    clone._result_cache = results
+    if clone._prefetch_related_lookups:
+        await sync_to_async(clone._prefetch_related_objects)()
+    if len(results) == 1:
+        return results[0]
+    return _raise_for_get(clone, len(results))
+
+
+def _raise_for_get(self: Any, num: int) -> Any:
+    if not num:
+        raise self.model.DoesNotExist(
+            f"{self.model._meta.object_name} matching query does not exist."
+        )
+    raise self.model.MultipleObjectsReturned(
+        f"get() returned more than one {self.model._meta.object_name} -- it returned "
+        f"{num if num < MAX_GET_RESULTS else f'more than {MAX_GET_RESULTS - 1}'}!"
+    )
+
+
+async def acount(self: Any) -> int:
+    found = _planned(self, "count")
+    if found is None:
+        counted: int = await _ORIGINAL["acount"](self)
+        return counted
+    result: int = await reader().afetch(found[0], lambda: _ORIGINAL["count"](self), found[1])
+    return result
+
+
+async def aexists(self: Any) -> bool:
+    found = _planned(self, "exists")
+    if found is None:
+        there: bool = await _ORIGINAL["aexists"](self)
+        return there
+    result: bool = await reader().afetch(found[0], lambda: _ORIGINAL["exists"](self), found[1])
+    return result
+
+
+async def aaggregate(self: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
+    found = _planned(self, "aggregate", args, kwargs)
+    if found is None:
+        done: dict[str, Any] = await _ORIGINAL["aaggregate"](self, *args, **kwargs)
+        return done
+    result: dict[str, Any] = await reader().afetch(
+        found[0], lambda: _ORIGINAL["aggregate"](self, *args, **kwargs), found[1]
+    )
+    return result
+
+
+def __aiter__(self: Any) -> AsyncIterator[Any]:
+    async def generator() -> AsyncIterator[Any]:
+        if self._result_cache is None:
+            found = _planned(self, "fetch")
+            if found is not None:
+                results = unpack(
+                    await reader().afetch(found[0], lambda: _rows(self), found[1], pack)
+                )
+                _known_related(self, results)
+                self._result_cache = results
+        if self._result_cache is None or (
+            self._prefetch_related_lookups and not self._prefetch_done
+        ):
+            await sync_to_async(self._fetch_all)()  # prefetches, or Django's own read
+        for item in self._result_cache or ():
+            yield item
+
+    return generator()
+
+
+_WRAPPED: dict[str, Callable[..., Any]] = {
+    "_fetch_all": _fetch_all,
+    "get": get,
+    "count": count,
+    "exists": exists,
+    "aggregate": aggregate,
+    "aget": aget,
+    "acount": acount,
+    "aexists": aexists,
+    "aaggregate": aaggregate,
+    "__aiter__": __aiter__,
+}
+
+
+def _manager_method(name: str) -> Callable[..., Any]:
+    def method(self: BaseManager[Any], *args: Any, **kwargs: Any) -> Any:
+        return getattr(self.get_queryset(), name)(*args, **kwargs)
+
+    method.__name__ = name
+    return method
+
+
+def install() -> None:
+    """Wrap QuerySet's reading methods and add cache()/nocache() (idempotent)."""
+    if _ORIGINAL:
+        return
+    for name, wrapper in _WRAPPED.items():
+        original = getattr(QuerySet, name)
+        _ORIGINAL[name] = original
+        functools.update_wrapper(wrapper, original)
+        setattr(QuerySet, name, wrapper)
+    QuerySet.cache = cache  # type: ignore[attr-defined]
+    QuerySet.nocache = nocache  # type: ignore[attr-defined]
+    # Managers made by from_queryset() before now get the methods from BaseManager.
+    for name in ("cache", "nocache"):
+        setattr(BaseManager, name, _manager_method(name))
+
+
+def uninstall() -> None:
+    """Restore Django's methods (tests)."""
+    for name, original in _ORIGINAL.items():
+        setattr(QuerySet, name, original)
+    _ORIGINAL.clear()
+    for name in ("cache", "nocache"):
+        delattr(QuerySet, name)
+        delattr(BaseManager, name)

@@ -1,0 +1,286 @@
+"""Cached reads of querysets: plan the keys, one multi-get, or a leased fill.
+
+:class:`Reader` is the process's reader for the configured cache alias.  It
+turns a queryset and an operation into a :class:`~..core.stamps.Plan` (the
+result key from the query's shape, the stamps from its tables and pins),
+reads it in one round trip, and on a miss fills it under a lease
+(:mod:`django_mcpatterns.core.stamps`).  A cache that cannot be reached, or a
+shape that cannot be keyed, falls back to the database: never an error.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from asgiref.sync import sync_to_async
+from django.core.cache import caches
+from django.db import connections
+from django.db.models.sql import Query
+
+from django_mcpatterns.core import stamps
+from django_mcpatterns.core.chunks import AsyncChunkedStore, ChunkedStore
+from django_mcpatterns.core.store import AsyncStore, Store
+
+from . import audit, observe
+from .conf import OrmSettings, orm_settings
+from .pins import pins
+from .shape import Uncacheable, shape_of
+from .transactions import dirty_tables, fill_allowed
+
+__all__ = ["SPACE", "Planned", "Reader", "global_key", "reader", "reset"]
+
+logger = logging.getLogger("django_mcpatterns.orm")
+T = TypeVar("T")
+LEASE_TTL = 30
+"""Seconds a fill's placeholder lives: a filler that died blocks others' fills that long."""
+
+
+SPACE = ""
+"""The database part of stamp keys: none.  Stamps are shared by every database alias, so a
+write through the primary voids results read through a replica alias of the same data (a
+table of the same name in another database is invalidated along, which is only a miss)."""
+
+
+def global_key(prefix: str) -> str:
+    """The stamp every cached result depends on (``invalidate_all`` deletes it)."""
+    return f"{prefix}all"
+
+
+class Planned:
+    """A plan with what the read path needs besides its keys."""
+
+    __slots__ = ("db", "label", "plan", "tables")
+
+    def __init__(self, plan: stamps.Plan, tables: set[str], db: str, label: str) -> None:
+        self.plan = plan
+        self.tables = tables
+        self.db = db
+        self.label = label
+
+
+class Reader:
+    """Reads and fills cached results through one cache alias."""
+
+    def __init__(self, settings: OrmSettings) -> None:
+        self.settings = settings
+        cache: Any = caches[settings.cache]
+        store = getattr(cache, "store", None)
+        if store is None:
+            raise TypeError(
+                f"MCPATTERNS_ORM['cache'] = {settings.cache!r} is not a django_mcpatterns "
+                "backend (KetamaMemcacheCache or LocMemPatternsCache)"
+            )
+        values = cache.values
+        avalues = cache.avalues
+        size = getattr(getattr(store, "options", None), "max_item_size", 1024 * 1024)
+        if not isinstance(values, ChunkedStore):
+            values = ChunkedStore(store, size)
+            avalues = AsyncChunkedStore(cache.astore, size)
+        self.values: Store = values
+        self.avalues: AsyncStore = avalues
+        self.prefix = f"{getattr(cache, 'key_prefix', '')}{settings.prefix}"
+        self.all_key = global_key(self.prefix)
+        self.observer = getattr(store, "observer", None)
+        self._tables: dict[tuple[str, str], tuple[str, str]] = {}
+        self._vendors: dict[str, str] = {}
+
+    def record(self, event: str, label: str, count: int = 1) -> None:
+        """Count an event (orm.stats(), the orm_event signal) and tell the cache's observer
+        (Prometheus ``mcpatterns_events{event="orm_hit"}``...)."""
+        observe.record(event, label, count)
+        observer = self.observer
+        if observer is not None:
+            observer.event(f"orm_{event}")
+
+    def table_keys(self, db: str, table: str) -> tuple[str, str]:
+        """The table's stamp and registry keys (made once per process)."""
+        found = self._tables.get((db, table))
+        if found is None:
+            found = (
+                stamps.table_key(self.prefix, db, table),
+                stamps.registry_key(self.prefix, db, table),
+            )
+            self._tables[db, table] = found
+        return found
+
+    # -- planning (pure: no I/O) --
+
+    def plan(self, query: Query, db: str, *extra: Any) -> Planned | None:
+        """The plan of reading ``query`` on ``db`` (``extra``: the operation), or None."""
+        try:
+            shape = shape_of(query, db, *extra)
+        except Uncacheable as why:
+            logger.debug("not cached: %s", why)
+            return None
+        model = query.model
+        if model is None:
+            return None
+        prefix = self.prefix
+        base = model._meta.db_table
+        tables = shape.tables
+        tables.add(base)
+        vendor = self._vendors.get(db)
+        if vendor is None:
+            vendor = self._vendors[db] = connections[db].vendor
+        found = pins(query, vendor)
+        stamp_keys = [self.all_key]
+        schemes: tuple[tuple[str, stamps.Scheme], ...] = ()
+        for table in sorted(tables):
+            if table != base or found is None:
+                stamp_keys.append(self.table_keys(SPACE, table)[0])
+        if found is not None:
+            scheme, combinations = found
+            stamp_keys.extend(
+                stamps.conjunction_key(prefix, SPACE, base, scheme, values)
+                for values in combinations
+            )
+            schemes = ((self.table_keys(SPACE, base)[1], scheme),)
+        plan = stamps.Plan(f"{prefix}q:{shape.digest()}", tuple(stamp_keys), schemes)
+        return Planned(plan, tables, db, model._meta.label_lower)
+
+    def bypassed(self, planned: Planned) -> bool:
+        """Read your writes: the current transaction wrote a table this read uses."""
+        dirty = dirty_tables(planned.db)
+        if dirty is not None and not dirty.isdisjoint(planned.tables):
+            self.record("bypass", planned.label)
+            return True
+        return False
+
+    # -- reading --
+
+    def fetch(
+        self,
+        planned: Planned,
+        compute: Callable[[], T],
+        timeout: int,
+        pack: Callable[[T], Any] | None = None,
+    ) -> T:
+        """The cached value of ``planned``, or ``compute()`` (stored when it may be).
+
+        ``pack``: the form to store the value in (a hit returns that form).
+        """
+        try:
+            read = stamps.read(self.values, planned.plan)
+        except Exception:  # the cache is unreachable or refused: the database answers
+            logger.warning("ORM cache read failed; reading the database", exc_info=True)
+            self.record("uncached", planned.label)
+            return compute()
+        if read.hit:
+            self.record("hit", planned.label)
+            audit.sample(
+                self.settings.audit, self.values, planned.plan, planned.label, read.value, compute
+            )
+            value: T = read.value
+            return value
+        return self.fill(planned, read, compute, timeout, pack)
+
+    async def afetch(
+        self,
+        planned: Planned,
+        compute: Callable[[], T],
+        timeout: int,
+        pack: Callable[[T], Any] | None = None,
+    ) -> T:
+        """:meth:`fetch` for async code: a hit costs no thread hop; a miss runs in a thread."""
+        try:
+            read = await stamps.async_read(self.avalues, planned.plan)
+        except Exception:
+            logger.warning("ORM cache read failed; reading the database", exc_info=True)
+            self.record("uncached", planned.label)
+            return await sync_to_async(compute)()
+        if read.hit:
+            self.record("hit", planned.label)
+            audit.sample(
+                self.settings.audit, self.values, planned.plan, planned.label, read.value, compute
+            )
+            value: T = read.value
+            return value
+        return await sync_to_async(self.fill)(planned, read, compute, timeout, pack)
+
+    def fill(
+        self,
+        planned: Planned,
+        read: stamps.Read,
+        compute: Callable[[], T],
+        timeout: int,
+        pack: Callable[[T], Any] | None = None,
+    ) -> T:
+        """The miss path: record the stamps' tokens, lease, compute, store.
+
+        A lease taken and not filled (the compute raised, the value is too large)
+        is given back, so the next reader fills instead of waiting for it.
+        """
+        plan = planned.plan
+        tokens: tuple[bytes, ...] | None = None
+        lease: Any = None
+        claimed = False
+        if fill_allowed(planned.db):
+            try:
+                tokens = stamps.prepare(self.values, plan, read, self.settings.stamp_timeout)
+                if tokens is not None and self.settings.lease == "cas":
+                    lease = read.cas  # the read's cas is the lease: no extra write
+                elif tokens is not None:
+                    lease = stamps.claim(self.values, plan, read, LEASE_TTL)
+                    claimed = lease is not None
+                    if not claimed:
+                        tokens = None
+                        waited = self._wait(planned)
+                        if waited is not None:
+                            value: T = waited.value
+                            return value
+            except Exception:
+                logger.warning("ORM cache fill failed; reading the database", exc_info=True)
+                tokens = None
+        try:
+            result = compute()
+        except BaseException:
+            if claimed:
+                self._release(plan, lease)
+            raise
+        if tokens is None:
+            self.record("uncached", planned.label)
+            return result
+        self.record("miss", planned.label)
+        stored = False
+        try:
+            packed = result if pack is None else pack(result)
+            stored = stamps.fill(self.values, plan, lease, tokens, packed, timeout)
+        except Exception:
+            logger.warning("ORM cache fill failed", exc_info=True)
+        if claimed and not stored:
+            self._release(plan, lease)
+        return result
+
+    def _wait(self, planned: Planned) -> stamps.Read | None:
+        """Another process holds the lease: wait a little for its result."""
+        if self.settings.wait <= 0:
+            return None
+        waited = stamps.wait(self.values, planned.plan, self.settings.wait)
+        if waited is not None:
+            self.record("hit", planned.label)
+        return waited
+
+    def _release(self, plan: stamps.Plan, lease: Any) -> None:
+        try:
+            stamps.release(self.values, plan, lease)
+        except Exception:
+            logger.debug("ORM lease not released", exc_info=True)
+
+
+_readers: dict[int, Reader] = {}
+
+
+def reader() -> Reader:
+    """The process's reader for the current settings."""
+    settings = orm_settings()
+    found = _readers.get(id(settings))
+    if found is None or found.settings is not settings:
+        found = _readers[id(settings)] = Reader(settings)
+    return found
+
+
+def reset() -> None:
+    """Forget the readers (the cache or the settings changed)."""
+    _readers.clear()

@@ -1,0 +1,312 @@
+"""A queryset's structure as a stable digest, without compiling SQL.
+
+Compiling a query costs more than a warm cached read may (hundreds of µs), so
+the result key is derived from the :class:`~django.db.models.sql.Query` object
+itself: its model, where tree (lookups and their values), ordering, slicing,
+joins, annotations, ``values()``... every attribute a query holds, walked
+recursively into text that is the same in every process for the same query.
+The walk also collects the tables the query reads (its joins and subqueries).
+
+Anything the walk does not know how to write down stably (a callable, an
+object of an unknown kind) makes the query *uncacheable*, as do the shapes
+that must never be cached: ``select_for_update``, ``extra()``, ``RawSQL``,
+``order_by('?')`` and functions such as ``Now()`` whose value changes between
+runs.  Unknown is never guessed: it falls back to the database.
+"""
+
+from __future__ import annotations
+
+import datetime
+import decimal
+import hashlib
+import types
+import uuid
+from collections.abc import Callable
+from functools import cached_property
+from typing import Any
+
+from django.db.models import Field, ForeignObjectRel, Model
+from django.db.models.expressions import Col, RawSQL
+from django.db.models.functions import Now, Random
+from django.db.models.sql import Query
+from django.db.models.sql.datastructures import BaseTable, Join
+from django.db.models.sql.where import ExtraWhere
+from django.utils.functional import cached_property as django_cached_property
+
+__all__ = ["Shape", "Uncacheable", "digest_of", "shape_of"]
+
+
+class Uncacheable(Exception):
+    """The query has a part whose meaning the key cannot capture, or must not be cached."""
+
+
+_ATOMS: tuple[type, ...] = (
+    int,
+    float,
+    str,
+    bytes,
+    bool,
+    type(None),
+    decimal.Decimal,
+    datetime.date,
+    datetime.time,
+    datetime.timedelta,
+    uuid.UUID,
+)
+_NONDETERMINISTIC: tuple[type, ...] = (Now, Random, RawSQL, ExtraWhere)
+_NONDETERMINISTIC_SQL = frozenset(
+    {
+        "NOW",
+        "RANDOM",
+        "RAND",
+        "CURRENT_TIMESTAMP",
+        "CURRENT_DATE",
+        "CURRENT_TIME",
+        "GEN_RANDOM_UUID",
+        "UUID",
+        "STATEMENT_TIMESTAMP",
+        "CLOCK_TIMESTAMP",
+        "SYSDATE",
+    }
+)
+# Attributes that say nothing about the SQL.
+_SKIPPED = frozenset({"_mcp"})
+_QUERY_IGNORED = frozenset(
+    {
+        "alias_refcount",
+        "used_aliases",
+        "filter_is_sticky",
+        "_lookup_joins",
+        "_annotation_select_cache",
+        "_extra_select_cache",
+        "table_map",
+        "_mcp",
+    }
+)
+_cached_names: dict[type, frozenset[str]] = {}
+
+
+def _computed(kind: type) -> frozenset[str]:
+    """Names of ``kind``'s cached properties: values computed from the rest, set on first use.
+
+    A compiled query holds them and a fresh one does not; explicit arguments
+    that share a name (an expression's ``output_field``) are in
+    ``_constructor_args``, which is walked.
+    """
+    found = _cached_names.get(kind)
+    if found is None:
+        found = frozenset(
+            name
+            for klass in kind.__mro__
+            for name, attr in vars(klass).items()
+            if isinstance(attr, (cached_property, django_cached_property))
+        )
+        _cached_names[kind] = found
+    return found
+
+
+class Shape:
+    """A walk in progress: the text parts and the tables seen."""
+
+    __slots__ = ("parts", "tables")
+
+    def __init__(self) -> None:
+        self.parts: list[str] = []
+        self.tables: set[str] = set()
+
+    def digest(self) -> str:
+        text = "\x1f".join(self.parts)
+        return hashlib.blake2b(text.encode(), digest_size=20).hexdigest()
+
+
+def shape_of(query: Query, *extra: Any) -> Shape:
+    """Walk ``query`` (and ``extra`` parts of the operation); raise :class:`Uncacheable`."""
+    if query.select_for_update or query.extra:
+        raise Uncacheable("select_for_update and extra() are never cached")
+    shape = Shape()
+    _query(query, shape)
+    for part in extra:
+        _walk(part, shape)
+    return shape
+
+
+def digest_of(*parts: Any) -> str:
+    """A stable digest of ``parts`` (function arguments...); raise :class:`Uncacheable`."""
+    shape = Shape()
+    for part in parts:
+        _walk(part, shape)
+    return shape.digest()
+
+
+def _query(query: Query, shape: Shape) -> None:
+    parts = shape.parts
+    parts.append("Q")
+    if query.model is not None:
+        shape.tables.add(query.model._meta.db_table)
+    state = query.__dict__
+    computed = _computed(type(query))
+    for name in sorted(state):
+        if name in _QUERY_IGNORED or name in computed:
+            continue
+        parts.append(name)
+        _walk(state[name], shape)
+
+
+def _walk(value: Any, shape: Shape) -> None:
+    kind = type(value)
+    handler = _HANDLERS.get(kind)
+    if handler is not None:
+        handler(value, shape)
+    elif isinstance(value, _ATOMS):
+        shape.parts.append(f"{kind.__name__}:{value!r}")
+    else:
+        _object(value, shape)
+
+
+def _atom(value: Any, shape: Shape) -> None:
+    shape.parts.append(repr(value))
+
+
+def _sequence(value: tuple[Any, ...] | list[Any], shape: Shape) -> None:
+    shape.parts.append(f"({len(value)}")
+    for item in value:
+        _walk(item, shape)
+    shape.parts.append(")")
+
+
+def _mapping(value: dict[Any, Any], shape: Shape) -> None:
+    shape.parts.append(f"{{{len(value)}")
+    for key, item in value.items():
+        _walk(key, shape)
+        _walk(item, shape)
+    shape.parts.append("}")
+
+
+def _unordered(value: set[Any] | frozenset[Any], shape: Shape) -> None:
+    items = []
+    for item in value:
+        sub = Shape()
+        _walk(item, sub)
+        shape.tables |= sub.tables
+        items.append("\x1e".join(sub.parts))
+    shape.parts.append(f"<{len(items)}")
+    shape.parts.extend(sorted(items))
+    shape.parts.append(">")
+
+
+def _base_table(value: BaseTable, shape: Shape) -> None:
+    shape.tables.add(value.table_name)
+    shape.parts.append(f"B:{value.table_name}:{value.table_alias}")
+
+
+def _join(value: Join, shape: Shape) -> None:
+    """A join is its table, aliases, type, field and nullability (the rest follows from those)."""
+    shape.tables.add(value.table_name)
+    parts = shape.parts
+    parts.append(
+        f"J:{value.table_name}:{value.parent_alias}:{value.table_alias}:{value.join_type}:"
+        f"{value.nullable}"
+    )
+    _walk(value.join_field, shape)
+    if value.filtered_relation is not None:
+        _walk(value.filtered_relation, shape)
+
+
+def _col(value: Col, shape: Shape) -> None:
+    target = value.target
+    shape.parts.append(f"C:{value.alias}")
+    _walk(target, shape)
+    if value.output_field is not target:
+        _walk(value.output_field, shape)
+
+
+def _table(value: BaseTable | Join, shape: Shape) -> None:
+    if type(value) is Join:
+        _join(value, shape)
+    elif type(value) is BaseTable:
+        _base_table(value, shape)
+    else:
+        shape.tables.add(value.table_name)
+        _attributes(value, shape)
+
+
+def _object(value: Any, shape: Shape) -> None:
+    if isinstance(value, type):
+        if issubclass(value, Model):
+            shape.parts.append(f"M:{value._meta.label}")
+        else:
+            shape.parts.append(f"T:{value.__module__}.{value.__qualname__}")
+    elif isinstance(value, Field):
+        _field(value, shape)
+    elif isinstance(value, ForeignObjectRel):
+        field = value.field
+        shape.parts.append(f"R:{type(value).__qualname__}:{field.model._meta.label}.{field.name}")
+    elif isinstance(value, (types.FunctionType, types.BuiltinFunctionType)) and (
+        "<" not in value.__qualname__
+    ):
+        shape.parts.append(f"fn:{value.__module__}.{value.__qualname__}")
+    elif isinstance(value, Model):
+        if value.pk is None:
+            raise Uncacheable("an unsaved instance in a query")
+        shape.parts.append(f"I:{value._meta.label}:{value.pk!r}")
+    elif isinstance(value, Query):
+        _query(value, shape)
+    elif isinstance(value, (BaseTable, Join)):
+        _table(value, shape)
+    elif isinstance(value, _NONDETERMINISTIC) or (
+        str(getattr(value, "function", "") or "").upper() in _NONDETERMINISTIC_SQL
+    ):
+        raise Uncacheable(f"{type(value).__name__} changes between runs")
+    elif callable(value) or not hasattr(value, "__dict__"):
+        raise Uncacheable(f"cannot key on {type(value).__name__}")
+    else:
+        _attributes(value, shape)
+
+
+def _attributes(value: Any, shape: Shape) -> None:
+    kind = type(value)
+    shape.parts.append(f"O:{kind.__module__}.{kind.__qualname__}")
+    state = value.__dict__
+    computed = _computed(kind)
+    for name in sorted(state):
+        if name not in _SKIPPED and name not in computed:
+            shape.parts.append(name)
+            _walk(state[name], shape)
+    shape.parts.append(";")
+
+
+_bound: dict[int, tuple[Field[Any, Any], str]] = {}
+
+
+def _field(field: Field[Any, Any], shape: Shape) -> None:
+    known = _bound.get(id(field))
+    if known is not None and known[0] is field:
+        shape.parts.append(known[1])
+        return
+    model = getattr(field, "model", None)
+    kind = type(field)
+    if model is not None:
+        text = f"F:{kind.__qualname__}:{model._meta.label}.{field.name}"
+        _bound[id(field)] = (field, text)  # a model's fields live as long as the process
+        shape.parts.append(text)
+        return
+    _name, path, args, kwargs = field.deconstruct()
+    shape.parts.append(f"F:{path}")
+    _walk(tuple(args), shape)
+    _walk(dict(sorted(kwargs.items())), shape)
+
+
+_HANDLERS: dict[type, Callable[[Any, Shape], None]] = {
+    str: _atom,
+    int: _atom,
+    bool: _atom,
+    type(None): _atom,
+    tuple: _sequence,
+    list: _sequence,
+    dict: _mapping,
+    set: _unordered,
+    frozenset: _unordered,
+    BaseTable: _base_table,
+    Join: _join,
+    Col: _col,
+}

@@ -1,0 +1,75 @@
+"""The shop the ORM cache tests run on: FKs, an M2M, a child model (multi-table inheritance).
+
+An installed app of the test settings (cached instances unpickle through the
+app registry); its tables are made by pytest-django on the default database and
+by :func:`create_tables` on the PostgreSQL one.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import connections, models
+
+LABEL = "mcpatterns_orm_shop"
+
+
+class Category(models.Model):
+    name = models.CharField(max_length=40)
+    active = models.BooleanField(default=True)
+
+    class Meta:
+        app_label = LABEL
+
+
+class Tag(models.Model):
+    name = models.CharField(max_length=40)
+
+    class Meta:
+        app_label = LABEL
+
+
+class Product(models.Model):
+    name = models.CharField(max_length=60)
+    category = models.ForeignKey(Category, models.CASCADE, related_name="products")
+    price = models.IntegerField(default=0)
+    status = models.CharField(max_length=10, default="live")
+    supplier = models.ForeignKey(
+        Category, models.SET_NULL, null=True, blank=True, related_name="supplied"
+    )
+    tags = models.ManyToManyField(Tag, related_name="products", blank=True)
+
+    class Meta:
+        app_label = LABEL
+        ordering = ["id"]
+
+
+class Special(Product):
+    """A product with more columns in a table of its own."""
+
+    badge = models.CharField(max_length=20, default="new")
+
+    class Meta:
+        app_label = LABEL
+
+
+MODELS: list[type[models.Model]] = [Category, Tag, Product, Special]
+
+
+def create_tables(using: str = "default") -> None:
+    with connections[using].schema_editor() as editor:
+        for model in MODELS:
+            editor.create_model(model)
+
+
+def drop_tables(using: str = "default") -> None:
+    with connections[using].schema_editor() as editor:
+        for model in reversed(MODELS):
+            editor.delete_model(model)
+
+
+def snapshot(value: Any) -> Any:
+    """A result as plain data, for comparing cached and uncached reads."""
+    from django_mcpatterns.orm.audit import comparable
+
+    return comparable(value)
