@@ -52,8 +52,10 @@ PALETTE = (
     "#9c755f",
     "#bab0ac",
 )
-# Where the page's "metrics" link points: set StatusView.metrics_docs to your docs' address.
-METRICS_DOCS = "docs/operations.md#metrics-and-traces"
+# Where the page's "metrics documentation" link points: set StatusView.metrics_docs to the
+# address of these docs where your team reads them (an absolute URL, or a path your site serves).
+# None: no link (the package cannot know where its docs are served), the section is named instead.
+METRICS_DOCS: str | None = None
 METRICS = (
     "mcpatterns_commands_total",
     "mcpatterns_command_seconds",
@@ -173,7 +175,7 @@ class StatusView(PermissionView):
 
     aliases: Sequence[str] | None = None
     template_name = "django_mcpatterns/status.html"
-    metrics_docs: str = METRICS_DOCS
+    metrics_docs: str | None = METRICS_DOCS
 
     def get(self, request: HttpRequest) -> HttpResponse:
         self.check_permission(request)

@@ -21,6 +21,7 @@ if ! "${PYTHON:-python3}" -c 'import os, sysconfig, sys; sys.exit(not os.path.ex
 fi
 if [ ${#missing[@]} -gt 0 ]; then
     if [ "$(id -u)" = 0 ]; then
+        echo "==> apt-get install ${missing[*]}"
         apt-get update -qq
         DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
     else
@@ -28,14 +29,21 @@ if [ ${#missing[@]} -gt 0 ]; then
     fi
 fi
 
+# pylibmc builds from source (--no-binary): a minute or two the first time.
 source scripts/bootstrap.sh "django,flask,test,interop,dev" --no-binary pylibmc
+step "ruff check"
 .venv/bin/ruff check .
+step "mypy --strict django_mcpatterns"
 .venv/bin/mypy django_mcpatterns  # [tool.mypy] in pyproject.toml
-.venv/bin/python scripts/generate_sync.py --check  # core/_sync/ is generated from core/_async/
+step "the generated sync modules match their async sources"
+.venv/bin/python scripts/generate_sync.py --check  # each _sync*.py is generated from its _async*.py
 # Bytecode caches (git-ignored __pycache__): pytest rewrites ~200 test modules on every
 # collection without them, and dozens of tests start interpreters that import the package.
 unset PYTHONDONTWRITEBYTECODE
 # Four workers, each taking whole test files (module fixtures start once): most of the
 # suite waits on servers, timeouts and subprocesses, so four overlap on two cores.
 # PYTEST_WORKERS=0 runs everything in this one process.
+printf -v arguments ' %q' "$@"
+workers="${PYTEST_WORKERS:-4} workers" && [ "${PYTEST_WORKERS:-4}" != 0 ] || workers="one process"
+step "pytest in $workers${*:+:$arguments}"
 exec .venv/bin/python -m pytest -n "${PYTEST_WORKERS:-4}" --dist loadfile "$@"

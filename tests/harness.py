@@ -17,10 +17,12 @@ import contextlib
 import dataclasses
 import importlib
 import os
+import shlex
 import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 import urllib.request
 from collections import Counter
@@ -400,35 +402,58 @@ def serve_example(script: str, **env_vars: str) -> Iterator[tuple[str, str]]:
         if k not in {"MEMCACHED_SERVERS", "DJANGO_SETTINGS_MODULE"}
     }
     env.update(env_vars, PORT=str(port))
-    process = subprocess.Popen(
-        ["bash", script],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,  # so the whole process group can be stopped
-    )
-    url = f"http://{LOOPBACK}:{port}/"
-    deadline = time.monotonic() + 300  # the first run installs the project
-    try:
-        while True:
-            if process.poll() is not None:
-                output = process.stdout.read() if process.stdout else ""
-                pytest.fail(f"{script} exited with {process.returncode}:\n{output}")
-            try:
-                status, first_page = http_get(url)
-                assert status == 200
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    pytest.fail(f"{script} did not answer on {url}")
-                time.sleep(0.2)
-        yield url, first_page
-    finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGTERM)
-            process.wait(timeout=10)
+    with serve(["bash", script], ROOT, env, f"http://{LOOPBACK}:{port}/") as served:
+        yield served
+
+
+@contextlib.contextmanager
+def serve(
+    command: Sequence[str], cwd: Path, env: dict[str, str], url: str, startup: float = 300
+) -> Iterator[tuple[str, str]]:
+    """Run ``command`` until ``url`` answers 200 (the first run of a script installs the
+    project: ``startup`` seconds); yield the URL and that first page, then stop the
+    command's whole process group.  Its output goes to a file (a pipe nobody reads would
+    fill and hang it), shown when it fails."""
+    with tempfile.TemporaryFile("w+") as output:
+        process = subprocess.Popen(
+            list(command),
+            cwd=cwd,
+            env=env,
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,  # so the whole process group can be stopped
+        )
+
+        def printed() -> str:
+            output.flush()
+            output.seek(0)
+            return output.read()[-5000:]
+
+        deadline = time.monotonic() + startup
+        try:
+            while True:
+                if process.poll() is not None:
+                    pytest.fail(
+                        f"{shlex.join(command)} exited with {process.returncode}:\n{printed()}"
+                    )
+                try:
+                    status, first_page = http_get(url)
+                    assert status == 200
+                    break
+                except OSError:
+                    if time.monotonic() > deadline:
+                        pytest.fail(f"{shlex.join(command)} did not answer on {url}:\n{printed()}")
+                    time.sleep(0.2)
+            yield url, first_page
+        finally:
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGTERM)
+                try:
+                    process.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    os.killpg(process.pid, signal.SIGKILL)
+                    process.wait(timeout=10)
 
 
 def ttl_over_meta(store: Any, key: Key) -> int | None:

@@ -107,17 +107,21 @@ class ServerProcess:
         if self.died():
             _BURIED.append(self.death())  # still reported once the fixture is gone
         self.stopped = True
-        if self.process is None or self.process.poll() is not None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            self.process.send_signal(sig)
-            if sig != signal.SIGKILL:
-                self.process.send_signal(signal.SIGCONT)  # a paused server takes it now
         try:
-            self.process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
+            if self.process is None or self.process.poll() is not None:
+                return
+            with contextlib.suppress(ProcessLookupError):
+                self.process.send_signal(sig)
+                if sig != signal.SIGKILL:
+                    self.process.send_signal(signal.SIGCONT)  # a paused server takes it now
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        finally:
+            if self._log is not None:  # stopped by us: no death to read it for
+                self._log.close()
 
     def kill(self) -> None:
         """SIGKILL, as a test's deliberate crash: not a death to report."""

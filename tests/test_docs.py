@@ -20,11 +20,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urljoin, urlsplit
 
 import pytest
 from django.test import override_settings
 
 from tests.harness import require_module
+from tests.links import broken, parse
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCUMENTS = [*sorted((ROOT / "docs").glob("*.md")), ROOT / "README.md"]
@@ -119,10 +121,11 @@ def test_api_reference_names_only_methods_the_cache_has() -> None:
     assert not missing, f"docs/api.md documents cache methods that do not exist: {missing}"
 
 
-@pytest.mark.slow
-def test_site_builds_without_warnings(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def built_site(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """The docs site as ``mkdocs build --strict`` makes it, and what mkdocs printed."""
     require_module("mkdocs", "pip install -e '.[test]'")
-    site = tmp_path / "site"
+    site = tmp_path_factory.mktemp("docs") / "site"
     result = subprocess.run(
         [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)],
         cwd=ROOT,
@@ -131,5 +134,64 @@ def test_site_builds_without_warnings(tmp_path: Path) -> None:
         timeout=120,
     )
     assert result.returncode == 0, result.stdout + result.stderr
+    return site, result.stdout + result.stderr
+
+
+@pytest.mark.slow
+def test_site_builds_without_warnings(built_site: tuple[Path, str]) -> None:
+    site, _ = built_site
     assert (site / "index.html").is_file()
     assert (site / "operations" / "index.html").is_file()
+
+
+@pytest.mark.slow
+def test_every_link_of_the_site_leads_to_a_page_of_it_or_another_site(
+    built_site: tuple[Path, str],
+) -> None:
+    """No rendered page links to a path of the repository (``../tests/...``,
+    ``docs/x.md``): each relative link is a file of the site, its fragment an id there."""
+    site, _ = built_site
+
+    def target(path: str) -> Path:
+        file = site / path.lstrip("/")
+        return file / "index.html" if path.endswith("/") or file.is_dir() else file
+
+    def serves(path: str) -> bool:
+        return target(path).is_file()
+
+    pages = sorted(site.rglob("*.html"))
+    assert len(pages) > 10
+    ids_of: dict[Path, set[str]] = {}
+    problems = []
+    for page in pages:
+        address = "/" + page.relative_to(site).as_posix()
+        html = page.read_text()
+        problems += [f"{address}: {link}" for link in broken(html, address, serves)]
+        for link in parse(html)[0]:
+            parts = urlsplit(link)
+            if parts.scheme or parts.netloc or not parts.path or not parts.fragment:
+                continue
+            file = target(urljoin(address, parts.path))
+            if file.suffix == ".html" and file.is_file():
+                if file not in ids_of:
+                    ids_of[file] = parse(file.read_text())[1]
+                if parts.fragment not in ids_of[file]:
+                    problems.append(f"{address}: {link} (no such anchor)")
+    assert not problems, "links the docs site does not serve:\n" + "\n".join(problems)
+
+
+def test_operations_lists_every_management_command() -> None:
+    """docs/operations.md's table names each command the app ships, and no other."""
+    shipped = {
+        path.stem
+        for path in (ROOT / "django_mcpatterns" / "management" / "commands").glob("*.py")
+        if path.stem != "__init__"
+    }
+    operations = (ROOT / "docs" / "operations.md").read_text()
+    section = operations.split("## Management commands", 1)[1].split("\n## ", 1)[0]
+    listed = set(re.findall(r"^\| `(\w+)` \|", section, re.MULTILINE))
+    assert shipped, "no management commands found"
+    assert listed == shipped, (
+        f"docs/operations.md's Management commands table lists {sorted(listed)}, "
+        f"the app ships {sorted(shipped)}"
+    )

@@ -8,6 +8,7 @@ values are items of length 0, hits for every client.  Both protocols.
 
 from __future__ import annotations
 
+import datetime
 import pickle
 from collections.abc import Iterator
 from types import ModuleType
@@ -95,6 +96,19 @@ def test_we_read_pylibmcs_uncompressed_types_too(peer: Any, cluster: Cluster) ->
     for key, value in values.items():
         peer.set(key, value)
     assert cluster.get_many(list(values)) == values
+
+
+def test_pylibmcs_none_dicts_and_dates_read_and_bools_come_back_as_ints(
+    peer: Any, cluster: Cluster
+) -> None:
+    """What docs/migration.md says of pylibmc's values, bools' one exception included."""
+    values = {"none": None, "dict": {"a": [1, 2]}, "date": datetime.date(2024, 1, 2)}
+    for key, value in values.items():
+        peer.set(key, value)
+    peer.set("yes", True)
+    peer.set("no", False)
+    assert cluster.get_many([*values, "yes", "no"]) == {**values, "yes": 1, "no": 0}
+    assert type(cluster.get("yes")) is int
 
 
 # -- we write, they read -----------------------------------------------------------

@@ -307,6 +307,44 @@ class TestClusterOptions:
         ]
 
 
+def site_key(key: str, key_prefix: str, version: int) -> str:
+    """A KEY_FUNCTION of a project's own: the site before the key (for replicate_scope)."""
+    return f"site3/{key}"
+
+
+class TestReplicateScope:
+    """docs/configuration.md: what ``replicate_scope`` skips before the prefixes are matched."""
+
+    SERVERS = ["127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"]  # replicas() connects to none
+
+    def cache(self, **entry: Any) -> Any:
+        options = {"replicate": {"hot:": 3}, **entry.pop("OPTIONS", {})}
+        setting = {"BACKEND": CLUSTER_BACKEND, "LOCATION": self.SERVERS, "OPTIONS": options}
+        with override_settings(CACHES={"default": {**setting, **entry}}):
+            return caches["default"]
+
+    def copies(self, cache: Any, key: str) -> int:
+        return len(cache.store.replicas(cache.make_key(key)))
+
+    def test_the_backend_skips_key_prefix_and_version(self) -> None:
+        cache = self.cache(KEY_PREFIX="shop", VERSION=7)
+        assert cache.make_key("hot:front") == "shop:7:hot:front"
+        assert self.copies(cache, "hot:front") == 3
+        assert self.copies(cache, "cold:front") == 1
+
+    def test_a_key_function_of_your_own_names_what_to_skip(self) -> None:
+        key_function = f"{__name__}.site_key"
+        assert self.copies(self.cache(KEY_FUNCTION=key_function), "hot:front") == 1
+        cache = self.cache(KEY_FUNCTION=key_function, OPTIONS={"replicate_scope": r"site\d+/"})
+        assert cache.make_key("hot:front") == "site3/hot:front"
+        assert self.copies(cache, "hot:front") == 3
+        assert self.copies(cache, "cold:front") == 1
+
+    def test_not_a_regular_expression(self) -> None:
+        with pytest.raises(ImproperlyConfigured, match="replicate_scope"):
+            self.cache(OPTIONS={"replicate_scope": "site(\\d+/"}).store  # noqa: B018
+
+
 # -- OPTIONS of the embedded store ----------------------------------------------------
 
 

@@ -944,7 +944,9 @@ def test_close_between_requests_keeps_node_health() -> None:
                 deadline = time.monotonic() + 5
                 while cache.set(key, "back") is not True and time.monotonic() < deadline:
                     time.sleep(0.1)
-                assert raw_client(victim).get(cache.make_key(key)) is not None
+                probe = raw_client(victim)
+                assert probe.get(cache.make_key(key)) is not None
+                probe.close()
                 assert cache.get(key) == "back"
                 assert node_state(cache, victim.spec) == "up"
                 assert ("revived", victim.spec) in events

@@ -12,6 +12,7 @@ from django.http import HttpRequest, HttpResponse
 from django.test import Client, override_settings
 
 from tests.harness import MemcachedServer
+from tests.links import broken, served_by_django
 
 pytestmark = pytest.mark.usefixtures("reset_shared_stores")
 
@@ -141,3 +142,12 @@ def test_the_panel_counts_the_requests_orm_cache_events() -> None:
     html = text(response.content.decode())
     assert "ORM cache" in html
     assert "shop.product 2 1 0 0 0" in html  # hits, misses, not stored, bypassed, renewed
+
+
+@pytest.mark.usefixtures("toolbar_site")
+def test_every_link_of_the_page_with_the_panel_is_served() -> None:
+    """The panel names the operations documentation; it links nowhere the site does not serve."""
+    html = Client().get("/page/", REMOTE_ADDR="127.0.0.1").content.decode()
+    assert "“Metrics and traces” in the operations documentation" in html
+    assert "docs/operations.md" not in html
+    assert broken(html, "/page/", served_by_django) == []

@@ -17,14 +17,18 @@ from django_mcpatterns.counters import COUNTED, counters
 from django_mcpatterns.views import StatusView, debug_or_staff, is_staff
 from tests.django.conftest import CLUSTER_BACKEND, EMBEDDED_BACKEND
 from tests.harness import MemcachedServer
+from tests.links import broken, served_by_django
 
 pytestmark = pytest.mark.usefixtures("reset_shared_stores")
+
+DOCS_ADDRESS = "https://docs.example.com/operations/#metrics-and-traces"
 
 urlpatterns = [
     path("staff/", include("django_mcpatterns.urls")),
     path("open/", StatusView.as_view(permission=lambda request: True)),
     path("debug/", StatusView.as_view(permission=debug_or_staff)),
     path("only-sessions/", StatusView.as_view(permission=lambda r: True, aliases=["sessions"])),
+    path("linked/", StatusView.as_view(permission=lambda r: True, metrics_docs=DOCS_ADDRESS)),
 ]
 TEMPLATES = [{"BACKEND": "django.template.backends.django.DjangoTemplates", "APP_DIRS": True}]
 
@@ -158,4 +162,30 @@ def test_instrumented_caches_show_commands_per_server_and_events(
     assert "hit 1" in section  # the get, by outcome
     plain = html.split('id="cache-plain"')[1].split("</section>")[0]
     assert 'OPTIONS["instrumentation"]' in plain  # not counted: says how to turn it on
-    assert '<a href="docs/operations.md#metrics-and-traces">metrics documentation</a>' in html
+    # Where the docs are served is the site's to say: by default the section is named, and
+    # nothing links to a path of the repository (docs/operations.md: a 404 on every site).
+    assert "“Metrics and traces” in the operations documentation" in html
+    assert "docs/operations.md" not in html
+    assert broken(html, "/open/", served_by_django) == []
+
+
+def test_the_metrics_documentation_is_a_link_once_the_site_says_where(
+    memcached_3: list[MemcachedServer],
+):
+    specs = [s.spec for s in memcached_3]
+    with override_settings(CACHES={"default": {"BACKEND": CLUSTER_BACKEND, "LOCATION": specs}}):
+        html = page("/linked/")
+    assert f'<a href="{DOCS_ADDRESS}">metrics documentation</a>' in html
+    assert broken(html, "/linked/", served_by_django) == []
+
+
+def test_every_link_of_the_status_page_is_served(memcached_3: list[MemcachedServer]):
+    specs = [s.spec for s in memcached_3]
+    caches_setting = {
+        "default": {"BACKEND": CLUSTER_BACKEND, "LOCATION": specs},
+        "embedded": {"BACKEND": EMBEDDED_BACKEND},
+    }
+    with override_settings(CACHES=caches_setting):
+        html = page("/open/")
+    assert 'id="cache-embedded"' in html
+    assert broken(html, "/open/", served_by_django) == []
