@@ -42,6 +42,7 @@ from .core.chunks import AsyncChunkedStore, ChunkedStore
 from .core.cluster import Cluster, NodeEvent, shared_cluster
 from .core.exceptions import ConfigurationError
 from .core.memory import AsyncMemoryStore, MemoryStore, memory_options, shared_memory_store
+from .core.near import AsyncNearStore, NearOptions, NearStore, NearTable
 from .core.observe import check_installed
 from .core.options import INSTRUMENTATION_OPTIONS, ClusterOptions
 from .core.servers import Server, parse_servers
@@ -132,6 +133,8 @@ class Binding(Generic[S, A]):
         large_values: str = "refuse",
         long_keys: str = "refuse",
         set_options: Callable[[Store], SetOptions] = SetOptions.for_store,
+        near: NearOptions | None = None,
+        key_scope: str | None = None,
     ) -> None:
         self._make_store = make_store
         self._make_async = make_async
@@ -139,6 +142,8 @@ class Binding(Generic[S, A]):
         self.chunked = large_values == "chunk"
         self.hash_long_keys = long_keys == "hash"
         self._set_options = set_options
+        self.near_options = near
+        self._key_scope = key_scope
 
     @cached_property
     def store(self) -> S:
@@ -160,6 +165,45 @@ class Binding(Generic[S, A]):
         """:attr:`values` for asyncio, chunked the same way."""
         store = self.async_store
         return AsyncChunkedStore(store, self.max_item_size) if self.chunked else store
+
+    # -- the near cache (OPTIONS["near_cache"]) ---------------------------------------
+
+    @cached_property
+    def near(self) -> NearTable | None:
+        """This process's near cache of the store (one per store and options), or None."""
+        options = self.near_options
+        if options is None:
+            return None
+        scope = self._key_scope
+        return per_store(
+            self.store, (NearTable, options, scope), lambda: NearTable(options, scope=scope)
+        )
+
+    @cached_property
+    def near_values(self) -> Store:
+        """What the cache API reads and writes: :attr:`values` behind the near cache
+        (:attr:`values` itself without one)."""
+        near = self.near
+        return self.values if near is None else NearStore(self.values, near)
+
+    @cached_property
+    def async_near_values(self) -> AsyncStore:
+        """:attr:`near_values` for asyncio (the same table)."""
+        near = self.near
+        return self.async_values if near is None else AsyncNearStore(self.async_values, near)
+
+    @cached_property
+    def near_store(self) -> Store:
+        """:attr:`store` behind the near cache, for ``get_or_compute`` and namespaces: their
+        reads are held near and their writes drop copies (:attr:`store` without one)."""
+        near = self.near
+        return self.store if near is None else NearStore(self.store, near)
+
+    @cached_property
+    def async_near_store(self) -> AsyncStore:
+        """:attr:`near_store` for asyncio (the same table)."""
+        near = self.near
+        return self.async_store if near is None else AsyncNearStore(self.async_store, near)
 
     # -- pattern objects ---------------------------------------------------------
 
@@ -224,6 +268,7 @@ def bind_cluster(
         raise conventions.refused("servers", exc) from exc
     given = _with_label(options, conventions)
     given = _with_secrets(given, conventions)
+    near = _near_options(given, conventions)
     if conventions.key_scope is not None and given.get("replicate"):
         given.setdefault("replicate_scope", conventions.key_scope)
     try:
@@ -246,6 +291,8 @@ def bind_cluster(
         large_values=parsed_options.large_values,
         long_keys=parsed_options.long_keys,
         set_options=set_options,
+        near=near,
+        key_scope=conventions.key_scope,
     )
 
 
@@ -265,6 +312,10 @@ def bind_embedded(
     """
     try:
         given = _without_instrumentation(options)
+        # Checked, and unused: the embedded store is in this process's memory already.
+        if "near_cache" in given:
+            NearOptions.from_option(given["near_cache"])
+            given = {k: v for k, v in given.items() if k != "near_cache"}
         sizes = memory_options(given)
         serde = SerdeOptions.from_mapping(_with_secrets(given, conventions))
     except ConfigurationError as exc:
@@ -303,6 +354,15 @@ def _with_secrets(options: Mapping[str, Any], conventions: Conventions) -> dict[
     if conventions.secrets is None:
         return dict(options)
     return with_derived_keys(options, conventions.secrets)
+
+
+def _near_options(given: dict[str, Any], conventions: Conventions) -> NearOptions | None:
+    """Take ``near_cache`` out of ``given`` (it is not the cluster's: aliases over the
+    same servers share one cluster), parsed."""
+    try:
+        return NearOptions.from_option(given.pop("near_cache", None))
+    except ConfigurationError as exc:
+        raise conventions.refused("options", exc) from exc
 
 
 def _without_instrumentation(options: Mapping[str, Any]) -> Mapping[str, Any]:

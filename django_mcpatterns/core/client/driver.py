@@ -16,6 +16,7 @@ from ..keys import Key, placed
 from ..observe import Observer
 from ..protocol.commands import StoreCommands
 from ..values.refusals import ValueRefused
+from . import epochs
 from .health import HealthSnapshot, NodeEvent
 from .node import Node
 from .ops import Requests
@@ -55,6 +56,18 @@ class Driver(StoreCommands):
 
     def copies(self, kb: bytes, ring: bytes) -> int:
         return self.router.copies(kb, ring)
+
+    def server_epoch(self, key: Key) -> tuple[str, int] | None:
+        """The epoch of ``key``'s server (:mod:`.epochs`): it changes whenever that server
+        may have restarted since.  None when no cas read from it can be trusted later: a
+        key kept on several servers, or a server that is failing (its keys go elsewhere)."""
+        kb, ring = placed(key)
+        if self.copies(kb, ring) > 1:
+            return None
+        node = self._nodes[self._locate(ring)]
+        if node.health.open is None:
+            return None
+        return node.name, epochs.current(node.server.address)
 
     def replicated_keys(self, given: Mapping[bytes, Key]) -> list[bytes]:
         routes = self._routes
