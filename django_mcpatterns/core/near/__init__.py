@@ -77,10 +77,11 @@ from ._model import (
     NEAR_OPTIONS,
     Kept,
     NearOptions,
+    NearStats,
     keep,
     near_key,
 )
-from ._model_table import Entry, NearStats, NearTable, Ticket
+from ._model_table import Entry, NearTable, Ticket
 from ._sync import NearStore
 
 __all__ = [

@@ -94,6 +94,26 @@ class AsyncNearStore:
         found.update(fetched)
         return found
 
+    def held_many(self, keys: Iterable[Key]) -> dict[Key, Any] | None:
+        """The values of ``keys`` when every one is held near and younger than its bound
+        (hits only: a key memcached does not hold is never held), else None; no I/O.
+
+        What a reader that needs several items together (a namespaced value and its
+        versions) asks before it reads them otherwise; counted only when it answers.
+        """
+        entries, now = self.table.entries, self.table.clock()
+        found = {}
+        for key in keys:
+            entry = entries.get(near_key(key))
+            if entry is None or entry.expires <= now:
+                return None
+            found[key] = entry
+        table = self.table
+        for entry in found.values():
+            table.lookup(entry.key)  # counted as the hits they are
+        table.saved()
+        return {key: entry.out() for key, entry in found.items()}
+
     async def _far(self, key: Key, default: Any) -> Any:
         """A single key memcached must answer: revalidated when large, else read."""
         table = self.table

@@ -6,6 +6,7 @@ itself is ``_model_table.py``.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import decimal
 import fractions
@@ -28,6 +29,7 @@ __all__ = [
     "NEAR_OPTIONS",
     "Kept",
     "NearOptions",
+    "NearStats",
     "keep",
     "near_key",
 ]
@@ -130,6 +132,37 @@ def _prefixes(given: Any, max_age: float) -> tuple[tuple[str, float], ...] | Non
         found.append((prefix, float(age)))
     # Longest first: a key under nested prefixes takes the most specific bound.
     return tuple(sorted(found, key=lambda pair: -len(pair[0])))
+
+
+# -- counts ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class NearStats:
+    """What a near cache did, since it was made (counts) and now (entries, bytes)."""
+
+    hits: int
+    misses: int
+    round_trips_saved: int
+    fills: int
+    refused: int
+    evictions: int
+    invalidations: int
+    revalidated: int
+    entries: int
+    bytes: int
+    max_bytes: int
+    max_age: float
+
+    @property
+    def hit_ratio(self) -> float | None:
+        looked = self.hits + self.misses
+        return self.hits / looked if looked else None
+
+    def as_dict(self) -> dict[str, Any]:
+        found = dataclasses.asdict(self)
+        found["hit_ratio"] = self.hit_ratio
+        return found
 
 
 # -- table keys --------------------------------------------------------------------------

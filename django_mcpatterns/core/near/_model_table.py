@@ -16,21 +16,21 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from typing import Any, Final
 
 from ..client.node import watch_forks
 from ..store import CasToken
 from ..values.envelope import Envelope
-from ._model import ENTRY_OVERHEAD, LARGE_VALUE, Kept, NearOptions, keep
+from ._model import ENTRY_OVERHEAD, LARGE_VALUE, Kept, NearOptions, NearStats, keep
 
-__all__ = ["Entry", "NearStats", "NearTable", "Ticket"]
+__all__ = ["Entry", "NearTable", "Ticket"]
 
 Ticket = tuple[float, int]
 """``(sent, seq)``: the clock before a request was sent, and the table's write sequence then."""
 
 STRIPES: Final = 4096  # write stamps kept per hash stripe, not per key: bounded memory
 SAMPLE: Final = 5  # entries looked at to choose an eviction victim
+REPORT_EVERY: Final = 1.0  # seconds between reports to instrumentation (on a miss)
 _HALF: Final = bytes(i >> 1 for i in range(256))  # halves every counter of a sketch row
 
 
@@ -71,40 +71,14 @@ class Entry:
         return self.size >= LARGE_VALUE
 
 
-@dataclass(frozen=True)
-class NearStats:
-    """What a near cache did, since it was made (counts) and now (entries, bytes)."""
-
-    hits: int
-    misses: int
-    round_trips_saved: int
-    fills: int
-    refused: int
-    evictions: int
-    invalidations: int
-    revalidated: int
-    entries: int
-    bytes: int
-    max_bytes: int
-    max_age: float
-
-    @property
-    def hit_ratio(self) -> float | None:
-        looked = self.hits + self.misses
-        return self.hits / looked if looked else None
-
-    def as_dict(self) -> dict[str, Any]:
-        found = dataclasses.asdict(self)
-        found["hit_ratio"] = self.hit_ratio
-        return found
-
-
 class NearTable:
     """The entries one process holds for one cache, shared by its threads and tasks.
 
     ``clock`` (seconds, monotonic) times entries: an entry read by a request
     sent at ``sent`` (its :meth:`ticket`) is served until ``sent + max_age``;
-    ``wall`` (Unix seconds) reads soft expiries.
+    ``wall`` (Unix seconds) reads soft expiries.  ``report`` receives the counts
+    (:meth:`stats`) at most every :data:`REPORT_EVERY` seconds, on a read that
+    memcached answers (instrumentation: a hit never reports).
     ``scope`` is a regular expression for what precedes the caller's key
     (``KEY_PREFIX:version:``), skipped before ``prefixes`` are matched.
     """
@@ -117,11 +91,14 @@ class NearTable:
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
         rng: Callable[[int], int] = random.randrange,
+        report: Callable[[NearStats], object] | None = None,
     ) -> None:
         self.options = options
         self.max_age = options.max_age
         self.clock = clock
         self._wall = wall
+        self._report = report
+        self._report_at = 0.0
         self._rng = rng
         self._scope = re.compile(scope) if scope and options.prefixes else None
         # The frequency sketch: 4 rows of one-byte counters, about one per KiB of values.
@@ -188,7 +165,11 @@ class NearTable:
 
     def ticket(self) -> Ticket:
         """Take before sending a read: its answer is then dated no later than now."""
-        return self.clock(), self._seq
+        now = self.clock()
+        if self._report is not None and now >= self._report_at:
+            self._report_at = now + REPORT_EVERY
+            self._report(self.stats())
+        return now, self._seq
 
     def bound(self, key: str) -> float | None:
         """How long ``key`` may be held (None: not under ``prefixes``)."""
