@@ -42,7 +42,7 @@ from .core.chunks import AsyncChunkedStore, ChunkedStore
 from .core.cluster import Cluster, NodeEvent, shared_cluster
 from .core.exceptions import ConfigurationError
 from .core.memory import AsyncMemoryStore, MemoryStore, memory_options, shared_memory_store
-from .core.near import AsyncNearStore, NearOptions, NearStore, NearTable
+from .core.near import AsyncNearStore, NearOptions, NearStats, NearStore, NearTable
 from .core.observe import check_installed
 from .core.options import INSTRUMENTATION_OPTIONS, ClusterOptions
 from .core.servers import Server, parse_servers
@@ -174,9 +174,17 @@ class Binding(Generic[S, A]):
         options = self.near_options
         if options is None:
             return None
-        scope = self._key_scope
+        scope, store = self._key_scope, self.store
+
+        def report(stats: NearStats) -> None:
+            observer = getattr(store, "observer", None)  # a cluster's: there may be none yet
+            if observer is not None:
+                observer.near(stats)
+
         return per_store(
-            self.store, (NearTable, options, scope), lambda: NearTable(options, scope=scope)
+            store,
+            (NearTable, options, scope),
+            lambda: NearTable(options, scope=scope, report=report),
         )
 
     @cached_property

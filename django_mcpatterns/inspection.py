@@ -7,7 +7,8 @@ Read-only views of a backend's Store, computed the same way for both:
   ownership, not from sampling keys);
 * node health (:meth:`Cluster.health`) and memcached's ``stats`` of every
   server, under a few stable names, for a ``Cluster`` (one mapping per server)
-  and the embedded ``MemoryStore`` (one flat mapping) alike.
+  and the embedded ``MemoryStore`` (one flat mapping) alike;
+* the near cache's counts in this process (``OPTIONS["near_cache"]``).
 """
 
 from __future__ import annotations
@@ -190,6 +191,7 @@ class CacheStatus:
     replicate: dict[str, int] = field(default_factory=dict)  # key prefix -> copies
     gutter: list[ServerStatus] = field(default_factory=list)  # the gutter pool's servers
     gutter_ttl: int | None = None
+    near: dict[str, Any] | None = None  # the near cache's counts in this process (NearStats)
 
     def as_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (``--json`` output)."""
@@ -231,6 +233,7 @@ def cache_status(alias: str) -> CacheStatus:
     if isinstance(store, Cluster):
         options = store.options
         raw, gutter_raw = store.stats(), store.stats(gutter=True)  # first: it finds dead servers
+        near = cache.binding.near
         return CacheStatus(
             alias,
             backend,
@@ -241,6 +244,7 @@ def cache_status(alias: str) -> CacheStatus:
             replicate=dict(options.replicate),
             gutter=_servers(store.gutter_health(), gutter_raw, {}),
             gutter_ttl=options.gutter_ttl if options.gutter else None,
+            near=near.stats().as_dict() if near is not None else None,
         )
     # The embedded MemoryStore: one flat stats mapping, no ring, no health.
     assert isinstance(store, MemoryStore)  # the only other Store our backends build
