@@ -220,8 +220,10 @@ class Cluster(Driver, Store, TokenStore):
                 client = node.checkout()
                 client.connect()
                 sent = True
-                batch = request if isinstance(request, tuple) else (request,)
-                client.send(b"".join([r.encode() for r in batch]))
+                if type(request) is tuple:
+                    client.send(b"".join([r.encode() for r in request]))
+                else:
+                    client.send(request.encode())  # type: ignore[union-attr]
             except BaseException as exc:
                 self._settle(target, client, exc, sent, loud, started, errors)
             else:

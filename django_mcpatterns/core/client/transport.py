@@ -158,8 +158,7 @@ class Connection:
         deadline = self._deadline()
         try:
             for request in requests:
-                # Nothing buffered (the first reply, usually): receive before parsing.
-                reply = request.read(reader) if reader.buffered else NEED_DATA
+                reply = request.read(reader)  # NEED_DATA at once while nothing is buffered
                 while reply is NEED_DATA:
                     _receive_more(sock, reader, deadline)
                     reply = request.read(reader)
