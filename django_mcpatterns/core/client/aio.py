@@ -418,7 +418,7 @@ def _queue(channel: Channel, request: Requests) -> tuple[Waiters, Get | None]:
         keys = read.keys
         if len(keys) == 1:
             return [channel.fetch_one(keys[0], read.cas)], read
-        return channel.fetch(keys, read.cas), read
+        return channel.fetch(keys, read.cas, read), read
     return [channel.submit(batch)], None
 
 
