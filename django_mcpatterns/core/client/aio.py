@@ -53,7 +53,6 @@ from ..protocol.replies import not_supported, refused_in
 from ..protocol.wire import Get, Request, Value, Version
 from ..store import AsyncStore, AsyncTokenStore, Store
 from .channel import Batch, Channel, NotSentError
-from .driver import Driver
 from .health import Admission, NodeEvent
 from .links import answer
 from .node import Node, armed, forked
@@ -61,7 +60,7 @@ from .ops import FAILED, Decode, Parallel, Refuse, Requests, Run, Target
 from .options import ClusterOptions
 from .outcomes import NODE_ERRORS, answered, judge, probe_for, refusal_seen
 from .servers import Server
-from .shared import Serde, Shared
+from .shared import Driver, Serde, Shared
 
 __all__ = ["AsyncCluster"]
 
@@ -124,7 +123,7 @@ class AsyncCluster(Driver, AsyncStore, AsyncTokenStore):
         if type(plan) is not Call:
             return self._drive(plan)
         if self._routes is None:
-            node = self._nodes[self._locate(plan.ring)]
+            node = self._only or self._nodes[self._locate(plan.ring)]
             admission = node.health.open
             if admission is not None:  # the hot path: a healthy server, nothing to route
                 return self._trip(
