@@ -54,8 +54,8 @@ from bisect import bisect_left
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
+from .client.servers import DEFAULT_PORT, Server, parse_server
 from .exceptions import ConfigurationError
-from .servers import DEFAULT_PORT, Server, parse_server
 
 VARIANTS = (
     "libmemcached",

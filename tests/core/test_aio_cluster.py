@@ -176,7 +176,7 @@ def test_a_withheld_reply_is_an_unknown_outcome_and_the_next_request_is_clean(
 
 
 def _child(adapter: Blocking, node: Any, queue: Any) -> None:
-    inherited = adapter.store._links[node].current(adapter.loop)
+    inherited = node.links.current(adapter.loop)
     value = asyncio.run(adapter.store.get("fork"))  # a loop of the child's own
     queue.put((inherited is None, value))
 
@@ -187,7 +187,7 @@ def test_a_forked_child_opens_its_own_connections(memcached_1: list[MemcachedSer
         adapter = Blocking(AsyncCluster([proxy.spec]))
         adapter.set("fork", "parent's")
         node = next(iter(adapter.store._nodes.values()))
-        assert adapter.store._links[node].current(adapter.loop) is not None
+        assert node.links.current(adapter.loop) is not None
         context = multiprocessing.get_context("fork")
         queue = context.Queue()
         child = context.Process(target=_child, args=(adapter, node, queue))

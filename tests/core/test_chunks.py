@@ -330,9 +330,9 @@ def test_the_async_form_over_async_cluster(proxy: Proxy, protocol: str) -> None:
 @pytest.mark.parametrize("message", ["out of memory storing object", "Out of memory during read"])
 def test_a_chunk_memcached_had_no_memory_for_is_a_failed_write_not_an_error(message: str) -> None:
     """Under a stream of large items memcached may answer SERVER_ERROR out of memory."""
-    from django_mcpatterns.core.cluster import _StoreMany
+    from django_mcpatterns.core.protocol.decoding import StoreMany
     from django_mcpatterns.core.wire import STORED, ErrorReply
 
-    many = _StoreMany({b"a": (b"1", 0), b"b": (b"2", 0)}, 0)
+    many = StoreMany({b"a": (b"1", 0), b"b": (b"2", 0)}, 0)
     replies = [STORED, ErrorReply("SERVER_ERROR", message)]
     assert many.result(replies, [b"a", b"b"]) == [b"b"]

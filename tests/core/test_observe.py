@@ -520,7 +520,7 @@ def test_an_async_write_the_failing_channel_never_sent_is_not_unknown(
     async def work() -> None:
         assert await twin.set("warm", 1) is True
         (node,) = twin._nodes.values()
-        channel = twin._links[node].current(asyncio.get_running_loop())
+        channel = node.links.current(asyncio.get_running_loop())
         assert channel is not None
         queued = asyncio.ensure_future(twin.set("queued", 1))
         await asyncio.sleep(0)  # the write is queued, not yet written: the flush comes next

@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..exceptions import ConfigurationError
-from ..wire import Request
+from ..protocol.wire import Request
 from .records import (
     COMMAND_NAMES,
     BaseSink,

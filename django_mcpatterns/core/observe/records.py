@@ -20,7 +20,8 @@ from asyncio import CancelledError
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
 
-from ..wire import (
+from ..protocol.meta import MetaArithmetic, MetaDelete, MetaGet, MetaNoop, MetaSet
+from ..protocol.wire import (
     DELETED,
     EXISTS,
     NOT_FOUND,
@@ -32,12 +33,7 @@ from ..wire import (
     FlushAll,
     Get,
     Incr,
-    MetaArithmetic,
-    MetaDelete,
-    MetaGet,
-    MetaNoop,
     MetaReply,
-    MetaSet,
     Request,
     Stats,
     Store,

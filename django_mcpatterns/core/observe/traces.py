@@ -35,7 +35,7 @@ from typing import Any
 from opentelemetry import context, trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
-from ..servers import Server
+from ..client.servers import Server
 from .records import BaseSink, PatternCall, RoundTrip
 
 __all__ = ["TRACER_NAME", "TraceSink"]

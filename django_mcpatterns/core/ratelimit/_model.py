@@ -15,8 +15,9 @@ from typing import Any, Final, Literal
 
 from ..exceptions import ConfigurationError
 from ..keys import Routed, placed
+from ..protocol.meta import MetaArithmetic, MetaGet
+from ..protocol.wire import Get, Incr, MetaReply, Request
 from ..store import MAX_RELATIVE_EXPIRE
-from ..wire import Get, Incr, MetaArithmetic, MetaGet, MetaReply, Request
 
 __all__ = [
     "CREATE",

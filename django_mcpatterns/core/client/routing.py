@@ -1,0 +1,283 @@
+"""Which server answers: the ring, failover, key grouping, and the plans both drivers run.
+
+Routing
+    Every key goes to the server the :class:`~..ketama.Continuum` names for the
+    key's final bytes, so pylibmc, PHP, twemproxy and spymemcached peers agree
+    on where it lives.  The one exception is explicit: a
+    :class:`~..keys.Routed` key (not ``bytes``: it cannot be converted by
+    accident) is placed by its route's bytes, so every key of a namespace
+    shares one server.  The route travels with the command (a
+    :class:`~..protocol.plans.Call`'s ``ring``) to the server choice and the
+    fan-out grouping.
+Failover
+    In one place: :meth:`Router.pick` decides which server an operation may
+    use while its own is failing (``"miss"``: its own once the wait is over;
+    ``"remap"``: the next server on the ring that may be contacted); the
+    gutter and replicas are :class:`~.routes.Routes`' plans.
+Plans
+    A driver runs a command's :class:`~..protocol.plans.Call` itself while
+    its server is healthy (the hot path); otherwise, and for multi-key and
+    whole-cluster commands, it drives the plans here (:meth:`Router.single`,
+    :meth:`Router.fan_out`, :meth:`Router.each`), which yield the I/O of
+    :mod:`.ops`: so both drivers route alike.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Mapping
+from functools import partial
+from typing import Any
+
+from ..exceptions import CommandNotSupportedError, NodeUnavailableError
+from ..ketama import Continuum
+from ..keys import Key, Routed
+from ..protocol.plans import Call, Each, Exchange, FanOut
+from ..protocol.wire import Get
+from .gutter import clamp
+from .health import Admission
+from .node import Node
+from .ops import FAILED, UNROUTED, NodePlan, Parallel, Refuse, Run, Target
+from .replicas import request_key
+from .routes import Routes
+
+__all__ = ["Router", "remembered"]
+
+ROUTES_KEPT = 8192  # ring bytes whose server is remembered (a few MB at most)
+
+
+class Router:
+    """A cluster's ring, servers and failover policy; shared by its views and async twin."""
+
+    def __init__(
+        self,
+        ring: Continuum,
+        nodes: Mapping[str, Node],
+        gutter_nodes: Mapping[str, Node],
+        locate: Callable[[bytes], str],
+        remap: bool,
+        routes: Routes | None,
+    ) -> None:
+        self.ring = ring
+        self.nodes = nodes
+        self.gutter_nodes = gutter_nodes
+        self.locate = locate  # the ring's server for a key's ring bytes (remembered)
+        self.remap = remap
+        self.routes = routes
+
+    def copies(self, kb: bytes, ring: bytes) -> int:
+        """How many servers hold the key (1: not replicated)."""
+        return self.routes.copies(kb, ring) if self.routes is not None else 1
+
+    def pick(
+        self, ring: bytes, primary: Node, admitted: dict[Node, Admission | None]
+    ) -> tuple[Node, Admission] | None:
+        """Choose the server for a key whose own server is failing, or None.
+
+        ``"miss"``: its own server once the wait is over (this operation probes
+        it).  ``"remap"``: the first server in ring order from the key that may
+        be contacted.  ``admitted`` remembers each server's admission for the
+        whole operation, so one multi-key call probes a server only once.
+        """
+        names = self.ring.get_nodes(ring, len(self.nodes)) if self.remap else (primary.name,)
+        for name in names:
+            node = self.nodes[name]
+            if node not in admitted:
+                admitted[node] = node.health.admit()
+            admission = admitted[node]
+            if admission is not None:
+                return node, admission
+        return None
+
+    def group(
+        self,
+        given: Mapping[bytes, Key],
+        owners: Mapping[bytes, str] | None,
+        write: bool,
+        strict: bool,
+    ) -> tuple[dict[Node, list[bytes]], dict[Node, list[bytes]], dict[Node, Admission]]:
+        """Keys per server, with failover: ``(groups, skipped, admissions)``.
+
+        Keys are grouped by their server first, so health is read once per
+        server, not per key; a failing server's keys each go where the policy
+        says (:meth:`pick`, then the gutter, never on the strict view), or are
+        ``skipped``.  ``owners``: replicated keys, at the replica chosen for them.
+        """
+        routes = self.routes
+        gutter = routes is not None and routes.gutter_ring is not None and not strict
+        groups: dict[Node, list[bytes]] = defaultdict(list)
+        skipped: dict[Node, list[bytes]] = defaultdict(list)
+        granted: dict[Node, Admission] = {}  # one admission per server contacted
+        admitted: dict[Node, Admission | None] = {}  # what failing servers said (pick)
+        owned: dict[str, list[bytes]] = defaultdict(list)
+        locate = self.locate
+        for kb, key in given.items():
+            owned[locate(key.route if type(key) is Routed else kb)].append(kb)
+        if owners:  # replicated keys: the replica chosen for this read instead
+            owned = _reassigned(owned, owners)
+        for name, kbs in owned.items():
+            node = self.nodes[name]
+            admission = granted.get(node) or node.health.open
+            if admission is not None:
+                granted.setdefault(node, admission)
+                groups[node].extend(kbs)
+                continue
+            for kb in kbs:  # a failing server: each key goes where the policy says
+                key = given[kb]
+                picked = self.pick(key.route if type(key) is Routed else kb, node, admitted)
+                if picked is None and gutter and type(key) is not Routed:
+                    picked = routes.gutter_pick(node, kb, admitted, write)  # type: ignore[union-attr]
+                if picked is None:
+                    skipped[node].append(kb)
+                    continue
+                other, admission = picked
+                granted.setdefault(other, admission)
+                groups[other].append(kb)
+        return groups, skipped, granted
+
+    # -- plans --
+
+    def single(self, call: Call[Any], strict: bool) -> NodePlan:
+        """A Call whose server is not healthy, or under replicas or the gutter."""
+        ring, request, decode, failed = call.ring, call.request, call.decode, call.failed
+        routes = self.routes
+        if routes is not None:
+            kb = request_key(request)
+            caller_gets = call.spread and type(request) is Get and request.cas
+            if caller_gets and kb is not None and routes.copies(kb, ring) > 1:
+                assert isinstance(request, Get)
+                return (yield from routes.spread_tokens(kb, request, decode, failed, strict))
+            routed = yield from routes.single(ring, request, decode, failed, strict)
+            if routed is not UNROUTED:
+                return routed
+        node = self.nodes[self.locate(ring)]
+        admission = node.health.open
+        if admission is None:
+            picked = self.pick(ring, node, {})
+            if picked is None:
+                return (yield Refuse(node, failed, request))
+            node, admission = picked
+        result = yield Run(node, request, decode, admission, loud=True)
+        return failed if result is FAILED else result
+
+    def fan_out(self, op: FanOut[Any], strict: bool) -> NodePlan:
+        """A multi-key command: group keys per server, send every request, read every reply.
+
+        A server that fails only loses its own keys; errors for the caller are
+        raised once every server's reply has been read, so no connection goes
+        back to the pool mid-reply.
+        """
+        exchange, given, routes = op.exchange, op.given, self.routes
+        if not given:
+            return []
+        owners = None
+        if routes is not None:
+            for name in routes.journal.dirty:  # servers that missed writes delete them first
+                yield from routes.admit(self.nodes[name])
+            owners = routes.spread(given) if op.spread else None
+        groups, skipped, granted = self.group(given, owners, op.write, strict)
+        gutter = routes.gutter_set if routes is not None and not strict else ()
+        targets: list[Target] = []
+        for node, kbs in groups.items():
+            requests = tuple(exchange.requests(kbs))
+            if node in gutter:
+                requests = tuple(clamp(request, routes.gutter_ttl) for request in requests)  # type: ignore[union-attr]
+            targets.append((node, requests, granted[node], partial(_result, exchange, kbs)))
+        results: list[Any] = []
+        lost: set[str] = set()  # servers that failed this call (their spread keys are reread)
+        answers = yield Parallel(targets, loud=True)
+        for (node, kbs), answer in zip(groups.items(), answers, strict=True):
+            if answer is FAILED:
+                results.append(exchange.failed(kbs))
+                lost.add(node.name)
+            else:
+                results.append(answer)
+        for node, kbs in skipped.items():
+            yield Refuse(node, None, tuple(exchange.requests(kbs)))  # the strict view raises
+            results.append(exchange.failed(kbs))
+            lost.add(node.name)
+        if owners and lost:  # a replica chosen for some keys just failed: the others answer
+            for kb, name in owners.items():
+                if name in lost:
+                    results.append((yield from self.reread(exchange, kb, name, strict)))
+        return results
+
+    def reread(self, exchange: Exchange[Any], kb: bytes, avoid: str, strict: bool) -> NodePlan:
+        """``kb`` read from its replicas other than ``avoid`` (which failed in this multi-get)."""
+        assert self.routes is not None
+        (request,) = exchange.requests([kb])
+        decode = partial(_one, exchange, kb)
+        failed = exchange.failed([kb])
+        return (yield from self.routes.reread(kb, avoid, request, decode, failed, strict))
+
+    def each(self, op: Each[Any], strict: bool) -> NodePlan:
+        """``op.request`` on every server (and the gutter's), one after another, by node name."""
+        if op.only_gutter:
+            nodes = list(self.gutter_nodes.values())
+        else:
+            nodes = [*self.nodes.values(), *(self.gutter_nodes.values() if op.gutter else ())]
+        found: dict[str, Any] = {}
+        for node in nodes:
+            admission = node.health.admit()
+            try:
+                if admission is None:
+                    result = yield Refuse(node, op.failed, op.request)
+                else:
+                    result = yield Run(node, op.request, op.decode, admission, loud=True)
+            except (NodeUnavailableError, CommandNotSupportedError):
+                if op.tolerant:
+                    continue  # down, or a proxy that does not pass it (twemproxy)
+                raise
+            if result is FAILED:
+                result = op.failed
+            if op.tolerant and result is None:
+                continue
+            found[node.name] = result
+        return found
+
+    def home_token(self, kb: bytes, token: Any) -> NodePlan:
+        """The home's cas token while it holds the item a copy's token came with, else None."""
+        if self.routes is None:
+            return None
+        return (yield from self.routes.home_token(kb, token))
+
+
+def _result(exchange: Exchange[Any], kbs: list[bytes], replies: list[Any]) -> Any:
+    return exchange.result(replies, kbs)
+
+
+def _one(exchange: Exchange[Any], kb: bytes, reply: Any) -> Any:
+    return exchange.result([reply], [kb])
+
+
+def _reassigned(
+    owned: dict[str, list[bytes]], owners: Mapping[bytes, str]
+) -> dict[str, list[bytes]]:
+    """Keys per server, with each key of ``owners`` moved to the server named there."""
+    moved: dict[str, list[bytes]] = defaultdict(list)
+    for name, kbs in owned.items():
+        for kb in kbs:
+            moved[owners.get(kb, name)].append(kb)
+    return moved
+
+
+def remembered(ring_node: Callable[[bytes], str]) -> Callable[[bytes], str]:
+    """``ring_node``, remembered: the server of the bytes a key is placed by.
+
+    Hot keys come back all the time and their server never changes (the
+    cluster's ring is fixed), so they skip the MD5 and the ring search: a dict
+    lookup instead.  The ring bytes are a plain key's own or a route
+    (:func:`~..keys.placed`), and the ring maps bytes, whichever they are.  Past
+    :data:`ROUTES_KEPT` entries the memory starts over.
+    """
+    routes: dict[bytes, str] = {}
+
+    def locate(ring: bytes) -> str:
+        node = routes.get(ring)
+        if node is None:
+            if len(routes) >= ROUTES_KEPT:
+                routes.clear()
+            node = routes[ring] = ring_node(ring)
+        return node
+
+    return locate

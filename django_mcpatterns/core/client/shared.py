@@ -1,0 +1,183 @@
+"""What a cluster, its strict view and its asyncio twin share: built once from servers and options.
+
+The servers' nodes (pools, health, channels), the ring and the router, the
+serde and its decoders, the listeners and the observer: one of each per
+cluster, so a server one API saw fail is failing for the others, and a sink
+added to one is seen by all.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any, ClassVar
+
+from ..exceptions import ConfigurationError
+from ..ketama import Continuum
+from ..observe import Observer, build_observer
+from ..protocol.decoding import Decoders
+from ..values.envelope import with_envelopes
+from ..values.refusals import ValueRefused
+from .health import NodeEvent, NodeHealth
+from .node import Node, watch_forks
+from .options import ClusterOptions
+from .outcomes import Listeners
+from .replicas import ReplicaPolicy
+from .routes import Routes
+from .routing import Router, remembered
+from .servers import Server, as_servers
+from .transport import SocketOptions
+
+__all__ = ["Shared"]
+
+logger = logging.getLogger("django_mcpatterns.cluster")
+
+Serde = Any  # pymemcache's protocol: serialize(key, value), deserialize(key, data, flags)
+
+
+class Shared:
+    """One cluster's servers, routing, values and reporting (see the module docstring).
+
+    ``observer`` is None unless ``OPTIONS["instrumentation"]`` asks for one (or
+    a sink is added): one check per request.  ``sync`` and ``twin`` are the
+    cluster's sync driver and its async twin, each made on first need
+    (:meth:`sync_view`; ``Cluster.aio``).
+    """
+
+    # How a sync Cluster is made for these servers (the sync driver sets it when imported:
+    # the async driver, which may be built first, never imports it).
+    sync_driver: ClassVar[Callable[[Shared], Any] | None] = None
+
+    def __init__(
+        self,
+        servers: Sequence[str | Server] | str,
+        options: ClusterOptions,
+        serde: Serde,
+        clock: Callable[[], float],
+        rng: Callable[[], float],
+    ) -> None:
+        self.servers = as_servers(servers)
+        self.options = options
+        self.node_listeners: Listeners[NodeEvent] = Listeners("on_node_event")
+        self.refused_listeners: Listeners[ValueRefused] = Listeners("on_value_refused")
+        self.serde = with_envelopes(
+            serde if serde is not None else options.serde_options.build(self.refused_listeners)
+        )
+        self.decoders = Decoders(self.serde)
+        self.text = options.protocol == "text"
+        self.ring = _ring(self.servers, options.ketama, names=True)
+        self._socket_options = SocketOptions(
+            connect_timeout=options.connect_timeout,
+            timeout=options.timeout,
+            **options.client_options,
+        )
+        self._clock, self._rng = clock, rng
+        self.nodes = {server.node: self._node(server) for server in self.servers}
+        self.observer: Observer | None = build_observer(
+            options.instrumentation_name,
+            self.servers,
+            options.instrumentation,
+            registry=options.prometheus_registry,
+            tracer_provider=options.tracer_provider,
+            trace_keys=options.trace_keys,
+        )
+        self.refused_listeners.add(self._observe_refused)
+        # With one server every key maps to it: skip the hash on the hot path.
+        only = self.servers[0].node
+        locate = remembered(self.ring.get_node) if len(self.servers) > 1 else lambda ring: only
+        # Replicated keys and the gutter pool (replicas.py, gutter.py): off unless configured.
+        self.gutter_nodes: dict[str, Node] = {}
+        routes = None
+        policy = ReplicaPolicy.build(options.replicate, options.replicate_scope)
+        if policy is not None or options.failover == "gutter":
+            gutter_ring = self._gutter()
+            routes = Routes(
+                ring=self.ring,
+                nodes=self.nodes,
+                locate=locate,
+                policy=policy,
+                gutter_ring=gutter_ring,
+                gutter_nodes=self.gutter_nodes,
+                gutter_ttl=options.gutter_ttl,
+                rng=rng,
+            )
+            watch_forks(routes.journal)
+        remap = options.failover == "remap"
+        self.router = Router(self.ring, self.nodes, self.gutter_nodes, locate, remap, routes)
+        self.routes = routes
+        self.sync: Any = None
+        self.twin: Any = None
+
+    def sync_view(self) -> Any:
+        """The cluster's sync driver (a ``Cluster``), made now if the async twin came first."""
+        if self.sync is None:
+            make = Shared.sync_driver
+            if make is None:
+                raise RuntimeError(
+                    "the sync driver is not loaded: import django_mcpatterns.core.cluster"
+                )
+            self.sync = make(self)
+        return self.sync
+
+    def _node(self, server: Server) -> Node:
+        """One server's pool and health (a ring server's or a gutter server's)."""
+        options = self.options
+        health = NodeHealth(
+            server.node,
+            retry_attempts=options.retry_attempts,
+            retry_timeout=options.retry_timeout,
+            dead_timeout=options.dead_timeout,
+            clock=self._clock,
+            report=self.report,
+            rng=self._rng,
+        )
+        return Node(
+            server, health, self._socket_options, options.max_pool_size, options.pool_idle_timeout
+        )
+
+    def _gutter(self) -> Continuum | None:
+        """The gutter pool's servers (with their own health) and its ketama ring, if any."""
+        if not self.options.gutter:
+            return None
+        try:
+            servers = as_servers(list(self.options.gutter))
+        except ConfigurationError as exc:
+            raise ConfigurationError(f"OPTIONS['gutter']: {exc}", option="gutter") from exc
+        for server in servers:
+            self.gutter_nodes[server.node] = self._node(server)
+        return _ring(servers, self.options.ketama, names=False)
+
+    def observe(self) -> Observer:
+        """The observer, made now if instrumentation is off (a sink is being added)."""
+        if self.observer is None:
+            self.observer = Observer(self.options.instrumentation_name, list(self.nodes))
+        return self.observer
+
+    def _observe_refused(self, event: ValueRefused) -> None:
+        if self.observer is not None:
+            self.observer.event("value_refused")
+
+    def report(self, event: NodeEvent) -> None:
+        """A node event: logged, observed, told to the listeners."""
+        if event.kind == "dead":
+            logger.warning("memcached server %s is dead: %s", event.node, event.error)
+        elif event.kind == "revived":
+            logger.info("memcached server %s is back", event.node)
+        else:
+            logger.debug("memcached server %s failed: %r", event.node, event.error)
+        observer = self.observer
+        if observer is not None:
+            observer.server_state(event.node, event.kind == "revived")
+            if event.kind != "failure":
+                observer.event(f"node_{event.kind}")
+        self.node_listeners(event)
+
+
+def _ring(servers: Sequence[Server], variant: str, names: bool) -> Continuum:
+    weighted = any(s.weight != 1 for s in servers)
+    return Continuum(
+        [s.node for s in servers],
+        weights=[s.weight for s in servers] if weighted else None,
+        variant=variant,
+        names=[s.name for s in servers] if names else None,
+    )

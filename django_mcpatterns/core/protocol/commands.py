@@ -1,0 +1,353 @@
+"""Every Store command, written once: its request(s), reply decoding, outcome and text/meta choice.
+
+:class:`StoreCommands` holds each command of the Store protocol (:mod:`..store`,
+:mod:`..tokens`) as a plan (:mod:`.plans`); the sync
+:class:`~..client.cluster.Cluster` and the asyncio
+:class:`~..client.aio.AsyncCluster` subclass it and run the plans, each with
+its own round-trip primitive.  Adding a command means a method here, the
+embedded store's (:mod:`..memory`) and tests; nothing in the drivers.
+
+Arguments are checked and values encoded before anything is sent
+(:mod:`.arguments`): a bad key, expire or delta, or a value the serde cannot
+encode, raises before any I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Iterable, Mapping, Sequence
+from functools import partial
+from typing import Any, TypeVar
+
+from ..exceptions import NeedsMetaProtocolError
+from ..keys import Key, KeyT, placed
+from ..store import CasToken, Claimed
+from . import steps
+from .arguments import EXPIRED, cas_token, encoded, expire_time, raw
+from .arguments import delta as delta_of
+from .decoding import (
+    NO_CAS,
+    Decoders,
+    StoreMany,
+    claimed,
+    hits,
+)
+from .meta import MetaDelete, MetaGet, MetaSet
+from .plans import Call, Each, FanOut, Plan, command, immediately, then
+from .replies import (
+    bumped_meta,
+    bumped_text,
+    cas_stored,
+    count,
+    deleted,
+    meta_cas,
+    meta_deleted,
+    no_meta,
+    ok,
+    stats,
+    stored,
+    touched,
+    ttl_left,
+    written,
+)
+from .wire import Delete, FlushAll, Get, Incr, Request, Stats, Store, StoreCommand, Touch
+
+__all__ = ["StoreCommands"]
+
+Serde = Any  # pymemcache's protocol: serialize(key, value), deserialize(key, data, flags)
+Steps = Generator[Any, Any, Any]  # a plan of several steps (see plans.py)
+R = TypeVar("R")
+
+
+class StoreCommands:
+    """The Store commands, once; a driver subclass provides ``run`` and what plans read.
+
+    ``serde`` encodes values and ``decoders`` decode replies; ``text`` is
+    ``OPTIONS["protocol"] == "text"`` (no meta command is sent);
+    :meth:`copies` says on how many servers a key is kept (replication).
+    """
+
+    serde: Serde
+    decoders: Decoders
+    text: bool
+
+    def copies(self, kb: bytes, ring: bytes) -> int:
+        raise NotImplementedError
+
+    def replicated_keys(self, given: Mapping[bytes, Key]) -> list[bytes]:
+        """The keys of ``given`` kept on several servers (written to each alone)."""
+        raise NotImplementedError
+
+    # -- reads --
+
+    @command
+    def get(self, key: Key, default: Any = None) -> Plan[Any]:
+        kb, ring = placed(key)
+        return Call(ring, Get((kb,)), self.decoders.value, default, spread=True)
+
+    @command
+    def gets(self, key: Key) -> Plan[tuple[Any, CasToken | None]]:
+        kb, ring = placed(key)
+        return Call(ring, Get((kb,), cas=True), self.decoders.value_cas, NO_CAS, spread=True)
+
+    @command
+    def gets_envelope(self, key: Key) -> Plan[tuple[Any, CasToken | None]]:
+        """``gets`` returning a soft-expiry envelope as an ``Envelope`` (see Store)."""
+        kb, ring = placed(key)
+        return Call(ring, Get((kb,), cas=True), self.decoders.envelope_cas, NO_CAS, spread=True)
+
+    @command
+    def get_many(self, keys: Iterable[Key]) -> Plan[dict[Key, Any]]:
+        """Return the hits only, keyed by the keys as given."""
+        given = {placed(key)[0]: key for key in keys}
+        fanned = FanOut(self.decoders.fetch, given, spread=True)
+        return then(fanned, lambda parts: hits(parts, given, cas=False))
+
+    @command
+    def gets_many(self, keys: Iterable[Key]) -> Plan[dict[Key, tuple[Any, CasToken]]]:
+        given = {placed(key)[0]: key for key in keys}
+        fanned = FanOut(self.decoders.fetch_cas, given)
+        return then(fanned, lambda parts: hits(parts, given, cas=True))
+
+    @command
+    def get_many_envelopes(self, keys: Iterable[Key]) -> Plan[dict[Key, Any]]:
+        given = {placed(key)[0]: key for key in keys}
+        fanned = FanOut(self.decoders.fetch_envelopes, given, spread=True)
+        return then(fanned, lambda parts: hits(parts, given, cas=False))
+
+    @command
+    def ttl(self, key: Key) -> Plan[int | None]:
+        """Return the seconds the item has left (-1: never expires), None when it is missing.
+
+        Meta protocol only (``mg <key> t``): in text mode (twemproxy, mcrouter)
+        raise :class:`NeedsMetaProtocolError` before any I/O; rewriters then
+        keep the expiry their items record (:mod:`..append`).
+        """
+        kb, ring = placed(key)
+        if self.text:
+            raise NeedsMetaProtocolError(
+                "ttl needs memcached's meta protocol (mg <key> t), and "
+                "OPTIONS['protocol'] is 'text'",
+                option="protocol",
+            )
+        return Call(ring, MetaGet(kb, ttl=True), ttl_left, None)
+
+    @command
+    def bump(self, key: Key) -> Plan[bool]:
+        """Refresh the item's place in the LRU without reading it or changing its TTL.
+
+        Return whether it was there.  Meta: ``mg <key>`` with no flags ("HD" or
+        "EN", no value sent back).  Text: memcached's "touching keys with add"
+        trick: an ``add`` that finds the item moves it to the head of the LRU
+        and answers NOT_STORED; on a miss it stores an item already expired
+        (exptime in 1970), so nothing appears.
+        """
+        kb, ring = placed(key)
+        if self.text:
+            return Call(ring, Store("add", kb, b"", 0, EXPIRED), bumped_text, False)
+        return Call(ring, MetaGet(kb), bumped_meta, False)
+
+    # -- writes --
+
+    @command
+    def set(self, key: Key, value: Any, expire: int = 0) -> Plan[bool]:
+        return self._store("set", key, value, expire)
+
+    @command
+    def add(self, key: Key, value: Any, expire: int = 0) -> Plan[bool]:
+        return self._store("add", key, value, expire)
+
+    @command
+    def append(self, key: Key, value: bytes) -> Plan[bool]:
+        return self._store("append", key, raw(value), 0)
+
+    @command
+    def prepend(self, key: Key, value: bytes) -> Plan[bool]:
+        return self._store("prepend", key, raw(value), 0)
+
+    def _store(self, verb: StoreCommand, key: Key, value: Any, expire: int) -> Call[bool]:
+        kb, ring = placed(key)
+        data, flags = encoded(self.serde, kb, value)
+        decode = stored if verb in ("append", "prepend") else written
+        return Call(ring, Store(verb, kb, data, flags, expire_time(expire)), decode, False)
+
+    @command
+    def cas(self, key: Key, value: Any, cas: CasToken, expire: int = 0) -> Plan[bool | None]:
+        kb, ring = placed(key)
+        data, flags = encoded(self.serde, kb, value)
+        exptime = expire_time(expire)
+
+        def swap(token: CasToken) -> Call[bool | None]:
+            request = Store("cas", kb, data, flags, exptime, cas_token(token))
+            return Call(ring, request, cas_stored, False)
+
+        return steps.on_home(kb, cas, swap, False)
+
+    @command
+    def incr(self, key: Key, delta: int = 1) -> Plan[int | None]:
+        kb, ring = placed(key)
+        return Call(ring, Incr(kb, delta_of(delta)), count, None)
+
+    @command
+    def decr(self, key: Key, delta: int = 1) -> Plan[int | None]:
+        kb, ring = placed(key)
+        return Call(ring, Incr(kb, delta_of(delta), decr=True), count, None)
+
+    @command
+    def delete(self, key: Key) -> Plan[bool]:
+        kb, ring = placed(key)
+        return Call(ring, Delete(kb), deleted, False)
+
+    @command
+    def touch(self, key: Key, expire: int = 0) -> Plan[bool]:
+        kb, ring = placed(key)
+        return Call(ring, Touch(kb, expire_time(expire)), touched, False)
+
+    @command
+    def set_many(self, values: Mapping[KeyT, Any], expire: int = 0) -> Plan[list[KeyT]]:
+        """Store every value; return the keys that were *not* stored.
+
+        A key fails alone: a value over the item size limit, or a server that
+        cannot be used, fails only its own keys.
+        """
+        if isinstance(expire, bool) or not isinstance(expire, int):
+            raise ValueError(f"expire must be an integer, not {expire!r}")
+        given = {placed(key)[0]: key for key in values}
+        # Every value is encoded before anything is sent: one that cannot be raises alone.
+        values_of = {kb: encoded(self.serde, kb, values[key]) for kb, key in given.items()}
+        store_many = StoreMany(values_of, expire_time(expire))
+        replicated = self.replicated_keys(given)
+        if not replicated:
+            fanned = FanOut(store_many, given, write=True)
+            return then(fanned, lambda parts: [given[kb] for part in parts for kb in part])
+        return steps.set_many(store_many, given, replicated)
+
+    @command
+    def delete_many(self, keys: Iterable[Key]) -> Plan[None]:
+        given = {placed(key)[0]: key for key in keys}
+        replicated = self.replicated_keys(given)
+        return steps.delete_many(given, replicated)
+
+    # -- owner primitives: one meta command, or text commands in one write (store.py) --
+
+    @command
+    def exchange(self, key: Key, requests: Sequence[Request[Any]]) -> Plan[list[Any] | None]:
+        """Send wire requests (:mod:`.wire`) to ``key``'s server in one write; return the replies.
+
+        Routing, failover and outcomes are those of every command: None when
+        the server cannot be used and the view degrades (the strict view
+        raises :class:`NodeUnavailableError`, or :class:`OutcomeUnknownError`
+        once the requests may have left).  Error replies are returned as
+        :class:`~.wire.ErrorReply`, for the caller to judge; a command the
+        server does not know raises :class:`CommandNotSupportedError`.
+        """
+        _, ring = placed(key)
+        batch = tuple(requests)
+        if self.text:
+            no_meta(batch)
+        return Call(ring, batch, None, None)
+
+    @command
+    def gets_ttl(self, key: Key) -> Plan[tuple[Any, CasToken | None, int | None]]:
+        """Return ``(value, cas_token, ttl)``; over text the TTL is not read (None)."""
+        if self.text:
+            return then(StoreCommands.gets.plan(self, key), lambda found: (*found, None))
+        kb, ring = placed(key)
+        request = MetaGet(kb, value=True, cas=True, ttl=True, client_flags=True)
+        decode = partial(self.decoders.value_cas_ttl, kb)
+        return Call(ring, request, decode, (None, None, None))
+
+    @command
+    def add_cas(self, key: Key, value: Any, expire: int = 0) -> Plan[CasToken | None]:
+        """``add``, returning the new item's cas token (None: not stored)."""
+        kb, ring = placed(key)
+        data, flags = encoded(self.serde, kb, value)
+        if self.text:
+            return steps.text_cas(ring, Store("add", kb, data, flags, expire_time(expire)))
+        request = MetaSet(
+            kb, data=data, mode="E", ttl=expire_time(expire), client_flags=flags, return_cas=True
+        )
+        return Call(ring, request, meta_cas, None)
+
+    @command
+    def recas(self, key: Key, value: Any, cas: CasToken, expire: int = 0) -> Plan[CasToken | None]:
+        """``cas``, returning the new item's cas token (None: not stored)."""
+        kb, ring = placed(key)
+        data, flags = encoded(self.serde, kb, value)
+        text = self.text
+
+        def swap(token: CasToken) -> Plan[CasToken | None]:
+            checked = cas_token(token)
+            if text:
+                return steps.text_cas(
+                    ring, Store("cas", kb, data, flags, expire_time(expire), checked)
+                )
+            return Call(ring, steps.meta_swap(kb, data, flags, checked, expire), meta_cas, None)
+
+        return steps.on_home(kb, cas, swap, None)
+
+    @command
+    def delete_cas(self, key: Key, cas: CasToken) -> Plan[bool]:
+        """Delete the item only while its cas token is ``cas``."""
+        kb, ring = placed(key)
+        text = self.text
+
+        def delete(token: CasToken) -> Plan[bool]:
+            checked = cas_token(token)
+            if text:
+                return steps.expire_version(kb, ring, checked)
+            return Call(ring, MetaDelete(kb, cas=int(checked)), meta_deleted, False)
+
+        return steps.on_home(kb, cas, delete, False)
+
+    # -- server-side stampede tokens (tokens.TokenStore; meta mode only) --
+
+    @command
+    def claim(
+        self, key: Key, recache: int | None, placeholder: Any = None, placeholder_ttl: int = 0
+    ) -> Plan[Claimed | None]:
+        """``mg v c f t R<recache>`` and, given a placeholder, its add: one write (tokens.py).
+
+        None (the lock-based path decides) in text mode and for a replicated
+        key: its tokens would be one replica's, and its reads are spread.
+        """
+        kb, ring = placed(key)
+        if self.text or self.copies(kb, ring) > 1:
+            return immediately(None)
+        batch = steps.claim_requests(self.serde, kb, recache, placeholder, placeholder_ttl)
+        call = Call(ring, batch, None, None)
+        serde = self.serde
+        # None: unreachable (degrading view): the lock-based path decides.
+        return then(call, lambda replies: None if replies is None else claimed(serde, kb, replies))
+
+    @command
+    def cas_stale(self, key: Key, value: Any, cas: CasToken, expire: int = 0) -> Plan[bool | None]:
+        """``cas``; in meta mode then ``md <key> I`` of that very version, so one reader gets ``W``.
+
+        The invalidation names the cas the swap handed back: sent blindly after
+        a swap that failed, it would mark whatever the key holds by then (a
+        filler's placeholder, voiding its lease and wedging the key).
+        """
+        if self.text:
+            return StoreCommands.cas.plan(self, key, value, cas, expire)
+        kb, ring = placed(key)
+        data, flags = encoded(self.serde, kb, value)
+        return steps.on_home(
+            kb, cas, partial(steps.swap_and_mark, kb, ring, data, flags, expire), False
+        )
+
+    # -- whole-cluster commands --
+
+    @command
+    def flush_all(self) -> Plan[bool]:
+        """Flush every server (the gutter pool's too); return whether all of them did."""
+        flushed = Each(FlushAll(), ok, False, gutter=True)
+        return then(flushed, lambda answers: all(answers.values()))
+
+    @command
+    def stats(self, *, gutter: bool = False) -> Plan[dict[str, dict[str, Any]]]:
+        """Return memcached's ``stats`` of every server that answers, by node.
+
+        ``gutter``: of the gutter pool's servers instead.  A server that is
+        down, or a proxy that does not pass ``stats`` (twemproxy), is left out.
+        """
+        return then(Each(Stats(), stats, None, only_gutter=gutter, tolerant=True), dict)
