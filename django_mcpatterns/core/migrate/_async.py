@@ -24,7 +24,7 @@ from typing import Any
 from django_mcpatterns.core.client.migration import MigrationSource
 from django_mcpatterns.core.keys import Key, KeyT, placed
 from django_mcpatterns.core.leases import PLACEHOLDER, PLACEHOLDER_TTL
-from django_mcpatterns.core.protocol.arguments import encoded
+from django_mcpatterns.core.protocol.commands import encoded
 from django_mcpatterns.core.protocol.plans import MISS
 from django_mcpatterns.core.store import AsyncStore, CasToken
 
