@@ -10,7 +10,9 @@ no set member lost.
 from __future__ import annotations
 
 import asyncio
+import io
 import itertools
+import json
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -18,6 +20,8 @@ from typing import Any
 import pytest
 from django.core.cache import caches
 from django.core.exceptions import ImproperlyConfigured
+from django.core.management import call_command
+from django.core.management.base import CommandError
 from django.test import override_settings
 
 from django_mcpatterns.core.cluster import Cluster, reset_shared_clusters
@@ -160,3 +164,37 @@ def test_mixed_configurations_hold_every_lock_once_and_lose_no_set_member(stages
     assert len(added) == 6 * 30
     for cache in stages.values():
         assert {name: cache.smembers(name) for name in expected} == expected
+
+
+# -- manage.py mcpatterns_warm ----------------------------------------------------------
+
+
+def run(*args: str) -> tuple[str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    call_command("mcpatterns_warm", *args, stdout=out, stderr=err)
+    return out.getvalue(), err.getvalue()
+
+
+def test_the_warm_command_copies_what_moved_once(stages, five):
+    before, new = stages["before"], stages["new"]
+    keys = [f"k{i}" for i in range(300)]
+    before.set_many({key: {"n": key} for key in keys}, 300)
+    before.set("a-number", 7, 300)  # maybe a pattern's state: not copied
+    before.sadd("a-set", "m")
+    moved = moved_keys(new, 300)
+    out, err = run("--cache", "old")
+    assert "warning" not in err  # the "old" stage: deletes reach both rings
+    assert "items copied" in out
+    assert f"{len(moved)}" in out
+    made = [new.make_and_validate_key(key) for key in keys]
+    assert len(new.store.get_many(made)) == len(keys)  # every key on its new server
+    report = json.loads(run("--cache", "old", "--json")[0])
+    assert report["copied"] == 0  # a second run: all there already
+    assert report["present"] == len(moved)
+    assert report["from"] == [server.spec for server in five[:4]]
+    _, err = run("--cache", "new", "--rate", "100000")
+    assert "warning: warm a new ring while every process runs the 'old' stage" in err
+    with pytest.raises(CommandError, match="--from HOST:PORT"):
+        run("--cache", "before")
+    out, _ = run("--cache", "before", "--from", ",".join(s.spec for s in five[:4]))
+    assert "items copied" in out
