@@ -1,6 +1,6 @@
 """Warm a new ring from the old one before reads switch: ``mcpatterns_warm``'s copier.
 
-Each old server lists its keys (``lru_crawler metadump all``: key, expiry,
+Each old server lists its keys (``lru_crawler metadump hash``: key, expiry,
 size).  A key whose server on the new ring is another is copied there with the
 TTL it has left, in batches, at a bounded rate, by the steps of
 :class:`~._model.Copy`: a lease placeholder on the new ring, then the old item
@@ -69,15 +69,18 @@ class DumpEntry:
     size: int
 
 
-def metadump(connection: Any) -> Iterator[list[DumpEntry]]:
-    """The keys a server holds, a page at a time (``lru_crawler metadump all``).
+def metadump(connection: Any, walk: bytes = b"hash") -> Iterator[list[DumpEntry]]:
+    """The keys a server holds, a page at a time (``lru_crawler metadump hash``).
 
     ``connection`` is a :class:`~django_mcpatterns.core.client.transport.Connection`
     to that server, not in a pool: the dump is read as it arrives, each read
-    bounded by the connection's timeout.
+    bounded by the connection's timeout.  ``walk``: ``b"hash"`` walks the hash
+    table (memcached 1.6.11 and later), which lists every item once; ``b"all"``
+    walks the LRUs, and misses items the LRU maintainer moves between them
+    during the walk (what older servers offer).
     """
     sock = connection.connect()
-    sock.sendall(b"lru_crawler metadump all\r\n")
+    sock.sendall(b"lru_crawler metadump %s\r\n" % walk)
     pending = b""
     while True:
         chunk = sock.recv(65536)
@@ -184,17 +187,21 @@ class Warmer:
         """Copy one old server's keys: one connection streams its dump, another reads items."""
         dump, reads = node.connect_aside(), node.connect_aside()
         try:
+            walk = b"hash"
             for attempt in range(BUSY_RETRIES):
                 try:
-                    for page in metadump(dump):
+                    for page in metadump(dump, walk):
                         for start in range(0, len(page), self.batch):
                             entries = page[start : start + self.batch]
                             self._batch(name, reads, entries, server_time)
                     return
                 except WarmError as exc:
+                    dump.close()
+                    if walk == b"hash" and "ERROR" in str(exc):
+                        walk = b"all"  # a server before 1.6.11: the LRU walk
+                        continue
                     if "BUSY" not in str(exc) or attempt == BUSY_RETRIES - 1:
                         raise
-                    dump.close()
                     self.sleep(1.0)  # another crawler is running: ask again
         finally:
             dump.close()
