@@ -87,6 +87,17 @@ class PatternHost:
         return self.binding.async_store
 
     @property
+    def pattern_store(self) -> Store:
+        """The Store the pattern methods use: :attr:`store`, except during a ring migration
+        (``OPTIONS["migrate_from"]``), when pattern keys stay on the old ring."""
+        return self.binding.pattern_store
+
+    @property
+    def apattern_store(self) -> AsyncStore:
+        """:attr:`pattern_store` for asyncio."""
+        return self.binding.async_pattern_store
+
+    @property
     def values(self) -> Store:
         """What the cache API reads and writes: :attr:`store`, chunking values over the
         item size limit when ``OPTIONS["large_values"]`` is ``"chunk"``."""
@@ -111,7 +122,7 @@ class PatternHost:
 
     def _set_options(self) -> SetOptions:
         """The thresholds for this cache's sets and lists (override to tune them)."""
-        return SetOptions.for_store(self.store)
+        return SetOptions.for_store(self.pattern_store)
 
     def _soft_timeout(self, timeout: Any) -> float | None:
         """The soft TTL of a ``get_or_compute`` value for the framework's ``timeout``."""
