@@ -242,7 +242,7 @@ class Router:
             requests = tuple(exchange.requests(kbs))
             if node in gutter:
                 requests = tuple(clamp(request, routes.gutter_ttl) for request in requests)  # type: ignore[union-attr]
-            targets.append((node, requests, granted[node], partial(_result, exchange, kbs)))
+            targets.append((node, requests, granted[node], partial(exchange.result, kbs=kbs)))
         results: list[Any] = []
         lost: set[str] = set()  # servers that failed this call (their spread keys are reread)
         try:
@@ -303,14 +303,8 @@ class Router:
         for node, kbs in groups.items():
             admission = node.health.open
             if admission is not None:
-                targets.append(
-                    (
-                        node,
-                        tuple(exchange.requests(kbs)),
-                        admission,
-                        partial(_result, exchange, kbs),
-                    )
-                )
+                requests = tuple(exchange.requests(kbs))
+                targets.append((node, requests, admission, partial(exchange.result, kbs=kbs)))
         if not targets:
             return []
         answers = yield Parallel(targets)
@@ -399,10 +393,6 @@ class Router:
         if self.routes is None:
             return None
         return (yield from self.routes.home_token(kb, token))
-
-
-def _result(exchange: Exchange[Any], kbs: list[bytes], replies: list[Any]) -> Any:
-    return exchange.result(replies, kbs)
 
 
 def _one(exchange: Exchange[Any], kb: bytes, reply: Any) -> Any:
