@@ -6,11 +6,12 @@ import math
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from ..exceptions import ConfigurationError, NonNumericValueError, ValueTooLargeError
 from ..keys import Key, KeyT, placed
-from ..store import CasToken
+from ..store import CasToken, Leased
 from ..values.envelope import STALE, EnvelopeSerde, with_envelopes
 from ..values.refusals import is_refused
 from ..values.serde import ValueSerde
@@ -198,7 +199,7 @@ class MemoryStore(ItemTable):
             if item is None:
                 return False
             deadline = deadline_of(expire, now)
-            self._link(raw, Item(item.data, item.flags, deadline, item.cas, item.size), now)
+            self._link(raw, replace(item, deadline=deadline), now)
         return True
 
     def bump(self, key: Key) -> bool:
@@ -252,6 +253,41 @@ class MemoryStore(ItemTable):
         with self._lock:
             item = self._live(raw, self._now())
             return item is not None and item.cas == wanted and self._discard(raw)
+
+    # -- leasing reads (store.LeaseStore): memcached's mg ... N<ttl>, in process --
+
+    def gets_leased(self, key: Key, others: Iterable[Key], ttl: int) -> Leased:
+        found = self.gets_many(others)
+        leased = self._vivify(key, ttl, None)
+        if leased.found:
+            found.update(leased.found)
+        return Leased(found, leased.lease, leased.pending)
+
+    def lease(self, key: Key, ttl: int, replacing: CasToken | None = None) -> Leased:
+        leased = self._vivify(key, ttl, None if replacing is None else cas_number(replacing))
+        return Leased({}, leased.lease, leased.pending)
+
+    def _vivify(self, key: Key, ttl: int, replacing: int | None) -> Leased:
+        """The key's item, or a new empty one leased to this caller, in one step."""
+        ttl = check_exptime(ttl)
+        raw = placed(key)[0]
+        with self._lock:
+            now = self._now()
+            item = self._read(raw, now)
+            if item is not None and item.cas == replacing:
+                self._discard(raw)
+                item = None
+            if item is None:
+                item = self._new_item(raw, b"", 0, deadline_of(ttl, now), leased=True)
+                self._link(raw, item, now)
+                return Leased({}, cas_token(item))
+        if item.leased and not item.data:
+            return Leased({}, pending=True)
+        value = self._deserialize(key, item)
+        found: dict[Any, tuple[Any, CasToken]] = {}
+        if value is not _MISS:
+            found[key] = (value, cas_token(item))
+        return Leased(found, pending=item.leased)
 
     def flush_all(self) -> bool:
         with self._lock:

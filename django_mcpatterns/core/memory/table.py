@@ -29,10 +29,12 @@ class ItemTable:
         self._get_hits = 0
         self._get_misses = 0
 
-    def _new_item(self, raw: bytes, data: bytes, flags: int, deadline: int | None) -> Item:
+    def _new_item(
+        self, raw: bytes, data: bytes, flags: int, deadline: int | None, leased: bool = False
+    ) -> Item:
         """An item with the next CAS token.  Caller holds the lock."""
         self._last_cas += 1
-        return Item(data, flags, deadline, self._last_cas, item_size(raw, data, flags))
+        return Item(data, flags, deadline, self._last_cas, item_size(raw, data, flags), leased)
 
     def _live(self, raw: bytes, now: int) -> Item | None:
         """The unexpired item, marked most recently used.  Caller holds the lock."""
