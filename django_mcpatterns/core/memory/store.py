@@ -258,36 +258,23 @@ class MemoryStore(ItemTable):
 
     def gets_leased(self, key: Key, others: Iterable[Key], ttl: int) -> Leased:
         found = self.gets_many(others)
-        leased = self._vivify(key, ttl, None)
-        if leased.found:
-            found.update(leased.found)
-        return Leased(found, leased.lease, leased.pending)
+        item, won = self._leased(key, ttl, None)
+        if not won and not (item.leased and not item.data):  # a value, not a lease's item
+            value = self._deserialize(key, item)
+            if value is not _MISS:
+                found[key] = (value, cas_token(item))
+        return Leased(found, cas_token(item) if won else None, item.leased and not won)
 
     def lease(self, key: Key, ttl: int, replacing: CasToken | None = None) -> Leased:
-        leased = self._vivify(key, ttl, None if replacing is None else cas_number(replacing))
-        return Leased({}, leased.lease, leased.pending)
+        item, won = self._leased(key, ttl, None if replacing is None else cas_number(replacing))
+        return Leased({}, cas_token(item) if won else None, item.leased and not won)
 
-    def _vivify(self, key: Key, ttl: int, replacing: int | None) -> Leased:
-        """The key's item, or a new empty one leased to this caller, in one step."""
-        ttl = check_exptime(ttl)
+    def _leased(self, key: Key, ttl: int, replacing: int | None) -> tuple[Item, bool]:
         raw = placed(key)[0]
+        expire = check_exptime(ttl)
         with self._lock:
             now = self._now()
-            item = self._read(raw, now)
-            if item is not None and item.cas == replacing:
-                self._discard(raw)
-                item = None
-            if item is None:
-                item = self._new_item(raw, b"", 0, deadline_of(ttl, now), leased=True)
-                self._link(raw, item, now)
-                return Leased({}, cas_token(item))
-        if item.leased and not item.data:
-            return Leased({}, pending=True)
-        value = self._deserialize(key, item)
-        found: dict[Any, tuple[Any, CasToken]] = {}
-        if value is not _MISS:
-            found[key] = (value, cas_token(item))
-        return Leased(found, pending=item.leased)
+            return self._vivify(raw, deadline_of(expire, now), replacing, now)
 
     def flush_all(self) -> bool:
         with self._lock:

@@ -56,6 +56,22 @@ class ItemTable:
             self._get_hits += 1
         return item
 
+    def _vivify(
+        self, raw: bytes, deadline: int | None, replacing: int | None, now: int
+    ) -> tuple[Item, bool]:
+        """memcached's ``mg <key> N<ttl>``: the live item (the version ``replacing``
+        deleted first), or a new empty one leased to the caller; and whether it was
+        made now (the caller won the lease).  Caller holds the lock."""
+        item = self._read(raw, now)
+        if item is not None and item.cas == replacing:
+            self._discard(raw)
+            item = None
+        if item is not None:
+            return item, False
+        item = self._new_item(raw, b"", 0, deadline, leased=True)
+        self._link(raw, item, now)
+        return item, True
+
     def _discard(self, raw: bytes) -> bool:
         """Unlink the item if present.  Caller holds the lock."""
         item = self._items.pop(raw, None)
