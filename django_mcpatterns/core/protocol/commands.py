@@ -353,7 +353,7 @@ class StoreCommands:
         if self.text or self.copies(kb, ring) > 1:
             plain = FanOut(self.decoders.fetch_cas, given)
             return then(plain, lambda parts: Leased(hits(parts, given, cas=True), leasing=False))
-        fanned = FanOut(LeasedFetch(self.decoders.fetch_cas, kb, ttl), given)
+        fanned = FanOut(LeasedFetch(self.decoders.fetch_cas, kb, expire_time(ttl)), given)
         return then(fanned, partial(leased, self.serde, kb, key, given))
 
     @command
@@ -363,7 +363,8 @@ class StoreCommands:
         kb, ring = placed(key)
         if self.text or self.copies(kb, ring) > 1:
             return immediately(NOT_LEASING)
-        call = Call(ring, lease_requests(kb, ttl, replacing), None, None)
+        token = None if replacing is None else cas_token(replacing)
+        call = Call(ring, lease_requests(kb, expire_time(ttl), token), None, None)
         return then(call, partial(lease_answer, self.serde, kb, key))
 
     # -- whole-cluster commands --

@@ -19,10 +19,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..keys import Key
-from ..store import CasToken, Leased
+from ..store import Leased
 from ..values.envelope import STALE
 from ..values.refusals import is_refused
-from .arguments import cas_token, expire_time
 from .decoding import Fetch, hits
 from .meta import MetaDelete, MetaGet
 from .replies import reply_error
@@ -52,7 +51,7 @@ class LeasedFetch:
     def __init__(self, fetch: Fetch, kb: bytes, ttl: int) -> None:
         self.fetch = fetch  # a cas-returning Fetch (Decoders.fetch_cas)
         self.kb = kb
-        self.ttl = expire_time(ttl)
+        self.ttl = ttl  # memcached's exptime (commands.expire_time)
 
     def requests(self, kbs: list[bytes]) -> Sequence[Request[Any]]:
         kb = self.kb
@@ -104,12 +103,15 @@ def leased_reply(
     return Leased(found, lease, reply.lost)
 
 
-def lease_requests(kb: bytes, ttl: int, replacing: CasToken | None) -> tuple[Request[Any], ...]:
-    """``lease``'s one write: ``md <key> C<cas>`` of the version found useless, then vivify."""
-    read = MetaGet(kb, cas=True, vivify=expire_time(ttl))
+def lease_requests(kb: bytes, ttl: int, replacing: bytes | None) -> tuple[Request[Any], ...]:
+    """``lease``'s one write: ``md <key> C<cas>`` of the version found useless, then vivify.
+
+    ``ttl`` and ``replacing`` are memcached's forms (commands.expire_time, cas_token).
+    """
+    read = MetaGet(kb, cas=True, vivify=ttl)
     if replacing is None:
         return (read,)
-    return (MetaDelete(kb, cas=int(cas_token(replacing))), read)
+    return (MetaDelete(kb, cas=int(replacing)), read)
 
 
 def lease_answer(serde: Serde, kb: bytes, key: Key, replies: list[Any] | None) -> Leased:
