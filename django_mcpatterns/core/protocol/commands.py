@@ -19,7 +19,7 @@ from typing import Any, Literal, TypeVar
 
 from ..exceptions import NeedsMetaProtocolError
 from ..keys import Key, KeyT, placed
-from ..store import CasToken, Claimed
+from ..store import CasToken, Claimed, Leased
 from . import steps
 from .decoding import (
     NO_CAS,
@@ -29,6 +29,7 @@ from .decoding import (
     claimed,
     hits,
 )
+from .leasing import NOT_LEASING, LeasedFetch, lease_answer, lease_requests, leased
 from .meta import MetaDelete, MetaGet, MetaSet
 from .plans import Call, Each, FanOut, Plan, command, immediately, then
 from .replies import (
@@ -336,6 +337,35 @@ class StoreCommands:
             return steps.swap_and_mark(kb, ring, swap)
 
         return steps.on_home(kb, cas, swap_and_mark, False)
+
+    # -- leasing reads (store.LeaseStore; memcached's vivify-on-miss, leasing.py) --
+
+    @command
+    def gets_leased(self, key: Key, others: Iterable[Key], ttl: int) -> Plan[Leased]:
+        """``gets_many`` of ``key`` and ``others``, one round trip per server; a missing
+        ``key`` is leased for ``ttl`` seconds by ``mg <key> v c f N<ttl>`` in that trip.
+
+        No lease (``leasing`` False) in text mode or for a replicated key.
+        """
+        kb, ring = placed(key)
+        given = {placed(other)[0]: other for other in others}
+        given[kb] = key
+        if self.text or self.copies(kb, ring) > 1:
+            plain = FanOut(self.decoders.fetch_cas, given)
+            return then(plain, lambda parts: Leased(hits(parts, given, cas=True), leasing=False))
+        fanned = FanOut(LeasedFetch(self.decoders.fetch_cas, kb, expire_time(ttl)), given)
+        return then(fanned, partial(leased, self.serde, kb, key, given))
+
+    @command
+    def lease(self, key: Key, ttl: int, replacing: CasToken | None = None) -> Plan[Leased]:
+        """Lease ``key`` for ``ttl`` seconds: ``md <key> C<replacing>`` (the version found
+        useless), then ``mg <key> c N<ttl>``, in one write.  ``found`` is empty."""
+        kb, ring = placed(key)
+        if self.text or self.copies(kb, ring) > 1:
+            return immediately(NOT_LEASING)
+        token = None if replacing is None else cas_token(replacing)
+        call = Call(ring, lease_requests(kb, expire_time(ttl), token), None, None)
+        return then(call, partial(lease_answer, self.serde, kb, key))
 
     # -- whole-cluster commands --
 
