@@ -237,9 +237,9 @@ class Driver(StoreCommands):
             return None
         return node.name, epochs.current(node.server.address)
 
-    def replicated_keys(self, given: Mapping[bytes, Key]) -> list[bytes]:
+    def replicated_keys(self, given: Mapping[bytes, Key]) -> dict[bytes, bytes]:
         routes = self._routes
-        return routes.replicated_keys(given) if routes is not None else []
+        return routes.replicated_keys(given) if routes is not None else {}
 
     def _refuse(self, node: Node, failed: Any, request: Requests | None) -> Any:
         """Fail fast: the server is in its retry or dead wait (the strict view raises)."""
