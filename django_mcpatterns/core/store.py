@@ -290,7 +290,8 @@ class Claimed:
     ``found``: the item as :meth:`~.store.Store.gets_envelope` returns it
     (``None`` with ``cas`` None on a miss); ``cas``: its cas token;
     ``won``/``lost``/``stale``: memcached's ``W``/``Z``/``X`` flags;
-    ``added``: the placeholder's cas when this caller's add stored it.
+    ``added``: the placeholder's cas when this caller's add stored it;
+    ``ttl``: the seconds the item had left (-1: never expires; None: unknown).
     """
 
     found: Any
@@ -299,6 +300,7 @@ class Claimed:
     lost: bool = False
     stale: bool = False
     added: CasToken | None = None
+    ttl: int | None = None
 
 
 @runtime_checkable

@@ -24,6 +24,7 @@ from . import steps
 from .decoding import (
     NO_CAS,
     Decoders,
+    DeleteMany,
     StoreMany,
     claimed,
     hits,
@@ -74,8 +75,8 @@ class StoreCommands:
     def copies(self, kb: bytes, ring: bytes) -> int:
         raise NotImplementedError
 
-    def replicated_keys(self, given: Mapping[bytes, Key]) -> list[bytes]:
-        """The keys of ``given`` kept on several servers (written to each alone)."""
+    def replicated_keys(self, given: Mapping[bytes, Key]) -> dict[bytes, bytes]:
+        """The keys of ``given`` kept on several servers, each with the bytes placing them."""
         raise NotImplementedError
 
     # -- reads --
@@ -216,16 +217,15 @@ class StoreCommands:
         values_of = {kb: encoded(self.serde, kb, values[key]) for kb, key in given.items()}
         store_many = StoreMany(values_of, expire_time(expire))
         replicated = self.replicated_keys(given)
-        if not replicated:
-            fanned = FanOut(store_many, given, write=True)
-            return then(fanned, lambda parts: [given[kb] for part in parts for kb in part])
-        return steps.set_many(store_many, given, replicated)
+        if any(kb != ring for kb, ring in replicated.items()):
+            return steps.set_many(store_many, given, replicated)
+        fanned = FanOut(store_many, given, write=True)  # replicated keys: on every replica
+        return then(fanned, lambda parts: steps.not_stored(parts, given))
 
     @command
     def delete_many(self, keys: Iterable[Key]) -> Plan[None]:
         given = {placed(key)[0]: key for key in keys}
-        replicated = self.replicated_keys(given)
-        return steps.delete_many(given, replicated)
+        return then(FanOut(DeleteMany(), given, write=True), _nothing)
 
     # -- owner primitives: one meta command, or text commands in one write (store.py) --
 
@@ -451,3 +451,7 @@ def _meta_swap(kb: bytes, data: bytes, flags: int, token: bytes, expire: int) ->
     return MetaSet(
         kb, data=data, cas=int(token), ttl=expire_time(expire), client_flags=flags, return_cas=True
     )
+
+
+def _nothing(_: object) -> None:
+    return None
