@@ -34,6 +34,11 @@ REPORT_EVERY: Final = 1.0  # seconds between reports to instrumentation (on a mi
 _HALF: Final = bytes(i >> 1 for i in range(256))  # halves every counter of a sketch row
 
 
+def _below(n: int, _random: Callable[[], float] = random.random) -> int:
+    """A random index below ``n`` (``random.randrange`` checks its arguments: slower)."""
+    return int(_random() * n)
+
+
 class Entry:
     """One value held near, with its deadline (``expires``, on the table's clock)."""
 
@@ -90,7 +95,7 @@ class NearTable:
         scope: str | None = None,
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
-        rng: Callable[[int], int] = random.randrange,
+        rng: Callable[[int], int] = _below,
         report: Callable[[NearStats], object] | None = None,
     ) -> None:
         self.options = options
@@ -328,10 +333,12 @@ class NearTable:
     def _victim(self, now: float) -> Entry:
         """The least used of a few entries drawn at random; expired small ones first."""
         order = self._order
+        n = len(order)
+        rng = self._rng
         best: Entry | None = None
         best_score = 0
-        for _ in range(min(SAMPLE, len(order))):
-            entry = order[self._rng(len(order))]
+        for _ in range(min(SAMPLE, n)):
+            entry = order[rng(n)]
             # Expired ones first (a large one last: it may still be revalidated).
             score = entry.hits + 1 if entry.expires > now else 0 if entry.large else -1
             if best is None or score < best_score:
