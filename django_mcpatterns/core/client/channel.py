@@ -48,7 +48,7 @@ from collections import deque
 from collections.abc import Sequence
 from typing import Any
 
-from ..protocol.reader import Reader
+from ..protocol.compiled import Reader, encode
 from ..protocol.wire import NEED_DATA, ErrorReply, Get, Request, Value
 from .transport import (
     ConnectionClosedError,
@@ -139,9 +139,7 @@ class Batch(_Item):
 
 
 def _encode(requests: Sequence[Request[Any]]) -> bytes:
-    if len(requests) == 1:
-        return requests[0].encode()
-    return b"".join([request.encode() for request in requests])
+    return encode(requests)
 
 
 class Channel(asyncio.Protocol):

@@ -37,6 +37,7 @@ from time import perf_counter_ns
 from typing import Any, TypeVar
 
 from ..observe import Observer, Sink
+from ..protocol.compiled import encode
 from ..protocol.plans import MISS, Call, Each, FanOut, HomeToken, Plan, install
 from ..protocol.replies import not_supported, refused_in
 from ..protocol.wire import Version
@@ -221,7 +222,7 @@ class Cluster(Driver, Store, TokenStore):
                 client.connect()
                 sent = True
                 batch = request if isinstance(request, tuple) else (request,)
-                client.send(b"".join([r.encode() for r in batch]))
+                client.send(encode(batch))
             except BaseException as exc:
                 self._settle(target, client, exc, sent, loud, started, errors)
             else:

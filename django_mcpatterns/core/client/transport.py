@@ -7,6 +7,11 @@ requests at once and reads their replies through a :class:`~.wire.Reader`;
 whatever the reader refuses raises :class:`~.exceptions.ProtocolError`, and a
 connection that raised is never used again (the caller closes it).
 
+Where the compiled hot path is built (:mod:`..protocol.compiled`), a plain
+blocking socket's exchanges run in C on its descriptor: encode, send, receive
+and a get's parse with the GIL released once, answering as the Python code
+below does (which runs for TLS, stand-in socket modules, and without it).
+
 One server's connections are pooled (:mod:`.pool`); which process owns a
 pool (fork safety) is the node's business (:mod:`.node`).
 """
@@ -26,7 +31,7 @@ from types import ModuleType
 from typing import Any, Protocol, TypeVar
 
 from ..exceptions import ProtocolError
-from ..protocol.reader import Reader
+from ..protocol.compiled import COMPILED, ConnectionClosedError, Reader, encode
 from ..protocol.wire import NEED_DATA, ErrorReply, Request
 
 __all__ = [
@@ -55,10 +60,6 @@ _stamps = itertools.count(1)
 def stamp_completed() -> None:
     """Note that a request was answered (a write, maybe): fetches sent before are not shared."""
     completed[0] = next(_stamps)  # next() is atomic: threads never share a stamp
-
-
-class ConnectionClosedError(ConnectionError):
-    """The server closed the connection before its reply was complete."""
 
 
 class Keepalive(Protocol):
@@ -93,13 +94,14 @@ class Connection:
     never used again.
     """
 
-    __slots__ = ("address", "options", "reader", "sock", "timeout")
+    __slots__ = ("address", "fd", "options", "reader", "sock", "timeout")
 
     def __init__(self, address: str | tuple[str, int], options: SocketOptions) -> None:
         self.address = address
         self.options = options
         self.timeout = options.timeout
         self.sock: Any = None  # a socket, an SSLSocket or a test's stand-in
+        self.fd = -1  # the socket's descriptor when the compiled path does its I/O
         self.reader = Reader()
 
     def __repr__(self) -> str:
@@ -133,12 +135,19 @@ class Connection:
             raise
         self.sock = sock
         self.reader = Reader()
+        # The compiled I/O needs a plain blocking socket (the kernel bounds each call).
+        plain = COMPILED and s is socket and options.tls_context is None
+        self.fd = sock.fileno() if plain and sock.gettimeout() is None else -1
         return sock
 
     def send(self, data: bytes) -> None:
         """Write a batch of encoded requests (:func:`~.wire.encode`)."""
         try:
-            _send_all(self.connect(), data, self._deadline())
+            sock = self.connect()
+            if self.fd >= 0:
+                self.reader.send(self.fd, data, self.timeout)
+            else:
+                _send_all(sock, data, self._deadline())
         except BlockingIOError as exc:
             raise _timed_out(exc) from exc
 
@@ -154,6 +163,13 @@ class Connection:
         if sock is None:
             raise ConnectionClosedError("the connection is closed")
         reader = self.reader
+        if self.fd >= 0:
+            try:
+                compiled: list[Any] = reader.receive(self.fd, requests, self.timeout)
+            except BlockingIOError as exc:
+                raise _timed_out(exc) from exc
+            completed[0] = next(_stamps)  # stamp_completed(), inlined
+            return compiled
         replies: list[Any] = []
         deadline = self._deadline()
         try:
@@ -172,13 +188,20 @@ class Connection:
 
     def exchange(self, requests: Sequence[Request[Any]]) -> list[Any]:
         """Send ``requests`` in one write and return their replies."""
-        self.send(b"".join([request.encode() for request in requests]))
+        self.send(encode(requests))
         return self.receive(requests)
 
     def request(self, request: Request[T]) -> T | ErrorReply:
         """Send one request and return its reply: the hot path of single-key commands."""
         sock = self.sock or self.connect()
         timeout = self.timeout
+        if self.fd >= 0:  # the compiled exchange, the GIL released once
+            try:
+                compiled: T | ErrorReply = self.reader.request(self.fd, request, timeout)
+            except BlockingIOError as exc:
+                raise _timed_out(exc) from exc
+            completed[0] = next(_stamps)
+            return compiled
         deadline = time.monotonic() + timeout if timeout else None
         try:
             data = request.encode()
@@ -209,6 +232,7 @@ class Connection:
     def close(self) -> None:
         """Close the socket (this process's descriptor only: nothing is sent)."""
         sock, self.sock = self.sock, None
+        self.fd = -1
         if sock is not None:
             with contextlib.suppress(OSError):
                 sock.close()
