@@ -47,7 +47,7 @@ from ..values.refusals import ValueRefused
 from .aio import AsyncCluster
 from .driver import Driver
 from .health import Admission, HealthSnapshot, NodeEvent
-from .node import Node
+from .node import Node, armed, forked
 from .ops import FAILED, Decode, Parallel, Refuse, Requests, Run, Target
 from .options import ClusterOptions
 from .outcomes import NODE_ERRORS, answered, judge, probe_for, refusal_seen, unavailable
@@ -176,8 +176,11 @@ class Cluster(Driver, Store, TokenStore):
         observer = self.shared.observer
         started = perf_counter_ns() if observer is not None else 0
         try:
-            client = node.checkout()
-            client.connect()
+            if not armed[0]:  # node.checkout(), inlined: the hot path
+                forked()  # forked without Python's at-fork hooks (uWSGI's)
+            client = node.pool.get()
+            if client.sock is None:
+                client.connect()
             sent = True
             if decode is None:
                 reply: Any = client.exchange(request)  # type: ignore[arg-type]
@@ -194,7 +197,9 @@ class Cluster(Driver, Store, TokenStore):
             )
         if observer is not None:
             observer.request(node.name, request, reply, started)
-        self._done(node, client)
+        node.pool.release(client)  # self._done(node, client), inlined
+        if node.health.failures:
+            answered(node, self.shared.observer)
         if decode is None:
             refused = refused_in(node.name, request, reply)  # type: ignore[arg-type]
             if refused is not None:  # memcached < 1.6 answered ERROR to a meta command

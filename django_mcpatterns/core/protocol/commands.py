@@ -166,14 +166,14 @@ class StoreCommands:
 
     def _store(self, verb: StoreCommand, key: Key, value: Any, expire: int) -> Call[bool]:
         kb, ring = placed(key)
-        data, flags = encoded(self.serde, kb, value)
+        data, flags = self.decoders.encoded(kb, value)
         decode = stored if verb in ("append", "prepend") else written
         return Call(ring, Store(verb, kb, data, flags, expire_time(expire)), decode, False)
 
     @command
     def cas(self, key: Key, value: Any, cas: CasToken, expire: int = 0) -> Plan[bool | None]:
         kb, ring = placed(key)
-        data, flags = encoded(self.serde, kb, value)
+        data, flags = self.decoders.encoded(kb, value)
         exptime = expire_time(expire)
 
         def swap(token: CasToken) -> Call[bool | None]:
@@ -260,7 +260,7 @@ class StoreCommands:
     def add_cas(self, key: Key, value: Any, expire: int = 0) -> Plan[CasToken | None]:
         """``add``, returning the new item's cas token (None: not stored)."""
         kb, ring = placed(key)
-        data, flags = encoded(self.serde, kb, value)
+        data, flags = self.decoders.encoded(kb, value)
         if self.text:
             return steps.text_cas(ring, Store("add", kb, data, flags, expire_time(expire)))
         request = MetaSet(
@@ -272,7 +272,7 @@ class StoreCommands:
     def recas(self, key: Key, value: Any, cas: CasToken, expire: int = 0) -> Plan[CasToken | None]:
         """``cas``, returning the new item's cas token (None: not stored)."""
         kb, ring = placed(key)
-        data, flags = encoded(self.serde, kb, value)
+        data, flags = self.decoders.encoded(kb, value)
         text = self.text
 
         def swap(token: CasToken) -> Plan[CasToken | None]:
@@ -330,7 +330,7 @@ class StoreCommands:
         if self.text:
             return StoreCommands.cas.plan(self, key, value, cas, expire)
         kb, ring = placed(key)
-        data, flags = encoded(self.serde, kb, value)
+        data, flags = self.decoders.encoded(kb, value)
         return steps.on_home(
             kb, cas, partial(steps.swap_and_mark, kb, ring, data, flags, expire), False
         )
