@@ -14,7 +14,8 @@ required = os.environ.get("CI") == "true" or os.environ.get(
     "DJANGO_MCPATTERNS_REQUIRE_COMPILED", ""
 ) not in ("", "0")
 sources = [
-    f"src/speedups/{name}.c" for name in ("module", "reader", "values", "meta", "encode", "io")
+    f"src/speedups/{name}.c"
+    for name in ("module", "reader", "values", "meta", "encode", "many", "maker", "io")
 ]
 
 setup(

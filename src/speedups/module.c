@@ -6,7 +6,7 @@
 Bound B;
 
 /* Bumped whenever what compiled.py expects of this module changes. */
-#define ABI 1
+#define ABI 3
 
 static PyObject *
 bind(PyObject *module, PyObject *args, PyObject *kwargs)
@@ -33,6 +33,9 @@ static PyMethodDef functions[] = {
     {"bind", (PyCFunction)(void (*)(void))bind, METH_VARARGS | METH_KEYWORDS,
      "Bind the parser to the classes it answers with (compiled.py does, once)."},
     {"encode", speedups_encode, METH_O, "The bytes of a batch of requests, written at once."},
+    {"keyed", speedups_keyed, METH_VARARGS, "keyed(keys, placed): {wire bytes: key as given}."},
+    {"decoded", speedups_decoded, METH_VARARGS,
+     "decoded(values, direct, deserialize, cas): a get's values decoded, by key."},
     {NULL},
 };
 
@@ -68,12 +71,13 @@ PyInit__speedups(void)
         || intern(&B.k_error, "ERROR") < 0 || intern(&B.k_client_error, "CLIENT_ERROR") < 0
         || intern(&B.k_server_error, "SERVER_ERROR") < 0)
         return NULL;
-    if (PyType_Ready(&ReaderType) < 0)
+    if (PyType_Ready(&ReaderType) < 0 || PyType_Ready(&MakerType) < 0)
         return NULL;
     PyObject *module = PyModule_Create(&module_def);
     if (module == NULL)
         return NULL;
     if (PyModule_AddObjectRef(module, "Reader", (PyObject *)&ReaderType) < 0
+        || PyModule_AddObjectRef(module, "Maker", (PyObject *)&MakerType) < 0
         || PyModule_AddIntConstant(module, "ABI", ABI) < 0) {
         Py_DECREF(module);
         return NULL;

@@ -54,6 +54,7 @@ typedef struct {
 } Reader;
 
 extern PyTypeObject ReaderType;
+extern PyTypeObject MakerType;  /* maker.c */
 
 enum { SCAN_NEED, SCAN_LINE, SCAN_MISMATCH };
 
@@ -77,6 +78,10 @@ PyObject *reader_meta(Reader *r, PyObject *request);
 /* encode.c */
 int encode_into(Reader *r, PyObject *request, int append);  /* r->out; 0 ok, -1 error */
 PyObject *speedups_encode(PyObject *module, PyObject *requests);
+
+/* many.c */
+PyObject *speedups_keyed(PyObject *module, PyObject *args);
+PyObject *speedups_decoded(PyObject *module, PyObject *args);
 
 /* io.c */
 PyObject *reader_request(Reader *r, PyObject *args);

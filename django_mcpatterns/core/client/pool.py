@@ -20,6 +20,12 @@ class Pool:
     busy at once (then ``RuntimeError``: the caller degrades, the server is not
     to blame).  A connection comes back through :meth:`release` after a
     complete exchange, or :meth:`destroy` when it may be mid-reply.
+
+    Without a size limit or an idle timeout (the defaults) a checkout takes no
+    lock: each step is one atomic operation on a deque or a dict (atomic under
+    the GIL, and thread-safe on free-threaded Python too), so threads sharing
+    a cluster never queue on the pool.  :meth:`take_idle` empties it the same
+    way, so a connection is either checked out or closed, never both.
     """
 
     def __init__(
@@ -38,22 +44,24 @@ class Pool:
         self._clock = clock
         self._free: deque[tuple[Connection, float]] = deque()
         self._used: dict[Connection, None] = {}  # insertion-ordered set
+        self._unlocked = max_size is None and not idle_timeout
 
     @property
     def free(self) -> tuple[Connection, ...]:
-        return tuple(connection for connection, _ in self._free)
+        return tuple(connection for connection, _ in tuple(self._free))
 
     @property
     def used(self) -> tuple[Connection, ...]:
         return tuple(self._used)
 
     def get(self) -> Connection:
-        with self._lock:
-            free = self._free
-            if free and not self._idle_timeout:  # the hot path: an idle connection, no expiry
-                connection = free.popleft()[0]
-                self._used[connection] = None
-                return connection
+        if self._unlocked:  # the hot path: atomic steps, no lock
+            try:
+                connection = self._free.popleft()[0]
+            except IndexError:
+                connection = self._make()
+            self._used[connection] = None
+            return connection
         stale: list[Connection] = []
         with self._lock:
             try:
@@ -79,11 +87,28 @@ class Pool:
         return connection
 
     def release(self, connection: Connection) -> None:
+        if self._unlocked:
+            if self._used.pop(connection, 0) is None:
+                self._free.append((connection, 0.0))
+            return
         with self._lock:
             if self._used.pop(connection, 0) is None:
                 self._free.append((connection, self._clock() if self._idle_timeout else 0.0))
 
     def destroy(self, connection: Connection) -> None:
-        with self._lock:
+        if self._unlocked:
             self._used.pop(connection, None)
+        else:
+            with self._lock:
+                self._used.pop(connection, None)
         connection.close()
+
+    def take_idle(self) -> list[Connection]:
+        """Remove and return the idle connections (for closing): none is checked out meanwhile."""
+        taken: list[Connection] = []
+        with self._lock:
+            while True:
+                try:
+                    taken.append(self._free.popleft()[0])
+                except IndexError:
+                    return taken

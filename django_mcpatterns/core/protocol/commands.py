@@ -22,8 +22,9 @@ from ..exceptions import NeedsMetaProtocolError
 from ..keys import Key, KeyT, placed
 from ..store import CasToken, Claimed
 from . import steps
-from .arguments import EXPIRED, cas_token, encoded, expire_time, raw
+from .arguments import EXPIRED, cas_token, expire_time, raw
 from .arguments import delta as delta_of
+from .compiled import keyed, new_get, new_store
 from .decoding import (
     NO_CAS,
     Decoders,
@@ -49,7 +50,7 @@ from .replies import (
     ttl_left,
     written,
 )
-from .wire import Delete, FlushAll, Get, Incr, Request, Stats, Store, StoreCommand, Touch
+from .wire import Delete, FlushAll, Incr, Request, Stats, Store, StoreCommand, Touch
 
 __all__ = ["StoreCommands"]
 
@@ -82,35 +83,35 @@ class StoreCommands:
     @command
     def get(self, key: Key, default: Any = None) -> Plan[Any]:
         kb, ring = placed(key)
-        return Call(ring, Get((kb,)), self.decoders.value, default, spread=True)
+        return Call(ring, new_get((kb,), False), self.decoders.value, default, True)  # spread
 
     @command
     def gets(self, key: Key) -> Plan[tuple[Any, CasToken | None]]:
         kb, ring = placed(key)
-        return Call(ring, Get((kb,), cas=True), self.decoders.value_cas, NO_CAS, spread=True)
+        return Call(ring, new_get((kb,), True), self.decoders.value_cas, NO_CAS, True)  # spread
 
     @command
     def gets_envelope(self, key: Key) -> Plan[tuple[Any, CasToken | None]]:
         """``gets`` returning a soft-expiry envelope as an ``Envelope`` (see Store)."""
         kb, ring = placed(key)
-        return Call(ring, Get((kb,), cas=True), self.decoders.envelope_cas, NO_CAS, spread=True)
+        return Call(ring, new_get((kb,), True), self.decoders.envelope_cas, NO_CAS, True)  # spread
 
     @command
     def get_many(self, keys: Iterable[Key]) -> Plan[dict[Key, Any]]:
         """Return the hits only, keyed by the keys as given."""
-        given = {placed(key)[0]: key for key in keys}
+        given = keyed(keys)
         fanned = FanOut(self.decoders.fetch, given, spread=True)
         return then(fanned, lambda parts: hits(parts, given, cas=False))
 
     @command
     def gets_many(self, keys: Iterable[Key]) -> Plan[dict[Key, tuple[Any, CasToken]]]:
-        given = {placed(key)[0]: key for key in keys}
+        given = keyed(keys)
         fanned = FanOut(self.decoders.fetch_cas, given)
         return then(fanned, lambda parts: hits(parts, given, cas=True))
 
     @command
     def get_many_envelopes(self, keys: Iterable[Key]) -> Plan[dict[Key, Any]]:
-        given = {placed(key)[0]: key for key in keys}
+        given = keyed(keys)
         fanned = FanOut(self.decoders.fetch_envelopes, given, spread=True)
         return then(fanned, lambda parts: hits(parts, given, cas=False))
 
@@ -168,7 +169,8 @@ class StoreCommands:
         kb, ring = placed(key)
         data, flags = self.decoders.encoded(kb, value)
         decode = stored if verb in ("append", "prepend") else written
-        return Call(ring, Store(verb, kb, data, flags, expire_time(expire)), decode, False)
+        request = new_store(verb, kb, data, flags, expire_time(expire), None)
+        return Call(ring, request, decode, False)
 
     @command
     def cas(self, key: Key, value: Any, cas: CasToken, expire: int = 0) -> Plan[bool | None]:
@@ -211,9 +213,10 @@ class StoreCommands:
         """
         if isinstance(expire, bool) or not isinstance(expire, int):
             raise ValueError(f"expire must be an integer, not {expire!r}")
-        given = {placed(key)[0]: key for key in values}
+        given = keyed(values)
         # Every value is encoded before anything is sent: one that cannot be raises alone.
-        values_of = {kb: encoded(self.serde, kb, values[key]) for kb, key in given.items()}
+        encode = self.decoders.encoded
+        values_of = {kb: encode(kb, values[key]) for kb, key in given.items()}
         store_many = StoreMany(values_of, expire_time(expire))
         replicated = self.replicated_keys(given)
         if not replicated:
@@ -223,7 +226,7 @@ class StoreCommands:
 
     @command
     def delete_many(self, keys: Iterable[Key]) -> Plan[None]:
-        given = {placed(key)[0]: key for key in keys}
+        given = keyed(keys)
         replicated = self.replicated_keys(given)
         return steps.delete_many(given, replicated)
 

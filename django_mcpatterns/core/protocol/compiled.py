@@ -18,17 +18,25 @@ even where the compiled one is built (CI runs the contract suites on both).
     The reader connections use: the compiled one, else the Python one.
 :func:`encode`
     The bytes of a batch of requests, written at once.
+:func:`keyed`, :func:`decoded`
+    A multi-key command's bookkeeping: its keys' wire bytes, its values by key.
+:func:`maker`, :data:`new_get`, :data:`new_store`
+    The hot path's requests made from all their fields, positionally (in C:
+    a frozen dataclass's ``__init__`` sets each field through
+    ``object.__setattr__``, the largest cost of a ``get`` left in Python).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import ModuleType
-from typing import Any
+from typing import Any, TypeVar
 
 from ..exceptions import ProtocolError
+from ..keys import KeyT, placed
 from . import reader
 from .wire import NEED_DATA, ErrorReply, Get, MetaReply, Request, Store, Value
 from .wire import encode as encode_in_python
@@ -38,13 +46,20 @@ __all__ = [
     "PURE_SWITCH",
     "ConnectionClosedError",
     "Reader",
+    "decoded",
     "encode",
+    "keyed",
     "load",
+    "maker",
+    "new_get",
+    "new_store",
     "why_pure",
 ]
 
 PURE_SWITCH = "DJANGO_MCPATTERNS_PURE_PYTHON"
-ABI = 1  # what this module expects of _speedups (its ABI constant)
+ABI = 3  # what this module expects of _speedups (its ABI constant)
+
+T = TypeVar("T")
 
 why_pure = ""  # why the pure-Python path runs, when it does
 
@@ -96,3 +111,56 @@ def encode(requests: Sequence[Request[Any]] | Iterable[Request[Any]]) -> bytes:
         )
         return data
     return encode_in_python(requests)
+
+
+def keyed(keys: Iterable[KeyT]) -> dict[bytes, KeyT]:
+    """``{wire bytes: key as given}`` of a multi-key command (:func:`~..keys.placed` each)."""
+    if speedups is not None:
+        given: dict[bytes, KeyT] = speedups.keyed(keys, placed)
+        return given
+    return {placed(key)[0]: key for key in keys}
+
+
+def decoded(
+    values: Sequence[Value],
+    direct: Mapping[int, Callable[[bytes], Any]],
+    deserialize: Callable[[Any, bytes, int], Any],
+    cas: bool,
+) -> dict[bytes, Any]:
+    """A get's values by key, decoded: by ``direct[flags]`` (a plain format) where there is
+    one and it accepts the data, else by the serde's ``deserialize``; ``cas``: with tokens."""
+    if speedups is not None and type(direct) is dict:
+        found: dict[bytes, Any] = speedups.decoded(values, direct, deserialize, cas)
+        return found
+    found = {}
+    for v in values:
+        decode = direct.get(v.flags)
+        if decode is None:
+            value = deserialize(v.key, v.data, v.flags)
+        else:
+            try:
+                value = decode(v.data)
+            except ValueError:  # not what its flags say: the serde refuses it
+                value = deserialize(v.key, v.data, v.flags)
+        found[v.key] = (value, v.cas) if cas else value
+    return found
+
+
+def maker(cls: type[T]) -> Callable[..., T]:
+    """A maker of ``cls`` from all its fields, positionally: compiled where ``cls`` is a frozen
+    slots dataclass whose ``__init__`` only stores them, else ``cls`` itself."""
+    names = [field.name for field in dataclasses.fields(cls)]  # type: ignore[arg-type]
+    plain = (
+        speedups is not None
+        and not hasattr(cls, "__post_init__")
+        and all(field.init for field in dataclasses.fields(cls))  # type: ignore[arg-type]
+        and set(names) <= set(getattr(cls, "__slots__", ()))
+    )
+    if speedups is None or not plain:
+        return cls
+    made: Callable[..., T] = speedups.Maker(cls, names)
+    return made
+
+
+new_get: Callable[[Sequence[bytes], bool], Get] = maker(Get)
+new_store: Callable[[Any, bytes, bytes, int, int, bytes | int | None], Store] = maker(Store)

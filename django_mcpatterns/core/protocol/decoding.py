@@ -20,11 +20,12 @@ from ..keys import Key
 from ..store import CasToken, Claimed
 from ..values.envelope import STALE, Envelope
 from ..values.refusals import REFUSED, is_refused
-from .meta import MetaDelete
 from .arguments import encoded
+from .compiled import decoded, new_get, new_store
+from .meta import MetaDelete
 from .plans import MISS
 from .replies import cas_stored, first_value, meta_cas, reply_error, written
-from .wire import NOT_STORED, STORED, Delete, ErrorReply, Get, MetaReply, Request, Store, Value
+from .wire import NOT_STORED, STORED, Delete, ErrorReply, MetaReply, Request, Store, Value
 
 __all__ = [
     "NO_CAS",
@@ -190,7 +191,7 @@ class Fetch:
         self.direct = direct if direct is not None else direct_formats(serde)
 
     def requests(self, kbs: list[bytes]) -> Sequence[Request[Any]]:
-        return (Get(kbs, self.cas),)
+        return (new_get(kbs, self.cas),)
 
     def result(self, replies: list[Any], kbs: list[bytes]) -> dict[bytes, Any]:
         (reply,) = replies
@@ -198,19 +199,7 @@ class Fetch:
             raise reply_error(reply)
         serde = self.serde
         deserialize = serde.deserialize_envelope if self.envelopes else serde.deserialize
-        direct = self.direct.get
-        found: dict[bytes, Any] = {}
-        for v in reply:  # the hot loop of multi-gets: plain values skip the serde's layers
-            decode = direct(v.flags)
-            if decode is None:
-                value = deserialize(v.key, v.data, v.flags)
-            else:
-                try:
-                    value = decode(v.data)
-                except ValueError:  # not what its flags say: the serde refuses it
-                    value = deserialize(v.key, v.data, v.flags)
-            found[v.key] = (value, v.cas) if self.cas else value
-        return found
+        return decoded(reply, self.direct, deserialize, self.cas)
 
     def failed(self, kbs: list[bytes]) -> dict[bytes, Any]:
         return {}
@@ -233,7 +222,7 @@ class StoreMany:
 
     def requests(self, kbs: list[bytes]) -> Sequence[Request[Any]]:
         values, expire = self.values, self.expire
-        return [Store("set", kb, *values[kb], expire) for kb in kbs]
+        return [new_store("set", kb, *values[kb], expire, None) for kb in kbs]
 
     def result(self, replies: list[Any], kbs: list[bytes]) -> list[bytes]:
         not_stored: list[bytes] = []
