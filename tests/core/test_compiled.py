@@ -10,6 +10,7 @@ path with ``DJANGO_MCPATTERNS_PURE_PYTHON=1``).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import struct
@@ -22,8 +23,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from django_mcpatterns.core.exceptions import ProtocolError
+from django_mcpatterns.core.keys import Routed
 from django_mcpatterns.core.protocol import compiled
 from django_mcpatterns.core.protocol.reader import Reader as PureReader
+from django_mcpatterns.core.values.envelope import with_envelopes
+from django_mcpatterns.core.values.serde import SerdeOptions
 from django_mcpatterns.core.wire import (
     NEED_DATA,
     Delete,
@@ -39,6 +43,7 @@ from django_mcpatterns.core.wire import (
     Stats,
     Store,
     Touch,
+    Value,
     Version,
 )
 
@@ -424,3 +429,76 @@ def test_threads_overlap_while_one_waits_for_its_reply(pair: Any) -> None:
     assert reader.request(ours.fileno(), Store("set", b"k", b"v"), 5.0) == b"STORED"
     thread.join()
     other.join()
+
+
+# -- multi-key bookkeeping and the requests' makers -------------------------------------
+
+
+@contextlib.contextmanager
+def pure() -> Iterator[None]:
+    """compiled.py's pure-Python branches, for the comparison."""
+    module = compiled.speedups
+    compiled.speedups = None
+    try:
+        yield
+    finally:
+        compiled.speedups = module
+
+
+def outcome(call: Callable[[], Any]) -> Any:
+    try:
+        return ("ok", call())
+    except Exception as exc:
+        return (type(exc), str(exc))
+
+
+any_key = st.one_of(
+    st.text(max_size=260),
+    st.text(alphabet=st.characters(min_codepoint=0x21, max_codepoint=0x7E), min_size=1, max_size=8),
+    st.binary(max_size=260),
+    st.sampled_from([Routed(b"k", b"r"), 3, None, "a b", "\x7f", "é"]),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(keys=st.lists(any_key, max_size=6))
+def test_keyed_answers_as_placed_does(keys: list[Any]) -> None:
+    compiled_answer = outcome(lambda: compiled.keyed(keys))
+    with pure():
+        assert outcome(lambda: compiled.keyed(keys)) == compiled_answer
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    items=st.lists(
+        st.tuples(key_names, st.sampled_from([0, 1, 2, 4, 16, 8, 3]), st.binary(max_size=12)),
+        max_size=6,
+    ),
+    cas=st.booleans(),
+    signed=st.booleans(),
+)
+def test_decoded_answers_as_the_python_loop(items: list[Any], cas: bool, signed: bool) -> None:
+    options = SerdeOptions(signed=True, signing_key="k" * 32) if signed else SerdeOptions()
+    serde = with_envelopes(options.build(None))
+    direct = serde.direct_formats()
+    assert direct
+    values = [Value(key, flags, data, b"9" if cas else None) for key, flags, data in items]
+    compiled_answer = outcome(lambda: compiled.decoded(values, direct, serde.deserialize, cas))
+    with pure():
+        answer = outcome(lambda: compiled.decoded(values, direct, serde.deserialize, cas))
+    assert repr(answer) == repr(compiled_answer)
+
+
+@settings(max_examples=100, deadline=None)
+@given(keys=st.lists(key_names, max_size=3), cas=st.booleans(), flags=st.integers(0, 99))
+def test_the_makers_make_what_the_classes_do(keys: list[bytes], cas: bool, flags: int) -> None:
+    for made, real in [
+        (compiled.new_get(keys, cas), Get(keys, cas)),
+        (compiled.new_store("set", b"k", b"v", flags, 0, None), Store("set", b"k", b"v", flags)),
+    ]:
+        assert type(made) is type(real)
+        assert (made, repr(made), made.encode()) == (real, repr(real), real.encode())
+    assert hash(compiled.new_get(tuple(keys), cas)) == hash(Get(tuple(keys), cas))
+    with pytest.raises(TypeError):
+        compiled.new_get(keys)  # type: ignore[call-arg]
+    assert compiled.maker(MetaGet) is MetaGet  # a __post_init__ that checks: the class itself
