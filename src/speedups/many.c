@@ -111,3 +111,123 @@ fail:
     Py_DECREF(found);
     return NULL;
 }
+
+/* grouped(given, locate, known, routed): {server: [wire bytes]} in the order servers first
+ * appear; a key placed by a route (a `routed` instance) by its route's bytes; the server of
+ * ring bytes from `known` (the remembered routes), else locate() (which remembers it). */
+PyObject *
+speedups_grouped(PyObject *module, PyObject *args)
+{
+    PyObject *given, *locate, *known, *routed, *kb, *key, *s_route = NULL;
+    if (!PyArg_ParseTuple(args, "O!OO!O:grouped", &PyDict_Type, &given, &locate, &PyDict_Type,
+                          &known, &routed))
+        return NULL;
+    PyObject *owned = PyDict_New();
+    if (owned == NULL)
+        return NULL;
+    Py_ssize_t pos = 0;
+    while (PyDict_Next(given, &pos, &kb, &key)) {
+        PyObject *ring = Py_NewRef(kb), *name, *kbs;
+        if ((PyObject *)Py_TYPE(key) == routed) {
+            if (s_route == NULL && (s_route = PyUnicode_InternFromString("route")) == NULL)
+                goto fail_ring;
+            Py_SETREF(ring, PyObject_GetAttr(key, s_route));
+            if (ring == NULL)
+                goto fail;
+        }
+        name = PyDict_GetItemWithError(known, ring);
+        if (name != NULL)
+            Py_INCREF(name);
+        else if (PyErr_Occurred() || (name = PyObject_CallOneArg(locate, ring)) == NULL)
+            goto fail_ring;
+        Py_DECREF(ring);
+        kbs = PyDict_GetItemWithError(owned, name);
+        if (kbs == NULL) {
+            if (PyErr_Occurred() || (kbs = PyList_New(0)) == NULL
+                || PyDict_SetItem(owned, name, kbs) < 0) {
+                Py_XDECREF(kbs);
+                Py_DECREF(name);
+                goto fail;
+            }
+            Py_DECREF(kbs);  /* owned holds it */
+        }
+        Py_DECREF(name);
+        if (PyList_Append(kbs, kb) < 0)
+            goto fail;
+        continue;
+    fail_ring:
+        Py_DECREF(ring);
+        goto fail;
+    }
+    Py_XDECREF(s_route);
+    return owned;
+fail:
+    Py_XDECREF(s_route);
+    Py_DECREF(owned);
+    return NULL;
+}
+
+/* hits(parts, given, cas, stale, refused, envelope): the fetched items by the keys as given,
+ * leaving out what reads as a miss (past its soft expiry, refused, an envelope of a refused
+ * value); as decoding.hits. */
+PyObject *
+speedups_hits(PyObject *module, PyObject *args)
+{
+    PyObject *parts, *given, *stale, *refused, *envelope, *s_value = NULL;
+    int cas;
+    if (!PyArg_ParseTuple(args, "OO!pOOO:hits", &parts, &PyDict_Type, &given, &cas, &stale,
+                          &refused, &envelope))
+        return NULL;
+    PyObject *seq = PySequence_Fast(parts, "parts must be a sequence");
+    PyObject *found = seq ? PyDict_New() : NULL;
+    if (found == NULL) {
+        Py_XDECREF(seq);
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(seq); i++) {
+        PyObject *part = PySequence_Fast_GET_ITEM(seq, i), *kb, *item;
+        if (!PyDict_Check(part)) {
+            PyErr_SetString(PyExc_TypeError, "each part must be a dict");
+            goto fail;
+        }
+        Py_ssize_t pos = 0;
+        while (PyDict_Next(part, &pos, &kb, &item)) {
+            PyObject *value = item;
+            if (cas) {
+                if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) < 1) {
+                    PyErr_SetString(PyExc_TypeError, "a gets item must be (value, cas)");
+                    goto fail;
+                }
+                value = PyTuple_GET_ITEM(item, 0);
+            }
+            if (value == stale || value == refused)
+                continue;
+            if ((PyObject *)Py_TYPE(value) == envelope) {
+                if (s_value == NULL && (s_value = PyUnicode_InternFromString("value")) == NULL)
+                    goto fail;
+                PyObject *inner = PyObject_GetAttr(value, s_value);
+                if (inner == NULL)
+                    goto fail;
+                Py_DECREF(inner);
+                if (inner == refused)
+                    continue;
+            }
+            PyObject *key = PyDict_GetItemWithError(given, kb);
+            if (key == NULL) {
+                if (!PyErr_Occurred())
+                    PyErr_SetObject(PyExc_KeyError, kb);
+                goto fail;
+            }
+            if (PyDict_SetItem(found, key, item) < 0)
+                goto fail;
+        }
+    }
+    Py_XDECREF(s_value);
+    Py_DECREF(seq);
+    return found;
+fail:
+    Py_XDECREF(s_value);
+    Py_DECREF(seq);
+    Py_DECREF(found);
+    return NULL;
+}

@@ -6,7 +6,7 @@
 Bound B;
 
 /* Bumped whenever what compiled.py expects of this module changes. */
-#define ABI 3
+#define ABI 4
 
 static PyObject *
 bind(PyObject *module, PyObject *args, PyObject *kwargs)
@@ -36,6 +36,10 @@ static PyMethodDef functions[] = {
     {"keyed", speedups_keyed, METH_VARARGS, "keyed(keys, placed): {wire bytes: key as given}."},
     {"decoded", speedups_decoded, METH_VARARGS,
      "decoded(values, direct, deserialize, cas): a get's values decoded, by key."},
+    {"grouped", speedups_grouped, METH_VARARGS,
+     "grouped(given, locate, known, routed): the wire bytes of keys by server."},
+    {"hits", speedups_hits, METH_VARARGS,
+     "hits(parts, given, cas, stale, refused, envelope): the fetched items by key as given."},
     {NULL},
 };
 

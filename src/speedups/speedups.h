@@ -82,6 +82,8 @@ PyObject *speedups_encode(PyObject *module, PyObject *requests);
 /* many.c */
 PyObject *speedups_keyed(PyObject *module, PyObject *args);
 PyObject *speedups_decoded(PyObject *module, PyObject *args);
+PyObject *speedups_grouped(PyObject *module, PyObject *args);
+PyObject *speedups_hits(PyObject *module, PyObject *args);
 
 /* io.c */
 PyObject *reader_request(Reader *r, PyObject *args);

@@ -26,7 +26,8 @@ from django_mcpatterns.core.exceptions import ProtocolError
 from django_mcpatterns.core.keys import Routed
 from django_mcpatterns.core.protocol import compiled
 from django_mcpatterns.core.protocol.reader import Reader as PureReader
-from django_mcpatterns.core.values.envelope import with_envelopes
+from django_mcpatterns.core.values.envelope import STALE, Envelope, with_envelopes
+from django_mcpatterns.core.values.refusals import REFUSED
 from django_mcpatterns.core.values.serde import SerdeOptions
 from django_mcpatterns.core.wire import (
     NEED_DATA,
@@ -502,3 +503,51 @@ def test_the_makers_make_what_the_classes_do(keys: list[bytes], cas: bool, flags
     with pytest.raises(TypeError):
         compiled.new_get(keys)  # type: ignore[call-arg]
     assert compiled.maker(MetaGet) is MetaGet  # a __post_init__ that checks: the class itself
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    keys=st.lists(
+        st.one_of(key_names, key_names.map(lambda k: Routed(k, b"r:" + k[:1]))), max_size=8
+    ),
+    remembered=st.lists(key_names, max_size=3),
+)
+def test_grouped_answers_as_the_python_loop(keys: list[Any], remembered: list[bytes]) -> None:
+    given = compiled.keyed(keys)
+
+    def run() -> Any:
+        known = dict.fromkeys(remembered, "known")
+        asked: list[bytes] = []
+
+        def locate(ring: bytes) -> str:
+            asked.append(ring)
+            return f"s{len(ring) % 3}"
+
+        return outcome(lambda: compiled.grouped(given, locate, known)), asked
+
+    compiled_answer = run()
+    with pure():
+        assert run() == compiled_answer
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    parts=st.lists(
+        st.dictionaries(
+            key_names,
+            st.sampled_from(
+                [b"v", 3, STALE, REFUSED, Envelope(b"x"), Envelope(REFUSED), Envelope(STALE)]
+            ),
+            max_size=4,
+        ),
+        max_size=3,
+    ),
+    cas=st.booleans(),
+)
+def test_hits_answers_as_the_python_loop(parts: list[dict[bytes, Any]], cas: bool) -> None:
+    if cas:
+        parts = [{kb: (value, b"7") for kb, value in part.items()} for part in parts]
+    given: dict[bytes, Any] = {kb: kb.decode() for part in parts for kb in part}
+    compiled_answer = outcome(lambda: compiled.hits(parts, given, cas))
+    with pure():
+        assert outcome(lambda: compiled.hits(parts, given, cas)) == compiled_answer

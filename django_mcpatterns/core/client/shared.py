@@ -84,7 +84,10 @@ class Shared:
         self.refused_listeners.add(self._observe_refused)
         # With one server every key maps to it: skip the hash on the hot path.
         only = self.servers[0].node
-        locate = remembered(self.ring.get_node) if len(self.servers) > 1 else lambda ring: only
+        known: dict[bytes, str] = {}  # the servers locate remembers
+        locate = (
+            remembered(self.ring.get_node, known) if len(self.servers) > 1 else lambda ring: only
+        )
         # Replicated keys and the gutter pool (replicas.py, gutter.py): off unless configured.
         self.gutter_nodes: dict[str, Node] = {}
         routes = None
@@ -103,7 +106,7 @@ class Shared:
             )
             watch_forks(routes.journal)
         remap = options.failover == "remap"
-        self.router = Router(self.ring, self.nodes, self.gutter_nodes, locate, remap, routes)
+        self.router = Router(self.ring, self.nodes, self.gutter_nodes, locate, remap, routes, known)
         self.routes = routes
         self.sync: Any = None
         self.twin: Any = None

@@ -18,8 +18,9 @@ even where the compiled one is built (CI runs the contract suites on both).
     The reader connections use: the compiled one, else the Python one.
 :func:`encode`
     The bytes of a batch of requests, written at once.
-:func:`keyed`, :func:`decoded`
-    A multi-key command's bookkeeping: its keys' wire bytes, its values by key.
+:func:`keyed`, :func:`grouped`, :func:`decoded`, :func:`hits`
+    A multi-key command's bookkeeping: its keys' wire bytes, grouped by server,
+    its values by key, then by the keys as given.
 :func:`maker`, :data:`new_get`, :data:`new_store`
     The hot path's requests made from all their fields, positionally (in C:
     a frozen dataclass's ``__init__`` sets each field through
@@ -36,7 +37,9 @@ from types import ModuleType
 from typing import Any, TypeVar
 
 from ..exceptions import ProtocolError
-from ..keys import KeyT, placed
+from ..keys import Key, KeyT, Routed, placed
+from ..values.envelope import STALE, Envelope
+from ..values.refusals import REFUSED
 from . import reader
 from .wire import NEED_DATA, ErrorReply, Get, MetaReply, Request, Store, Value
 from .wire import encode as encode_in_python
@@ -48,6 +51,8 @@ __all__ = [
     "Reader",
     "decoded",
     "encode",
+    "grouped",
+    "hits",
     "keyed",
     "load",
     "maker",
@@ -57,7 +62,7 @@ __all__ = [
 ]
 
 PURE_SWITCH = "DJANGO_MCPATTERNS_PURE_PYTHON"
-ABI = 3  # what this module expects of _speedups (its ABI constant)
+ABI = 4  # what this module expects of _speedups (its ABI constant)
 
 T = TypeVar("T")
 
@@ -164,3 +169,49 @@ def maker(cls: type[T]) -> Callable[..., T]:
 
 new_get: Callable[[Sequence[bytes], bool], Get] = maker(Get)
 new_store: Callable[[Any, bytes, bytes, int, int, bytes | int | None], Store] = maker(Store)
+
+
+def grouped(
+    given: Mapping[bytes, Key], locate: Callable[[bytes], str], known: Mapping[bytes, str]
+) -> dict[str, list[bytes]]:
+    """The wire bytes of ``given``'s keys by server, servers in the order they first come.
+
+    A :class:`~..keys.Routed` key is placed by its route's bytes; ``known`` is the
+    remembered server of ring bytes (:func:`~..client.routing.remembered`), ``locate``
+    the ring's answer for the others.
+    """
+    if speedups is not None and type(given) is dict and type(known) is dict:
+        owned: dict[str, list[bytes]] = speedups.grouped(given, locate, known, Routed)
+        return owned
+    owned = {}
+    for kb, key in given.items():
+        ring = key.route if type(key) is Routed else kb
+        name = known.get(ring)
+        if name is None:
+            name = locate(ring)
+        kbs = owned.get(name)
+        if kbs is None:
+            kbs = owned[name] = []
+        kbs.append(kb)
+    return owned
+
+
+def hits(parts: list[dict[bytes, Any]], given: Mapping[bytes, Key], cas: bool) -> dict[Key, Any]:
+    """The fetched items by the keys as given; refused ones are misses, left in place.
+
+    An item the serde refused may be another client's (PHP, Java, pylibmc on
+    the same ring): a read never deletes it (serializers.py).
+    """
+    if speedups is not None and type(given) is dict:
+        answer: dict[Key, Any] = speedups.hits(parts, given, cas, STALE, REFUSED, Envelope)
+        return answer
+    found: dict[Key, Any] = {}
+    for part in parts:
+        for kb, item in part.items():
+            value = item[0] if cas else item
+            # Past its soft expiry (left for get_or_compute), or refused: a miss.
+            if value is STALE or value is REFUSED:
+                continue
+            if type(value) is not Envelope or value.value is not REFUSED:  # is_refused, inlined
+                found[given[kb]] = item
+    return found

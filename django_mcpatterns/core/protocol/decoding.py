@@ -16,12 +16,11 @@ from typing import Any
 from pymemcache.serde import FLAG_BYTES, FLAG_TEXT
 
 from ..exceptions import ProtocolError
-from ..keys import Key
 from ..store import CasToken, Claimed
 from ..values.envelope import STALE, Envelope
 from ..values.refusals import REFUSED, is_refused
 from .arguments import encoded
-from .compiled import decoded, new_get, new_store
+from .compiled import decoded, hits, new_get, new_store
 from .meta import MetaDelete
 from .plans import MISS
 from .replies import cas_stored, first_value, meta_cas, reply_error, written
@@ -255,24 +254,6 @@ class DeleteMany:
 
     def failed(self, kbs: list[bytes]) -> None:
         return None
-
-
-def hits(parts: list[dict[bytes, Any]], given: Mapping[bytes, Key], cas: bool) -> dict[Key, Any]:
-    """The fetched items by the keys as given; refused ones are misses, left in place.
-
-    An item the serde refused may be another client's (PHP, Java, pylibmc on
-    the same ring): a read never deletes it (serializers.py).
-    """
-    found: dict[Key, Any] = {}
-    for part in parts:
-        for kb, item in part.items():
-            value = item[0] if cas else item
-            # Past its soft expiry (left for get_or_compute), or refused: a miss.
-            if value is STALE or value is REFUSED:
-                continue
-            if type(value) is not Envelope or value.value is not REFUSED:  # is_refused, inlined
-                found[given[kb]] = item
-    return found
 
 
 # -- the replies of multi-request owner primitives ----------------------------------
