@@ -124,11 +124,11 @@ class AsyncCluster(Driver, AsyncStore, AsyncTokenStore):
         if type(plan) is not Call:
             return self._drive(plan)
         if self._routes is None:
-            node = self._nodes[self._locate(plan.ring)]
+            node = self._only or self._nodes[self._locate(plan.ring)]
             admission = node.health.open
             if admission is not None:  # the hot path: a healthy server, nothing to route
                 return self._trip(
-                    node, plan.request, plan.decode, plan.failed, admission, miss=True
+                    node, plan.request, plan.decode, plan.failed, admission, True, True
                 )
         return self._routed(plan)
 

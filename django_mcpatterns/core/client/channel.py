@@ -223,7 +223,12 @@ class Channel(asyncio.Protocol):
     ) -> asyncio.Future[Batch | ErrorReply]:
         """:meth:`fetch` of one key (the hot path of ``get``); ``read``: the caller's request."""
         batch = self._in_flight.get(kb)
-        if batch is None or not batch.joinable(cas):
+        # batch.joinable(cas), inlined: the hot path of every get
+        if (
+            batch is None
+            or (cas and not batch.cas)
+            or (batch.sent_under >= 0 and batch.sent_under != completed[0])
+        ):
             batch = self._open_batch
             if batch is None:
                 batch = self._open_batch = Batch(read)

@@ -113,7 +113,7 @@ class Cluster(Driver, Store, TokenStore):
             result: Any = self._drive(plan)
             return result  # type: ignore[no-any-return]
         if self._routes is None:
-            node = self._nodes[self._locate(plan.ring)]
+            node = self._only or self._nodes[self._locate(plan.ring)]
             admission = node.health.open
             if admission is not None:  # the hot path: a healthy server, nothing to route
                 result = self._trip(node, plan.request, plan.decode, plan.failed, admission)

@@ -43,6 +43,8 @@ class Driver(StoreCommands):
         self._routes = shared.routes
         self._nodes = shared.nodes
         self._locate = shared.router.locate
+        # One server: every key's (no lookup on the hot path).
+        self._only = next(iter(self._nodes.values())) if len(self._nodes) == 1 else None
 
     def __repr__(self) -> str:
         nodes = ", ".join(self._nodes)
