@@ -45,14 +45,13 @@ from ..registry import Registry
 from ..store import Store, TokenStore
 from ..values.refusals import ValueRefused
 from .aio import AsyncCluster
-from .driver import Driver
 from .health import Admission, HealthSnapshot, NodeEvent
 from .node import Node, armed, forked
 from .ops import FAILED, Decode, Parallel, Refuse, Requests, Run, Target
 from .options import ClusterOptions
 from .outcomes import NODE_ERRORS, answered, judge, probe_for, refusal_seen, unavailable
 from .servers import Server, as_servers
-from .shared import Serde, Shared
+from .shared import Driver, Serde, Shared
 from .transport import Connection, answer, answering
 
 __all__ = ["Cluster", "HealthSnapshot", "NodeEvent", "reset_shared_clusters", "shared_cluster"]
@@ -176,7 +175,7 @@ class Cluster(Driver, Store, TokenStore):
         observer = self.shared.observer
         started = perf_counter_ns() if observer is not None else 0
         try:
-            if not armed[0]:  # node.checkout(), inlined: the hot path
+            if not armed[0]:
                 forked()  # forked without Python's at-fork hooks (uWSGI's)
             client = node.pool.get()
             if client.sock is None:
@@ -223,7 +222,9 @@ class Cluster(Driver, Store, TokenStore):
             sent = False
             started = perf_counter_ns() if observer is not None else 0
             try:
-                client = node.checkout()
+                if not armed[0]:
+                    forked()
+                client = node.pool.get()
                 client.connect()
                 sent = True
                 batch = request if isinstance(request, tuple) else (request,)
