@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Generator, Iterable, Mapping, Sequence
 from functools import partial
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from ..exceptions import NeedsMetaProtocolError
 from ..keys import Key, KeyT, placed
@@ -159,18 +159,17 @@ class StoreCommands:
 
     @command
     def append(self, key: Key, value: bytes) -> Plan[bool]:
-        return self._store("append", key, _raw(value), 0)
+        return _concatenate("append", key, value)
 
     @command
     def prepend(self, key: Key, value: bytes) -> Plan[bool]:
-        return self._store("prepend", key, _raw(value), 0)
+        return _concatenate("prepend", key, value)
 
     def _store(self, verb: StoreCommand, key: Key, value: Any, expire: int) -> Call[bool]:
         kb, ring = placed(key)
         data, flags = self.decoders.encoded(kb, value)
-        decode = stored if verb in ("append", "prepend") else written
         request = new_store(verb, kb, data, flags, expire_time(expire), None)
-        return Call(ring, request, decode, False)
+        return Call(ring, request, written, False)
 
     @command
     def cas(self, key: Key, value: Any, cas: CasToken, expire: int = 0) -> Plan[bool | None]:
@@ -369,11 +368,17 @@ def encoded(serde: Serde, kb: bytes, value: Any) -> tuple[bytes, int]:
     return (data if isinstance(data, bytes) else str(data).encode()), flags
 
 
-def _raw(value: bytes) -> bytes:
-    # append/prepend keep the item's flags, so only raw bytes make sense (store.py).
+def _concatenate(verb: Literal["append", "prepend"], key: Key, value: bytes) -> Call[bool]:
+    """``append``/``prepend``: raw bytes, never through the serde.
+
+    memcached keeps the item's flags and TTL and ignores the command's, so the
+    bytes are joined to the item as they are (store.py); a serde (signing,
+    compression, another format) could only corrupt the item.
+    """
     if not isinstance(value, bytes):
         raise TypeError(f"append/prepend take bytes, not {type(value).__name__}")
-    return value
+    kb, ring = placed(key)
+    return Call(ring, new_store(verb, kb, value, 0, 0, None), stored, False)
 
 
 def _delta(delta: int) -> int:

@@ -19,7 +19,6 @@ from ..exceptions import ProtocolError
 from ..store import CasToken, Claimed
 from ..values.envelope import STALE, Envelope
 from ..values.refusals import REFUSED, is_refused
-from .arguments import encoded
 from .compiled import decoded, hits, new_get, new_store
 from .meta import MetaDelete
 from .plans import MISS
@@ -133,7 +132,7 @@ class Decoders:
         return NO_CAS if is_refused(value) else (value, item.cas)
 
     def encoded(self, kb: bytes, value: Any) -> tuple[bytes, int]:
-        """``value`` encoded for ``kb`` (:func:`.arguments.encoded`).
+        """``value`` encoded for ``kb`` (as :func:`.commands.encoded`).
 
         ``bytes`` as they are and a ``str`` as its UTF-8 when the serde writes
         them so (``ValueSerde.direct_types``, asked once): the serde's layers
@@ -147,7 +146,9 @@ class Decoders:
                 return value.encode(), FLAG_TEXT
             except UnicodeEncodeError:
                 pass  # lone surrogates: the serializer's own format keeps them
-        return encoded(self.serde, kb, value)
+        data, flags = self.serde.serialize(kb, value)  # commands.encoded (which imports this)
+        # Serialisers may return an int's digits as str (pymemcache's serdes do): sent as text.
+        return (data if isinstance(data, bytes) else str(data).encode()), flags
 
     def value_cas_ttl(self, kb: bytes, reply: MetaReply | ErrorReply) -> tuple[Any, Any, Any]:
         """``mg <key> v c t f``: ``(value, cas, ttl)``, or all None on a miss."""
