@@ -9,13 +9,15 @@ Both keep Flask-Caching's backend contract (which is not Django's: timeout 0
 never expires, ``None`` is the default timeout, ``set_many`` returns the keys
 stored, an invalid key is a miss) and carry the patterns on ``cache.cache``.
 :func:`stampede_guard` caches views with stampede protection, :func:`ratelimit`
-limits them; the blinker
+limits them; ``warm_command`` is ``flask mcpatterns-warm`` (a ring change's
+warm-up: ``app.cli.add_command(warm_command)``); the blinker
 signals of the patterns are in :mod:`django_mcpatterns.flask.signals`.
 
 Importing this package needs Flask-Caching but never Django or its settings.
 """
 
 from .backend import KetamaMemcachedCache, LocMemPatternsCache
+from .cli import warm_command
 from .decorators import CachedPage, cacheable, stampede_guard
 from .limiting import ratelimit
 
@@ -26,4 +28,5 @@ __all__ = [
     "cacheable",
     "ratelimit",
     "stampede_guard",
+    "warm_command",
 ]

@@ -227,9 +227,9 @@ class Driver(StoreCommands):
     def copies(self, kb: bytes, ring: bytes) -> int:
         return self.router.copies(kb, ring)
 
-    def replicated_keys(self, given: Mapping[bytes, Key]) -> list[bytes]:
+    def replicated_keys(self, given: Mapping[bytes, Key]) -> dict[bytes, bytes]:
         routes = self._routes
-        return routes.replicated_keys(given) if routes is not None else []
+        return routes.replicated_keys(given) if routes is not None else {}
 
     def _refuse(self, node: Node, failed: Any, request: Requests | None) -> Any:
         """Fail fast: the server is in its retry or dead wait (the strict view raises)."""

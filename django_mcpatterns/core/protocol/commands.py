@@ -19,16 +19,18 @@ from typing import Any, Literal, TypeVar
 
 from ..exceptions import NeedsMetaProtocolError
 from ..keys import Key, KeyT, placed
-from ..store import CasToken, Claimed
+from ..store import CasToken, Claimed, Leased
 from . import steps
 from .compiled import keyed, new_get, new_store
 from .decoding import (
     NO_CAS,
     Decoders,
+    DeleteMany,
     StoreMany,
     claimed,
     hits,
 )
+from .leasing import NOT_LEASING, LeasedFetch, lease_answer, lease_requests, leased
 from .meta import MetaDelete, MetaGet, MetaSet
 from .plans import Call, Each, FanOut, Plan, command, immediately, then
 from .replies import (
@@ -74,8 +76,8 @@ class StoreCommands:
     def copies(self, kb: bytes, ring: bytes) -> int:
         raise NotImplementedError
 
-    def replicated_keys(self, given: Mapping[bytes, Key]) -> list[bytes]:
-        """The keys of ``given`` kept on several servers (written to each alone)."""
+    def replicated_keys(self, given: Mapping[bytes, Key]) -> dict[bytes, bytes]:
+        """The keys of ``given`` kept on several servers, each with the bytes placing them."""
         raise NotImplementedError
 
     # -- reads --
@@ -218,16 +220,15 @@ class StoreCommands:
         values_of = {kb: encode(kb, values[key]) for kb, key in given.items()}
         store_many = StoreMany(values_of, expire_time(expire))
         replicated = self.replicated_keys(given)
-        if not replicated:
-            fanned = FanOut(store_many, given, write=True)
-            return then(fanned, lambda parts: [given[kb] for part in parts for kb in part])
-        return steps.set_many(store_many, given, replicated)
+        if any(kb != ring for kb, ring in replicated.items()):
+            return steps.set_many(store_many, given, replicated)
+        fanned = FanOut(store_many, given, write=True)  # replicated keys: on every replica
+        return then(fanned, lambda parts: steps.not_stored(parts, given))
 
     @command
     def delete_many(self, keys: Iterable[Key]) -> Plan[None]:
         given = keyed(keys)
-        replicated = self.replicated_keys(given)
-        return steps.delete_many(given, replicated)
+        return then(FanOut(DeleteMany(), given, write=True), _nothing)
 
     # -- owner primitives: one meta command, or text commands in one write (store.py) --
 
@@ -340,6 +341,35 @@ class StoreCommands:
 
         return steps.on_home(kb, cas, swap_and_mark, False)
 
+    # -- leasing reads (store.LeaseStore; memcached's vivify-on-miss, leasing.py) --
+
+    @command
+    def gets_leased(self, key: Key, others: Iterable[Key], ttl: int) -> Plan[Leased]:
+        """``gets_many`` of ``key`` and ``others``, one round trip per server; a missing
+        ``key`` is leased for ``ttl`` seconds by ``mg <key> v c f N<ttl>`` in that trip.
+
+        No lease (``leasing`` False) in text mode or for a replicated key.
+        """
+        kb, ring = placed(key)
+        given = {placed(other)[0]: other for other in others}
+        given[kb] = key
+        if self.text or self.copies(kb, ring) > 1:
+            plain = FanOut(self.decoders.fetch_cas, given)
+            return then(plain, lambda parts: Leased(hits(parts, given, cas=True), leasing=False))
+        fanned = FanOut(LeasedFetch(self.decoders.fetch_cas, kb, expire_time(ttl)), given)
+        return then(fanned, partial(leased, self.serde, kb, key, given))
+
+    @command
+    def lease(self, key: Key, ttl: int, replacing: CasToken | None = None) -> Plan[Leased]:
+        """Lease ``key`` for ``ttl`` seconds: ``md <key> C<replacing>`` (the version found
+        useless), then ``mg <key> c N<ttl>``, in one write.  ``found`` is empty."""
+        kb, ring = placed(key)
+        if self.text or self.copies(kb, ring) > 1:
+            return immediately(NOT_LEASING)
+        token = None if replacing is None else cas_token(replacing)
+        call = Call(ring, lease_requests(kb, expire_time(ttl), token), None, None)
+        return then(call, partial(lease_answer, self.serde, kb, key))
+
     # -- whole-cluster commands --
 
     @command
@@ -424,3 +454,7 @@ def _meta_swap(kb: bytes, data: bytes, flags: int, token: bytes, expire: int) ->
     return MetaSet(
         kb, data=data, cas=int(token), ttl=expire_time(expire), client_flags=flags, return_cas=True
     )
+
+
+def _nothing(_: object) -> None:
+    return None
