@@ -48,7 +48,7 @@ from functools import partial
 from time import perf_counter_ns
 from typing import Any, TypeVar
 
-from ..protocol.plans import MISS, Call, Each, FanOut, HomeToken, Plan, install
+from ..protocol.plans import MISS, Call, Each, FanOut, Forget, HomeToken, Plan, install
 from ..protocol.replies import not_supported, refused_in
 from ..protocol.wire import Get, Request, Value, Version
 from ..store import AsyncStore, AsyncTokenStore, Store
@@ -168,6 +168,8 @@ class AsyncCluster(Driver, AsyncStore, AsyncTokenStore):
             return await self._drive(self.router.each(op, self._strict_view))
         if kind is HomeToken:
             return await self._drive(self.router.home_token(op.kb, op.token))
+        if kind is Forget:
+            return await self._drive(self.router.forget(op))
         raise TypeError(f"not an op: {op!r}")
 
     # -- the round-trip primitive --

@@ -37,7 +37,7 @@ from time import perf_counter_ns
 from typing import Any, TypeVar
 
 from ..observe import Observer, Sink
-from ..protocol.plans import MISS, Call, Each, FanOut, HomeToken, Plan, install
+from ..protocol.plans import MISS, Call, Each, FanOut, Forget, HomeToken, Plan, install
 from ..protocol.replies import not_supported, refused_in
 from ..protocol.wire import Version
 from ..registry import Registry
@@ -151,6 +151,8 @@ class Cluster(Driver, Store, TokenStore):
             return self._drive(self.router.each(op, self._strict_view))
         if kind is HomeToken:
             return self._drive(self.router.home_token(op.kb, op.token))
+        if kind is Forget:
+            return self._drive(self.router.forget(op))
         raise TypeError(f"not an op: {op!r}")
 
     # -- the round-trip primitive --
@@ -372,6 +374,15 @@ class Cluster(Driver, Store, TokenStore):
         observer = self.shared.observe()
         observer.add(sink)
         return observer
+
+    def repair(self) -> list[str]:
+        """Replay now the journal of each server that owes repairs and may be contacted.
+
+        Return the servers still owing (:mod:`.journal`); the repair thread
+        (:mod:`.repairs`) calls this, and so may a management command.
+        """
+        self._drive(self.router.repair())
+        return sorted(self.shared.journal.dirty)
 
     def close(self) -> None:
         """Close idle connections.  Node health and busy connections are kept."""

@@ -76,8 +76,10 @@ class Driver(StoreCommands):
         *,
         on_node_event: Callable[[NodeEvent], object] | None = None,
         on_value_refused: Callable[[ValueRefused], object] | None = None,
+        on_restart: Callable[[str], object] | None = None,
     ) -> None:
-        """Also tell these of node events and of items the default serde refuses.
+        """Also tell these of node events, of items the default serde refuses, and of
+        servers that restarted empty (``on_restart(node)``, see :mod:`.repairs`).
 
         Listeners add up, each once however often it is given (compared with
         ``==``: pass the same function, not a new ``partial`` each time); a
@@ -87,6 +89,8 @@ class Driver(StoreCommands):
             self.shared.node_listeners.add(on_node_event)
         if on_value_refused is not None:
             self.shared.refused_listeners.add(on_value_refused)
+        if on_restart is not None:
+            self.shared.restart_listeners.add(on_restart)
 
     def health(self) -> dict[str, HealthSnapshot]:
         """Return every server's health, by node."""
@@ -103,5 +107,9 @@ class Driver(StoreCommands):
         return self.ring.get_nodes(ring, self.router.copies(kb, ring))
 
     def journal(self) -> dict[str, int]:
-        """Return how many keys each server still has to delete before it serves (replicas.py)."""
-        return self._routes.journal.pending() if self._routes is not None else {}
+        """Return how many keys each server still has to repair before it serves (journal.py)."""
+        return self.shared.journal.pending()
+
+    def epochs(self) -> dict[str, tuple[int, int]]:
+        """Each server's epoch as last read, ``(pid, start time)`` (:mod:`.repairs`)."""
+        return dict(self.shared.epochs)
