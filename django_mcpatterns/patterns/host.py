@@ -132,11 +132,21 @@ class PatternHost:
 
     @cached_property
     def _namespaces(self) -> Namespaces:
-        return Namespaces(self.store, make_key=self._pattern_key, stampede=self._stampede_on)
+        return Namespaces(
+            self.store,
+            make_key=self._pattern_key,
+            stampede=self._stampede_on,
+            on_event=self._pattern_event,
+        )
 
     @cached_property
     def _anamespaces(self) -> AsyncNamespaces:
-        return AsyncNamespaces(self.astore, make_key=self._pattern_key, stampede=self._astampede_on)
+        return AsyncNamespaces(
+            self.astore,
+            make_key=self._pattern_key,
+            stampede=self._astampede_on,
+            on_event=self._pattern_event,
+        )
 
     def _stampede_on(self, store: Store) -> Stampede:
         return Stampede(store, self.stampede_policy, on_event=self._pattern_event)

@@ -36,7 +36,7 @@ __all__ = ["EPOCH_SLACK", "INTERVAL", "Epoch", "Repairer", "epoch_of", "repairer
 
 logger = logging.getLogger("django_mcpatterns.cluster")
 
-INTERVAL = 0.5  # seconds between the repairer's rounds while it has work
+INTERVAL = 0.2  # seconds between the repairer's rounds while it has work
 EPOCH_SLACK = 2  # seconds a start time may move (memcached's clock ticks in whole seconds)
 
 Epoch = tuple[int, int]
