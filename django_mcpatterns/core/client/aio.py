@@ -230,7 +230,7 @@ class AsyncCluster(Driver, AsyncStore, AsyncTokenStore):
                 node, channel, request, exc, admission, sent, loud, started, failed, observed
             )
         if node.health.failures:
-            answered(node, self.shared.observer)
+            answered(node, self.shared.observer, admission)
         if decode is None:
             refused = refused_in(node.name, request, reply)  # type: ignore[arg-type]
             if refused is not None:  # memcached < 1.6 answered ERROR to a meta command
@@ -283,7 +283,7 @@ class AsyncCluster(Driver, AsyncStore, AsyncTokenStore):
                 del pending[0]
             while queued:  # 2. ...then await every reply
                 i, target, channel, waiters, read, started = queued[0]
-                node, request, _, decode = target
+                node, request, admission, decode = target
                 replied = False
                 try:
                     reply = await _reply(waiters, read, request)
@@ -298,7 +298,7 @@ class AsyncCluster(Driver, AsyncStore, AsyncTokenStore):
                     await self._settle(target, channel, exc, True, loud, started, errors, replied)
                 else:
                     if node.health.failures:
-                        answered(node, self.shared.observer)
+                        answered(node, self.shared.observer, admission)
                 del queued[0]
         except asyncio.CancelledError as exc:
             if observer is not None:  # sent: every queued server's; not sent: the pending

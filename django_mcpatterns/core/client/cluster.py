@@ -195,7 +195,7 @@ class Cluster(Driver, Store, TokenStore):
             )
         if observer is not None:
             observer.request(node.name, request, reply, started)
-        self._done(node, client)
+        self._done(node, client, admission)
         if decode is None:
             refused = refused_in(node.name, request, reply)  # type: ignore[arg-type]
             if refused is not None:  # memcached < 1.6 answered ERROR to a meta command
@@ -231,7 +231,7 @@ class Cluster(Driver, Store, TokenStore):
         clients = [client for _, _, client, _ in pending]
         ready = answering(clients, self.options.timeout) if together else clients
         for i, target, client, started in pending:  # 2. ...then read every reply
-            node, request, _, decode = target
+            node, request, admission, decode = target
             batch = request if isinstance(request, tuple) else (request,)
             replied = False
             try:
@@ -246,7 +246,7 @@ class Cluster(Driver, Store, TokenStore):
             except BaseException as exc:
                 self._settle(target, client, exc, True, loud, started, errors, replied)
             else:
-                self._done(node, client)
+                self._done(node, client, admission)
         if errors:
             raise errors[0]
         return results
@@ -322,11 +322,11 @@ class Cluster(Driver, Store, TokenStore):
             return None
         return not_supported(node.name, refused, "closed the connection on")
 
-    def _done(self, node: Node, client: Connection) -> None:
+    def _done(self, node: Node, client: Connection, admission: Admission) -> None:
         """Return a connection after a complete exchange and record the server's answer."""
         node.pool.release(client)
         if node.health.failures:
-            answered(node, self.shared.observer)
+            answered(node, self.shared.observer, admission)
 
     # -- views, listeners, introspection --
 

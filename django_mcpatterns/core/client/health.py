@@ -12,8 +12,9 @@ Waits and probes
     (its operations fail at once instead of each waiting for a timeout).  When
     the wait is over exactly one operation, the *probe*, is let through; the
     others keep failing fast until it answers (the server is up again) or
-    fails (the next wait starts).  Any answer ends the wait: also a late reply
-    to a request sent before the failure, which proves the server answers.
+    fails (the next wait starts).  The drivers end the wait only on an answer
+    to a request admitted since the failure (:meth:`NodeHealth.current`): a
+    reply to one admitted before may have been read before the failure.
 Dead
     ``retry_attempts`` consecutive failures (the one that took the server out,
     then each failed probe) make it *dead*.  A dead server is probed with a
@@ -223,6 +224,10 @@ class NodeHealth:
                     self._retry_at = min(self._retry_at, self._clock() + HELD_WAIT)
             elif not self.failures:
                 self.open = Admission(self._epoch)
+
+    def current(self, admission: Admission) -> bool:
+        """Whether ``admission`` was given since the latest recorded failure."""
+        return admission.epoch == self._epoch
 
     @property
     def held(self) -> bool:

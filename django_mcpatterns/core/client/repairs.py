@@ -68,8 +68,8 @@ def restarted(known: Epoch | None, epoch: Epoch, uptime: int, down: float) -> bo
     Without ``known``: whether it started after the outage began (``down``
     seconds ago, as this process saw it).
     """
-    if known is None:
-        return uptime <= down + 1  # its uptime counts whole seconds
+    if known is None:  # memcached counts its uptime in whole seconds, from 2 s before its start
+        return uptime <= down + 3
     return known[0] != epoch[0] or abs(known[1] - epoch[1]) > EPOCH_SLACK
 
 
