@@ -30,6 +30,8 @@ Imports neither Django nor Flask.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import threading
 import time
 from collections.abc import Callable, Hashable, Iterable, Mapping
@@ -39,9 +41,11 @@ from typing import Any, Generic, Literal, TypeVar
 
 from .core.aio import AsyncCluster
 from .core.chunks import AsyncChunkedStore, ChunkedStore
+from .core.client.migration import MigrationSource
 from .core.cluster import Cluster, NodeEvent, shared_cluster
 from .core.exceptions import ConfigurationError
 from .core.memory import AsyncMemoryStore, MemoryStore, memory_options, shared_memory_store
+from .core.migrate import AsyncMigratingStore, MigratingStore, Tally
 from .core.observe import check_installed
 from .core.options import INSTRUMENTATION_OPTIONS, ClusterOptions
 from .core.servers import Server, parse_servers
@@ -55,6 +59,7 @@ __all__ = [
     "ClusterBinding",
     "Conventions",
     "EmbeddedBinding",
+    "Migration",
     "Setting",
     "bind_cluster",
     "bind_embedded",
@@ -152,52 +157,135 @@ class Binding(Generic[S, A]):
 
     @cached_property
     def values(self) -> Store:
-        """What the cache API reads and writes: the store, chunked with ``large_values="chunk"``."""
-        return ChunkedStore(self.store, self.max_item_size) if self.chunked else self.store
+        """What the cache API reads and writes: the store (or, during a ring migration, the
+        migrating store over both rings), chunked with ``large_values="chunk"``."""
+        plain = self._plain()
+        return ChunkedStore(plain, self.max_item_size) if self.chunked else plain
 
     @cached_property
     def async_values(self) -> AsyncStore:
         """:attr:`values` for asyncio, chunked the same way."""
-        store = self.async_store
-        return AsyncChunkedStore(store, self.max_item_size) if self.chunked else store
+        plain = self._async_plain()
+        return AsyncChunkedStore(plain, self.max_item_size) if self.chunked else plain
+
+    def _plain(self) -> Store:
+        return self.store
+
+    def _async_plain(self) -> AsyncStore:
+        return self.async_store
 
     # -- pattern objects ---------------------------------------------------------
+
+    @property
+    def pattern_store(self) -> Store:
+        """The store the pattern objects use: :attr:`store`, except during a ring migration
+        (the old ring's, in every stage: :mod:`~django_mcpatterns.core.migrate`)."""
+        return self.store
+
+    @property
+    def async_pattern_store(self) -> AsyncStore:
+        """:attr:`pattern_store` for asyncio."""
+        return self.async_store
 
     @cached_property
     def set_options(self) -> SetOptions:
         """The thresholds of this cache's sets and lists."""
-        return self._set_options(self.store)
+        return self._set_options(self.pattern_store)
 
     @cached_property
     def sets(self) -> AppendSets:
-        return self._shared(AppendSets, lambda: AppendSets(self.store, self.set_options))
+        return self._shared(AppendSets, lambda: AppendSets(self.pattern_store, self.set_options))
 
     @cached_property
     def async_sets(self) -> AsyncAppendSets:
         return self._shared(
-            AsyncAppendSets, lambda: AsyncAppendSets(self.async_store, self.set_options)
+            AsyncAppendSets, lambda: AsyncAppendSets(self.async_pattern_store, self.set_options)
         )
 
     @cached_property
     def lists(self) -> AppendLists:
-        return self._shared(AppendLists, lambda: AppendLists(self.store, self.set_options))
+        return self._shared(AppendLists, lambda: AppendLists(self.pattern_store, self.set_options))
 
     @cached_property
     def async_lists(self) -> AsyncAppendLists:
         return self._shared(
-            AsyncAppendLists, lambda: AsyncAppendLists(self.async_store, self.set_options)
+            AsyncAppendLists, lambda: AsyncAppendLists(self.async_pattern_store, self.set_options)
         )
 
     def _shared(self, kind: type[T], build: Callable[[], T]) -> T:
-        return per_store(self.store, (kind, self.set_options), build)
+        return per_store(self.pattern_store, (kind, self.set_options), build)
+
+
+@dataclass(frozen=True)
+class Migration:
+    """A cache's ring migration (``OPTIONS["migrate_from"]``): the old ring's clusters.
+
+    ``patterns`` is the old ring with the cache's own options: the pattern
+    objects' store in every stage, and the values' ring in the ``"old"`` one.
+    ``fallback`` is the old ring the ``"new"`` stage reads misses from and
+    deletes on: failover ``"miss"``, no gutter, never raising, so an old
+    server that is down costs a miss and its deletes are dropped.
+    """
+
+    source: MigrationSource
+    patterns: Cluster
+    fallback: Cluster
+    tally: Tally
+
+    @property
+    def old(self) -> Cluster:
+        """The old ring the values' store uses in this stage."""
+        return self.patterns if self.source.reads == "old" else self.fallback
 
 
 class ClusterBinding(Binding[Cluster, AsyncCluster]):
-    """A binding over a shared :class:`Cluster`; ``servers`` as configured."""
+    """A binding over a shared :class:`Cluster`; ``servers`` as configured.
 
-    def __init__(self, servers: tuple[Server, ...], cluster: Cluster, **values: Any) -> None:
+    ``migration``: the ring this cache migrates from, if any.
+    """
+
+    def __init__(
+        self,
+        servers: tuple[Server, ...],
+        cluster: Cluster,
+        *,
+        migration: Migration | None = None,
+        **values: Any,
+    ) -> None:
         super().__init__(lambda: cluster, _twin, **values)
         self.servers = servers
+        self.migration = migration
+
+    @property
+    def pattern_store(self) -> Store:
+        migration = self.migration
+        return self.store if migration is None else migration.patterns
+
+    @property
+    def async_pattern_store(self) -> AsyncStore:
+        migration = self.migration
+        return self.async_store if migration is None else migration.patterns.aio
+
+    def _plain(self) -> Store:
+        migration = self.migration
+        if migration is None:
+            return self.store
+        return per_store(
+            self.store,
+            (MigratingStore, migration),
+            lambda: MigratingStore(self.store, migration.old, migration.source, migration.tally),
+        )
+
+    def _async_plain(self) -> AsyncStore:
+        migration = self.migration
+        if migration is None:
+            return self.async_store
+        old = migration.old.aio
+        return per_store(
+            self.store,
+            (AsyncMigratingStore, migration),
+            lambda: AsyncMigratingStore(self.async_store, old, migration.source, migration.tally),
+        )
 
 
 class EmbeddedBinding(Binding[MemoryStore, AsyncMemoryStore]):
@@ -230,23 +318,59 @@ def bind_cluster(
         parsed_options = ClusterOptions.from_mapping(given)
     except ConfigurationError as exc:
         raise conventions.refused("options", exc) from exc
+    source = parsed_options.migrate_from
+    share = functools.partial(
+        shared_cluster,
+        on_node_event=conventions.on_node_event,
+        on_value_refused=conventions.on_value_refused,
+    )
     try:
-        cluster = shared_cluster(
-            parsed,
-            parsed_options,
-            on_node_event=conventions.on_node_event,
-            on_value_refused=conventions.on_value_refused,
-        )
+        cluster = share(parsed, dataclasses.replace(parsed_options, migrate_from=None))
     except ConfigurationError as exc:
         raise conventions.refused("servers", exc) from exc
+    migration = None
+    if source is not None:
+        try:
+            migration = _migration(cluster, source, parsed_options, share)
+        except ConfigurationError as exc:
+            raise conventions.refused("options", exc) from exc
     return ClusterBinding(
         parsed,
         cluster,
+        migration=migration,
         max_item_size=parsed_options.max_item_size,
         large_values=parsed_options.large_values,
         long_keys=parsed_options.long_keys,
         set_options=set_options,
     )
+
+
+def _migration(
+    cluster: Cluster,
+    source: MigrationSource,
+    options: ClusterOptions,
+    share: Callable[[tuple[Server, ...], ClusterOptions], Cluster],
+) -> Migration:
+    """The old ring's clusters of a migration (see :class:`Migration`), shared per process."""
+    old = dataclasses.replace(options, migrate_from=None, ketama=source.ketama)
+    patterns = share(source.servers, old)
+    bare = dataclasses.replace(old, failover="miss", gutter=(), raise_errors=False)
+    fallback = share(source.servers, bare)
+    tally = per_store(cluster, (Tally, source), lambda: _observed(Tally(), cluster))
+    return Migration(source, patterns, fallback, tally)
+
+
+def _observed(tally: Tally, cluster: Cluster) -> Tally:
+    """``tally``, telling the cluster's observer (metrics) of each count as an event."""
+
+    def tell(name: str, n: int) -> None:
+        observer = cluster.observer
+        if observer is not None:
+            for _ in range(n):
+                observer.event(f"migrate_{name}")
+
+    tally.on_count = tell
+    return tally
 
 
 def bind_embedded(

@@ -158,7 +158,7 @@ class PageCache:
         "recomputed" signal (the computation is signalled under another key)."""
         backend = self.backend
         soft = soft_timeout(backend._pattern_expire(timeout), time.time())
-        Stampede(backend.store, policy).recompute(backend._pattern_key(key), compute, soft)
+        Stampede(backend.pattern_store, policy).recompute(backend._pattern_key(key), compute, soft)
 
 
 class AsyncPageCache:
@@ -189,6 +189,6 @@ class AsyncPageCache:
     ) -> None:
         backend = self.backend
         soft = soft_timeout(backend._pattern_expire(timeout), time.time())
-        await AsyncStampede(backend.astore, policy).recompute(
+        await AsyncStampede(backend.apattern_store, policy).recompute(
             backend._pattern_key(key), compute, soft
         )

@@ -133,4 +133,6 @@ class AsyncCacheMethods(MemcachedContract):
         (meta ``mg <key>`` with no flags; text ``add``).  A False is the
         playbook's cue that the value is gone and due to be recomputed.
         """
-        return await self.binding.async_store.bump(self.make_and_validate_key(key, version=version))
+        return await self.binding.async_values.bump(
+            self.make_and_validate_key(key, version=version)
+        )

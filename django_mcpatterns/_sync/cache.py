@@ -134,4 +134,4 @@ class CacheMethods(MemcachedContract):
         (meta ``mg <key>`` with no flags; text ``add``).  A False is the
         playbook's cue that the value is gone and due to be recomputed.
         """
-        return self.binding.store.bump(self.make_and_validate_key(key, version=version))
+        return self.binding.values.bump(self.make_and_validate_key(key, version=version))

@@ -1,7 +1,4 @@
-"""Moved to :mod:`django_mcpatterns.core.client.transport` and ``.pool``: this path imports."""
+"""Moved to :mod:`django_mcpatterns.core.client.transport`; this path keeps importing."""
 
-from .client import pool, transport
-from .client.pool import *  # noqa: F403
 from .client.transport import *  # noqa: F403
-
-__all__ = [*transport.__all__, *pool.__all__]
+from .client.transport import __all__  # noqa: F401

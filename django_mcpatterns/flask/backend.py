@@ -204,7 +204,7 @@ class PatternsCache(PatternMethods, BaseCache):
 
     def delete(self, key: str) -> bool:
         made = self._made(key)
-        return made is not None and self.store.delete(made)
+        return made is not None and self.values.delete(made)
 
     def delete_many(self, *keys: str) -> list[Any]:
         """Delete the keys; return those absent afterwards, as cachelib's memcached backend does.
@@ -216,8 +216,8 @@ class PatternsCache(PatternMethods, BaseCache):
         made = self._made_map(keys)
         if not made:
             return []
-        self.store.delete_many(list(made))
-        remaining = self.store.get_many(list(made))
+        self.values.delete_many(list(made))
+        remaining = self.values.get_many(list(made))
         failed = [key for made_key, key in made.items() if made_key in remaining]
         if failed and not self.ignore_delete_many_errors:
             raise RuntimeError(f"Failed to delete keys: {failed}")
@@ -230,16 +230,16 @@ class PatternsCache(PatternMethods, BaseCache):
         an invalid key is False, as a miss.
         """
         made = self._made(key)
-        return made is not None and self.store.bump(made)
+        return made is not None and self.values.bump(made)
 
     async def abump(self, key: str) -> bool:
-        """:meth:`bump` for asyncio, on :attr:`astore`."""
+        """:meth:`bump` for asyncio, on :attr:`avalues`."""
         made = self._made(key)
-        return made is not None and await self.astore.bump(made)
+        return made is not None and await self.avalues.bump(made)
 
     def clear(self) -> bool:
         """Flush the whole store: every key, whatever its prefix (memcached's ``flush_all``)."""
-        return self.store.flush_all()
+        return self.values.flush_all()
 
     def inc(self, key: str, delta: int = 1) -> int | None:
         """Add ``delta`` atomically; a missing key starts from 0.  ``None`` on a backend error."""
@@ -294,7 +294,7 @@ class PatternsCache(PatternMethods, BaseCache):
             # None for a missing key and refuses a negative count (stored as
             # "-3", which it does not parse): both go the gets/cas way.
             try:
-                number = self.store.incr(made, delta)
+                number = self.values.incr(made, delta)
             except NonNumericValueError:
                 number = None
             if number is not None:
@@ -304,7 +304,7 @@ class PatternsCache(PatternMethods, BaseCache):
         return self._swap_delta(made, delta)
 
     def _swap_delta(self, made: str, delta: int) -> int | None:
-        store = self.store
+        store = self.values
         for attempt in range(CAS_ATTEMPTS):
             value, token, left = store.gets_ttl(made)
             if token is None:
@@ -333,7 +333,7 @@ class PatternsCache(PatternMethods, BaseCache):
         """
         if left is None:
             try:
-                left = self.store.ttl(made)
+                left = self.values.ttl(made)
             except NeedsMetaProtocolError:
                 return self._expire(None)
         if left is None:

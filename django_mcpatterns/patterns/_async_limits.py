@@ -41,5 +41,5 @@ class AsyncLimitMethods(PatternHost):
         admitted.  An unreachable server admits (``fail="open"``) or refuses
         (``"closed"``); it never raises.
         """
-        limiter = AsyncRateLimiter(self.astore, rate, slots=slots, fail=fail)
+        limiter = AsyncRateLimiter(self.apattern_store, rate, slots=slots, fail=fail)
         return await limiter.hit(self._pattern_key(name, version), cost)

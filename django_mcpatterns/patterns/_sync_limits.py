@@ -42,5 +42,5 @@ class LimitMethods(PatternHost):
         admitted.  An unreachable server admits (``fail="open"``) or refuses
         (``"closed"``); it never raises.
         """
-        limiter = RateLimiter(self.store, rate, slots=slots, fail=fail)
+        limiter = RateLimiter(self.pattern_store, rate, slots=slots, fail=fail)
         return limiter.hit(self._pattern_key(name, version), cost)

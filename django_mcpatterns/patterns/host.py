@@ -87,6 +87,17 @@ class PatternHost:
         return self.binding.async_store
 
     @property
+    def pattern_store(self) -> Store:
+        """The Store the pattern methods use: :attr:`store`, except during a ring migration
+        (``OPTIONS["migrate_from"]``), when pattern keys stay on the old ring."""
+        return self.binding.pattern_store
+
+    @property
+    def apattern_store(self) -> AsyncStore:
+        """:attr:`pattern_store` for asyncio."""
+        return self.binding.async_pattern_store
+
+    @property
     def values(self) -> Store:
         """What the cache API reads and writes: :attr:`store`, chunking values over the
         item size limit when ``OPTIONS["large_values"]`` is ``"chunk"``."""
@@ -111,7 +122,7 @@ class PatternHost:
 
     def _set_options(self) -> SetOptions:
         """The thresholds for this cache's sets and lists (override to tune them)."""
-        return SetOptions.for_store(self.store)
+        return SetOptions.for_store(self.pattern_store)
 
     def _soft_timeout(self, timeout: Any) -> float | None:
         """The soft TTL of a ``get_or_compute`` value for the framework's ``timeout``."""
@@ -120,11 +131,13 @@ class PatternHost:
     # Stampede protection with the call's policy, or the cache's (read at each call).
 
     def _stampede(self, policy: StampedePolicy | None) -> Stampede:
-        return Stampede(self.store, policy or self.stampede_policy, on_event=self._pattern_event)
+        return Stampede(
+            self.pattern_store, policy or self.stampede_policy, on_event=self._pattern_event
+        )
 
     def _astampede(self, policy: StampedePolicy | None) -> AsyncStampede:
         return AsyncStampede(
-            self.astore, policy or self.stampede_policy, on_event=self._pattern_event
+            self.apattern_store, policy or self.stampede_policy, on_event=self._pattern_event
         )
 
     # The cache's namespaces: their keys are made by this cache's rules, and their
@@ -133,7 +146,7 @@ class PatternHost:
     @cached_property
     def _namespaces(self) -> Namespaces:
         return Namespaces(
-            self.store,
+            self.pattern_store,
             make_key=self._pattern_key,
             stampede=self._stampede_on,
             on_event=self._pattern_event,
@@ -142,7 +155,7 @@ class PatternHost:
     @cached_property
     def _anamespaces(self) -> AsyncNamespaces:
         return AsyncNamespaces(
-            self.astore,
+            self.apattern_store,
             make_key=self._pattern_key,
             stampede=self._astampede_on,
             on_event=self._pattern_event,

@@ -33,15 +33,15 @@ class Counter:
         self._host = host
         self._loader = loader
         self._expire = expire
-        self.sync = CachedCounter(host.store, key, loader, expire=expire)
+        self.sync = CachedCounter(host.pattern_store, key, loader, expire=expire)
         self._async: AsyncCachedCounter | None = None
 
     @property
     def aio(self) -> AsyncCachedCounter:
-        """The asyncio form, over the cache's ``astore`` (built on first use)."""
+        """The asyncio form, over the cache's ``apattern_store`` (built on first use)."""
         if self._async is None:
             self._async = AsyncCachedCounter(
-                self._host.astore, self.key, self._loader, expire=self._expire
+                self._host.apattern_store, self.key, self._loader, expire=self._expire
             )
         return self._async
 

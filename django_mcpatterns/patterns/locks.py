@@ -180,8 +180,8 @@ class LocksMixin(PatternHost):
         ``aowned()``.
         """
         return CacheLock(
-            self.store,
-            lambda: self.astore,
+            self.pattern_store,
+            lambda: self.apattern_store,
             self._pattern_key(name, version),
             timeout,
             blocking,

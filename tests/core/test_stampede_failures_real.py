@@ -210,9 +210,12 @@ def test_a_compute_three_times_longer_than_its_lock_keeps_it(
         target=lambda: late.append(late_caller.fetch("cold:slow", slow, 60).outcome)
     )
     waiter.start()
-    while not waiting.wait(0.05):
+    for _ in range(600):  # until the late caller sleeps (or ends): at most 30 s, never forever
+        if waiting.wait(0.05) or not waiter.is_alive():
+            break
         holders.add(held(cluster, protocol))
     waiter.join(30)
+    assert waiting.is_set(), "the late caller never waited for the compute"
     assert computes["n"] == 1  # no second computer
     assert None not in holders
     assert len(holders) == 1

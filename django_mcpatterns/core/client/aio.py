@@ -53,7 +53,6 @@ from ..protocol.replies import not_supported, refused_in
 from ..protocol.wire import Get, Request, Value, Version
 from ..store import AsyncStore, AsyncTokenStore, Store
 from .channel import Batch, Channel, NotSentError
-from .driver import Driver
 from .health import Admission, NodeEvent
 from .links import answer
 from .node import Node, armed, forked
@@ -61,7 +60,7 @@ from .ops import FAILED, Decode, Parallel, Refuse, Requests, Run, Target
 from .options import ClusterOptions
 from .outcomes import NODE_ERRORS, answered, judge, probe_for, refusal_seen
 from .servers import Server
-from .shared import Serde, Shared
+from .shared import Driver, Serde, Shared
 
 __all__ = ["AsyncCluster"]
 
@@ -124,7 +123,7 @@ class AsyncCluster(Driver, AsyncStore, AsyncTokenStore):
         if type(plan) is not Call:
             return self._drive(plan)
         if self._routes is None:
-            node = self._nodes[self._locate(plan.ring)]
+            node = self._only or self._nodes[self._locate(plan.ring)]
             admission = node.health.open
             if admission is not None:  # the hot path: a healthy server, nothing to route
                 return self._trip(
@@ -203,7 +202,7 @@ class AsyncCluster(Driver, AsyncStore, AsyncTokenStore):
             if channel is None:
                 channel = await links.channel(loop)
                 sent = True
-            if type(request) is Get and len(request.keys) == 1:  # the hot path: one key's read
+            if isinstance(request, Get) and len(request.keys) == 1:  # the hot path: one key
                 kb = request.keys[0]
                 batch = await channel.fetch_one(kb, request.cas, request)
                 if type(batch) is Batch:
@@ -213,7 +212,11 @@ class AsyncCluster(Driver, AsyncStore, AsyncTokenStore):
                     reply = batch  # memcached's error reply: the decoder judges it
             else:
                 waiters, read = _queue(channel, request)
-                reply = await _reply(waiters, read, request)
+                if read is None:  # written as it is: its replies (one's, alone)
+                    replies = await waiters[0]
+                    reply = replies if type(request) is tuple else replies[0]
+                else:  # reads by key, batched
+                    reply = await _reply(waiters, read, request)
             if observer is not None:  # the reply as memcached gave it, before decoding
                 observer.request(node.name, request, reply, started)
                 observer = None
@@ -286,7 +289,11 @@ class AsyncCluster(Driver, AsyncStore, AsyncTokenStore):
                 node, request, admission, decode = target
                 replied = False
                 try:
-                    reply = await _reply(waiters, read, request)
+                    if read is None:  # written as it is: its replies (one's, alone)
+                        replies = await waiters[0]
+                        reply = replies if type(request) is tuple else replies[0]
+                    else:  # reads by key, batched
+                        reply = await _reply(waiters, read, request)
                     replied = True
                     if observer is not None:  # timed to its own reply
                         late = perf_counter_ns() - came.get(i, perf_counter_ns())
@@ -412,15 +419,12 @@ def _queue(channel: Channel, request: Requests) -> tuple[Waiters, Get | None]:
         keys = read.keys
         if len(keys) == 1:
             return [channel.fetch_one(keys[0], read.cas)], read
-        return channel.fetch(keys, read.cas), read
+        return channel.fetch(keys, read.cas, read), read
     return [channel.submit(batch)], None
 
 
-async def _reply(waiters: Waiters, read: Get | None, request: Requests) -> Any:
-    """The reply to ``request`` from its futures (a read: the values of its own keys)."""
-    if read is None:
-        replies: list[Any] = await waiters[0]
-        return replies if type(request) is tuple else replies[0]
+async def _reply(waiters: Waiters, read: Get, request: Requests) -> Any:
+    """The reply to a read by key from its batches' futures: the values of its own keys."""
     answered: list[dict[bytes, Value]] = []
     error: Any = None
     for waiter in waiters:  # every one awaited: none is left unretrieved

@@ -123,7 +123,7 @@ class Batch(_Item):
     def seal(self) -> None:
         self.sent_under = completed[0]
         read = self.read
-        if read is None or len(self.keys) != 1 or read.cas != self.cas:
+        if read is None or len(self.keys) != len(read.keys) or read.cas != self.cas:
             read = Get(list(self.keys), self.cas)
         self.requests = (read,)
         self.data = read.encode()  # keys of placed(): valid bytes
@@ -230,6 +230,8 @@ class Channel(asyncio.Protocol):
             if batch is None:
                 batch = self._open_batch = Batch(read)
                 self._enqueue(batch)
+            else:
+                batch.read = None  # another caller's key joins: the batch's own get is sent
             batch.keys[kb] = None
             self._in_flight[kb] = batch
             if cas:
@@ -238,14 +240,18 @@ class Channel(asyncio.Protocol):
         batch.waiters.append(waiter)
         return waiter
 
-    def fetch(self, kbs: Sequence[bytes], cas: bool) -> list[asyncio.Future[Batch | ErrorReply]]:
+    def fetch(
+        self, kbs: Sequence[bytes], cas: bool, read: Get | None = None
+    ) -> list[asyncio.Future[Batch | ErrorReply]]:
         """Futures of the batches that will answer ``kbs`` (one, usually).
 
         A key in a batch not yet answered (asking for cas tokens if ``cas``)
-        joins it; the others join this iteration's open batch.
+        joins it; the others join this iteration's open batch.  ``read``: the
+        caller's request for ``kbs``, sent as it is by a batch of those keys only.
         """
         in_flight = self._in_flight
         batches: dict[int, Batch] = {}
+        opened = self._open_batch  # the open batch before this call, if any
         for kb in kbs:
             batch = in_flight.get(kb)
             if batch is None or not batch.joinable(cas):
@@ -256,6 +262,12 @@ class Channel(asyncio.Protocol):
                 batch.keys[kb] = None
                 in_flight[kb] = batch
             batches[id(batch)] = batch
+        batch = self._open_batch
+        if batch is not None and id(batch) in batches:
+            if batch is opened:
+                batch.read = None  # our keys join another caller's: its own get is sent
+            elif len(batch.keys) == len(kbs):
+                batch.read = read  # made for these keys, all of them: our get is sent
         if cas and self._open_batch is not None and id(self._open_batch) in batches:
             self._open_batch.cas = True
         futures: list[asyncio.Future[Batch | ErrorReply]] = []

@@ -44,14 +44,13 @@ from ..registry import Registry
 from ..store import Store, TokenStore
 from ..values.refusals import ValueRefused
 from .aio import AsyncCluster
-from .driver import Driver
 from .health import Admission, HealthSnapshot, NodeEvent
-from .node import Node
+from .node import Node, armed, forked
 from .ops import FAILED, Decode, Parallel, Refuse, Requests, Run, Target
 from .options import ClusterOptions
 from .outcomes import NODE_ERRORS, answered, judge, probe_for, refusal_seen, unavailable
 from .servers import Server, as_servers
-from .shared import Serde, Shared
+from .shared import Driver, Serde, Shared
 from .transport import Connection, answer, answering
 
 __all__ = ["Cluster", "HealthSnapshot", "NodeEvent", "reset_shared_clusters", "shared_cluster"]
@@ -112,7 +111,7 @@ class Cluster(Driver, Store, TokenStore):
             result: Any = self._drive(plan)
             return result  # type: ignore[no-any-return]
         if self._routes is None:
-            node = self._nodes[self._locate(plan.ring)]
+            node = self._only or self._nodes[self._locate(plan.ring)]
             admission = node.health.open
             if admission is not None:  # the hot path: a healthy server, nothing to route
                 result = self._trip(node, plan.request, plan.decode, plan.failed, admission)
@@ -177,7 +176,9 @@ class Cluster(Driver, Store, TokenStore):
         observer = self.shared.observer
         started = perf_counter_ns() if observer is not None else 0
         try:
-            client = node.checkout()
+            if not armed[0]:
+                forked()  # forked without Python's at-fork hooks (uWSGI's)
+            client = node.pool.get()
             client.connect()
             sent = True
             if decode is None:
@@ -219,11 +220,15 @@ class Cluster(Driver, Store, TokenStore):
             sent = False
             started = perf_counter_ns() if observer is not None else 0
             try:
-                client = node.checkout()
+                if not armed[0]:
+                    forked()
+                client = node.pool.get()
                 client.connect()
                 sent = True
-                batch = request if isinstance(request, tuple) else (request,)
-                client.send(b"".join([r.encode() for r in batch]))
+                if type(request) is tuple:
+                    client.send(b"".join([r.encode() for r in request]))
+                else:
+                    client.send(request.encode())  # type: ignore[union-attr]
             except BaseException as exc:
                 self._settle(target, client, exc, sent, loud, started, errors)
             else:

@@ -8,7 +8,7 @@ How a fork is noticed, without a system call per operation
     ``os.register_at_fork`` gives the child new, empty pools at once (while it
     has one thread, so locks a vanished parent thread held are replaced too).
     A fork from C bypasses Python's hooks (uWSGI without
-    ``py-call-osafterfork``), so every checkout also reads one byte of a
+    ``py-call-osafterfork``), so every round trip also reads one byte of a
     memory page the kernel wipes in a forked child (``MADV_WIPEONFORK``,
     Linux 4.14 and later): a zero there means "forked, hooks or not", and
     costs a memory read where ``os.getpid()`` would cost a system call.
@@ -30,11 +30,10 @@ from typing import Any, Protocol
 
 from .health import NodeHealth
 from .links import Links
-from .pool import Pool
 from .servers import Server
-from .transport import Connection, SocketOptions
+from .transport import Connection, Pool, SocketOptions
 
-__all__ = ["Node", "after_fork", "forked", "watch_forks"]
+__all__ = ["Node", "after_fork", "armed", "forked", "watch_forks"]
 
 
 class _AfterFork(Protocol):
@@ -112,7 +111,8 @@ class Node:
 
     ``links`` are its asyncio channels (one per event loop), shared by every
     async twin of its cluster.  The pool belongs to this process: a forked
-    child replaces it (:meth:`after_fork`) before its first checkout.
+    child replaces it (:meth:`after_fork`) before its first checkout (the
+    drivers read :data:`armed` before taking a connection).
     """
 
     __slots__ = (
@@ -163,12 +163,6 @@ class Node:
     def connect_aside(self) -> Connection:
         """A new connection outside the pool, for a probe; the caller closes it."""
         return self._make_client()
-
-    def checkout(self) -> Connection:
-        """Take a connection of this process's pool; the caller releases or destroys it."""
-        if not armed[0]:
-            forked()  # forked without Python's at-fork hooks (uWSGI's)
-        return self.pool.get()
 
     def after_fork(self) -> None:
         """In a forked child: forget the parent's connections, keep its view of the server.

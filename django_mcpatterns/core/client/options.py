@@ -26,6 +26,7 @@ from ..values.layout import LARGE_VALUES
 from ..values.serde import SerdeOptions
 from ..values.serializers import DEFAULT_SERIALIZER
 from .gutter import DEFAULT_GUTTER_TTL
+from .migration import MigrationSource, check_migrate_from
 from .replicas import check_replicate
 
 __all__ = [
@@ -157,6 +158,9 @@ class ClusterOptions:
     trace_keys
         Record keys in spans (``db.query.text``); off, because keys often hold
         user ids.  Values are never recorded.
+    migrate_from
+        The ring this cache migrates from, and the rollout's stage (see
+        :mod:`.migration`); applied by the binding, not by the cluster.
     client_options
         Socket options of every connection (:data:`CLIENT_OPTIONS`):
         ``no_delay`` (``TCP_NODELAY``, default True), ``socket_keepalive``
@@ -196,6 +200,7 @@ class ClusterOptions:
     gutter_ttl: int = DEFAULT_GUTTER_TTL
     replicate: Mapping[str, int] = field(default_factory=dict)
     replicate_scope: str = ""
+    migrate_from: MigrationSource | None = None
     client_options: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -230,6 +235,7 @@ class ClusterOptions:
                 option="raise_errors",
             )
         _check_choice("on_outage", self.on_outage, ON_OUTAGE)
+        object.__setattr__(self, "migrate_from", check_migrate_from(self.migrate_from, self.ketama))
         _check_choice("long_keys", self.long_keys, LONG_KEYS)
         _check_choice("large_values", self.large_values, LARGE_VALUES)
         _check_number("max_item_size", self.max_item_size, integer=True, minimum=1024)

@@ -187,7 +187,7 @@ class Router:
             requests = tuple(exchange.requests(kbs))
             if node in gutter:
                 requests = tuple(clamp(request, routes.gutter_ttl) for request in requests)  # type: ignore[union-attr]
-            targets.append((node, requests, granted[node], partial(_result, exchange, kbs)))
+            targets.append((node, requests, granted[node], partial(exchange.result, kbs=kbs)))
         results: list[Any] = []
         lost: set[str] = set()  # servers that failed this call (their spread keys are reread)
         answers = yield Parallel(targets, loud=True)
@@ -270,10 +270,6 @@ class Router:
 def _landed(reply: Any) -> bool:
     """Any reply: the server ran the request (deleted, not found, stored)."""
     return True
-
-
-def _result(exchange: Exchange[Any], kbs: list[bytes], replies: list[Any]) -> Any:
-    return exchange.result(replies, kbs)
 
 
 def _one(exchange: Exchange[Any], kb: bytes, reply: Any) -> Any:

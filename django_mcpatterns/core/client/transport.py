@@ -7,8 +7,8 @@ requests at once and reads their replies through a :class:`~.wire.Reader`;
 whatever the reader refuses raises :class:`~.exceptions.ProtocolError`, and a
 connection that raised is never used again (the caller closes it).
 
-One server's connections are pooled (:mod:`.pool`); which process owns a
-pool (fork safety) is the node's business (:mod:`.node`).
+A :class:`Pool` holds one server's connections; which process owns a pool
+(fork safety) is the node's business (:mod:`.node`).
 """
 
 from __future__ import annotations
@@ -19,8 +19,10 @@ import selectors
 import socket
 import ssl
 import struct
+import threading
 import time
-from collections.abc import Collection, Sequence
+from collections import deque
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, Protocol, TypeVar
@@ -33,6 +35,7 @@ __all__ = [
     "Connection",
     "ConnectionClosedError",
     "Keepalive",
+    "Pool",
     "SocketOptions",
     "answer",
     "answering",
@@ -158,8 +161,7 @@ class Connection:
         deadline = self._deadline()
         try:
             for request in requests:
-                # Nothing buffered (the first reply, usually): receive before parsing.
-                reply = request.read(reader) if reader.buffered else NEED_DATA
+                reply = request.read(reader)  # NEED_DATA at once while nothing is buffered
                 while reply is NEED_DATA:
                     _receive_more(sock, reader, deadline)
                     reply = request.read(reader)
@@ -293,6 +295,83 @@ def _closed() -> ConnectionClosedError:
 def _timed_out(exc: BlockingIOError) -> TimeoutError:
     """The kernel's timeout (``EAGAIN`` on a blocking socket) as Python's own would say it."""
     return TimeoutError("timed out")
+
+
+class Pool:
+    """The idle and busy connections to one server, safe to share between threads.
+
+    :meth:`get` takes the oldest idle connection (closing those idle longer than
+    ``idle_timeout`` seconds; 0: never) or opens a new one, up to ``max_size``
+    busy at once (then ``RuntimeError``: the caller degrades, the server is not
+    to blame).  A connection comes back through :meth:`release` after a
+    complete exchange, or :meth:`destroy` when it may be mid-reply.
+    """
+
+    def __init__(
+        self,
+        make: Callable[[], Connection],
+        *,
+        max_size: int | None = None,
+        idle_timeout: float = 0.0,
+        lock: threading.Lock | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._make = make
+        self._max_size = max_size
+        self._idle_timeout = idle_timeout
+        self._lock = lock or threading.Lock()
+        self._clock = clock
+        self._free: deque[tuple[Connection, float]] = deque()
+        self._used: dict[Connection, None] = {}  # insertion-ordered set
+
+    @property
+    def free(self) -> tuple[Connection, ...]:
+        return tuple(connection for connection, _ in self._free)
+
+    @property
+    def used(self) -> tuple[Connection, ...]:
+        return tuple(self._used)
+
+    def get(self) -> Connection:
+        with self._lock:
+            free = self._free
+            if free and not self._idle_timeout:  # the hot path: an idle connection, no expiry
+                connection = free.popleft()[0]
+                self._used[connection] = None
+                return connection
+        stale: list[Connection] = []
+        with self._lock:
+            try:
+                connection = self._take(stale)
+            finally:
+                for old in stale:
+                    old.close()
+        return connection
+
+    def _take(self, stale: list[Connection]) -> Connection:
+        timeout = self._idle_timeout
+        now = self._clock() if timeout else 0.0
+        while self._free:
+            connection, since = self._free.popleft()
+            if not timeout or now - since <= timeout:
+                break
+            stale.append(connection)
+        else:
+            if self._max_size is not None and len(self._used) >= self._max_size:
+                raise RuntimeError(f"connection pool exhausted: {self._max_size} in use")
+            connection = self._make()
+        self._used[connection] = None
+        return connection
+
+    def release(self, connection: Connection) -> None:
+        with self._lock:
+            if self._used.pop(connection, 0) is None:
+                self._free.append((connection, self._clock() if self._idle_timeout else 0.0))
+
+    def destroy(self, connection: Connection) -> None:
+        with self._lock:
+            self._used.pop(connection, None)
+        connection.close()
 
 
 def answer(connection: Connection, request: Request[Any]) -> Any:

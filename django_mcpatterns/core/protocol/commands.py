@@ -7,23 +7,20 @@
 its own round-trip primitive.  Adding a command means a method here, the
 embedded store's (:mod:`..memory`) and tests; nothing in the drivers.
 
-Arguments are checked and values encoded before anything is sent
-(:mod:`.arguments`): a bad key, expire or delta, or a value the serde cannot
-encode, raises before any I/O.
+Arguments are checked and values encoded before anything is sent: a bad key,
+expire or delta, or a value the serde cannot encode, raises before any I/O.
 """
 
 from __future__ import annotations
 
 from collections.abc import Generator, Iterable, Mapping, Sequence
 from functools import partial
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from ..exceptions import NeedsMetaProtocolError
 from ..keys import Key, KeyT, placed
 from ..store import CasToken, Claimed
 from . import steps
-from .arguments import EXPIRED, cas_token, encoded, expire_time, raw
-from .arguments import delta as delta_of
 from .decoding import (
     NO_CAS,
     Decoders,
@@ -49,9 +46,12 @@ from .replies import (
     ttl_left,
     written,
 )
+from .steps import EXPIRED
 from .wire import Delete, FlushAll, Get, Incr, Request, Stats, Store, StoreCommand, Touch
 
-__all__ = ["StoreCommands"]
+__all__ = ["StoreCommands", "cas_token", "encoded", "expire_time"]
+
+MAX_DELTA = 2**64  # incr/decr deltas are unsigned 64-bit (protocol.txt)
 
 Serde = Any  # pymemcache's protocol: serialize(key, value), deserialize(key, data, flags)
 Steps = Generator[Any, Any, Any]  # a plan of several steps (see plans.py)
@@ -158,17 +158,16 @@ class StoreCommands:
 
     @command
     def append(self, key: Key, value: bytes) -> Plan[bool]:
-        return self._store("append", key, raw(value), 0)
+        return _concatenate("append", key, value)
 
     @command
     def prepend(self, key: Key, value: bytes) -> Plan[bool]:
-        return self._store("prepend", key, raw(value), 0)
+        return _concatenate("prepend", key, value)
 
     def _store(self, verb: StoreCommand, key: Key, value: Any, expire: int) -> Call[bool]:
         kb, ring = placed(key)
         data, flags = encoded(self.serde, kb, value)
-        decode = stored if verb in ("append", "prepend") else written
-        return Call(ring, Store(verb, kb, data, flags, expire_time(expire)), decode, False)
+        return Call(ring, Store(verb, kb, data, flags, expire_time(expire)), written, False)
 
     @command
     def cas(self, key: Key, value: Any, cas: CasToken, expire: int = 0) -> Plan[bool | None]:
@@ -185,12 +184,12 @@ class StoreCommands:
     @command
     def incr(self, key: Key, delta: int = 1) -> Plan[int | None]:
         kb, ring = placed(key)
-        return Call(ring, Incr(kb, delta_of(delta)), count, None)
+        return Call(ring, Incr(kb, _delta(delta)), count, None)
 
     @command
     def decr(self, key: Key, delta: int = 1) -> Plan[int | None]:
         kb, ring = placed(key)
-        return Call(ring, Incr(kb, delta_of(delta), decr=True), count, None)
+        return Call(ring, Incr(kb, _delta(delta), decr=True), count, None)
 
     @command
     def delete(self, key: Key) -> Plan[bool]:
@@ -300,7 +299,7 @@ class StoreCommands:
                 return steps.text_cas(
                     ring, Store("cas", kb, data, flags, expire_time(expire), checked)
                 )
-            return Call(ring, steps.meta_swap(kb, data, flags, checked, expire), meta_cas, None)
+            return Call(ring, _meta_swap(kb, data, flags, checked, expire), meta_cas, None)
 
         return steps.on_home(kb, cas, swap, None)
 
@@ -332,7 +331,7 @@ class StoreCommands:
         kb, ring = placed(key)
         if self.text or self.copies(kb, ring) > 1:
             return immediately(None)
-        batch = steps.claim_requests(self.serde, kb, recache, placeholder, placeholder_ttl)
+        batch = _claim_requests(self.serde, kb, recache, placeholder, placeholder_ttl)
         call = Call(ring, batch, None, None)
         serde = self.serde
         # None: unreachable (degrading view): the lock-based path decides.
@@ -350,9 +349,12 @@ class StoreCommands:
             return StoreCommands.cas.plan(self, key, value, cas, expire)
         kb, ring = placed(key)
         data, flags = encoded(self.serde, kb, value)
-        return steps.on_home(
-            kb, cas, partial(steps.swap_and_mark, kb, ring, data, flags, expire), False
-        )
+
+        def swap_and_mark(token: CasToken) -> Plan[bool | None]:
+            swap = _meta_swap(kb, data, flags, cas_token(token), expire)
+            return steps.swap_and_mark(kb, ring, swap)
+
+        return steps.on_home(kb, cas, swap_and_mark, False)
 
     # -- whole-cluster commands --
 
@@ -370,3 +372,71 @@ class StoreCommands:
         down, or a proxy that does not pass ``stats`` (twemproxy), is left out.
         """
         return then(Each(Stats(), stats, None, only_gutter=gutter, tolerant=True), dict)
+
+
+# -- arguments: checked, and values encoded, before anything is sent -------------
+
+
+def encoded(serde: Serde, kb: bytes, value: Any) -> tuple[bytes, int]:
+    """``value`` as the serde encodes it for key ``kb``: ``(data, flags)``."""
+    data, flags = serde.serialize(kb, value)
+    # Serialisers may return an int's digits as str (pymemcache's serdes do): sent as text.
+    return (data if isinstance(data, bytes) else str(data).encode()), flags
+
+
+def _concatenate(verb: Literal["append", "prepend"], key: Key, value: bytes) -> Call[bool]:
+    """``append``/``prepend``: raw bytes, never through the serde.
+
+    memcached keeps the item's flags and TTL and ignores the command's, so the
+    bytes are joined to the item as they are (store.py); a serde (signing,
+    compression, another format) could only corrupt the item.
+    """
+    if not isinstance(value, bytes):
+        raise TypeError(f"append/prepend take bytes, not {type(value).__name__}")
+    kb, ring = placed(key)
+    return Call(ring, Store(verb, kb, value, 0, 0), stored, False)
+
+
+def _delta(delta: int) -> int:
+    if isinstance(delta, bool) or not isinstance(delta, int) or not 0 <= delta < MAX_DELTA:
+        raise ValueError(f"incr/decr delta must be an integer in [0, 2**64), not {delta!r}")
+    return delta
+
+
+def expire_time(expire: int) -> int:
+    """memcached's exptime for ``expire``; a negative one is "expired at once"."""
+    if not isinstance(expire, int):
+        raise ValueError(f"expire must be an integer, not {expire!r}")
+    # "Expired at once" as an absolute time in 1970, which memcached treats as
+    # it treats a negative exptime: twemproxy closes the connection on those.
+    return EXPIRED if expire < 0 else int(expire)
+
+
+def cas_token(cas: CasToken | str) -> bytes:
+    """A cas token as memcached's ASCII digits: int, str or bytes (gets returns bytes)."""
+    if isinstance(cas, int) and not isinstance(cas, bool) and cas >= 0:
+        return b"%d" % cas
+    token = cas.encode("ascii", "replace") if isinstance(cas, str) else cas
+    if isinstance(token, bytes) and token.isdigit():
+        return token
+    raise ValueError(f"cas token must be memcached's unsigned integer, not {cas!r}")
+
+
+def _claim_requests(
+    serde: Serde, kb: bytes, recache: int | None, placeholder: Any, placeholder_ttl: int
+) -> tuple[Request[Any], ...]:
+    """``mg v c t f R<recache>``, and the placeholder's add when one is given."""
+    read = MetaGet(kb, value=True, cas=True, ttl=True, client_flags=True, recache=recache)
+    if placeholder is None:
+        return (read,)
+    data, flags = encoded(serde, kb, placeholder)
+    ttl = expire_time(placeholder_ttl)
+    add = MetaSet(kb, data=data, mode="E", ttl=ttl, client_flags=flags, return_cas=True)
+    return (read, add)
+
+
+def _meta_swap(kb: bytes, data: bytes, flags: int, token: bytes, expire: int) -> MetaSet:
+    """``ms <key> C<cas> c``: store only if unchanged, returning the new cas."""
+    return MetaSet(
+        kb, data=data, cas=int(token), ttl=expire_time(expire), client_flags=flags, return_cas=True
+    )

@@ -1,4 +1,4 @@
-"""The steps of the commands that are more than one request: multi-step plans and their requests.
+"""The steps of the commands that are more than one request: their generator plans.
 
 A text ``delete_cas`` reads the item, then expires that version; a cas given
 a copy's token resolves the home's first (:class:`~.plans.HomeToken`);
@@ -12,19 +12,17 @@ from collections.abc import Callable, Generator
 from typing import Any, TypeVar
 
 from ..keys import Key, placed
-from ..store import CasToken
-from .arguments import EXPIRED, cas_token, encoded, expire_time
+from ..store import MAX_RELATIVE_EXPIRE, CasToken
 from .decoding import DeleteMany, StoreMany, swapped, text_cas_token
-from .meta import MetaGet, MetaSet
+from .meta import MetaSet
 from .plans import Call, CopyToken, FanOut, HomeToken, Plan
 from .replies import cas_stored, deleted, first_value, identity, written
-from .wire import Delete, Get, Request, Store
+from .wire import Delete, Get, Store
 
 __all__ = [
-    "claim_requests",
+    "EXPIRED",
     "delete_many",
     "expire_version",
-    "meta_swap",
     "on_home",
     "set_many",
     "swap_and_mark",
@@ -34,6 +32,8 @@ __all__ = [
 Serde = Any
 Steps = Generator[Any, Any, Any]  # a plan of several steps (see plans.py)
 R = TypeVar("R")
+
+EXPIRED = MAX_RELATIVE_EXPIRE + 1  # an absolute Unix time long past
 
 
 def set_many(store_many: StoreMany, given: dict[bytes, Any], replicated: list[bytes]) -> Steps:
@@ -92,37 +92,9 @@ def expire_version(kb: bytes, ring: bytes, token: bytes) -> Steps:
     return bool((yield Call(ring, expired, cas_stored, False)))
 
 
-def swap_and_mark(
-    kb: bytes, ring: bytes, data: bytes, flags: int, expire: int, token: CasToken
-) -> Steps:
-    swap = meta_swap(kb, data, flags, cas_token(token), expire)
+def swap_and_mark(kb: bytes, ring: bytes, swap: MetaSet) -> Steps:
+    """``ms <key> C<cas> c``, then ``md <key> I`` of the very version it wrote (cas_stale)."""
     answer, invalidate = swapped(kb, (yield Call(ring, swap, identity, None)))
     if invalidate is not None:
         yield Call(ring, invalidate, identity, None)
     return answer
-
-
-def claim_requests(
-    serde: Serde, kb: bytes, recache: int | None, placeholder: Any, placeholder_ttl: int
-) -> tuple[Request[Any], ...]:
-    """``mg v c t f R<recache>``, and the placeholder's add when one is given."""
-    read = MetaGet(kb, value=True, cas=True, ttl=True, client_flags=True, recache=recache)
-    if placeholder is None:
-        return (read,)
-    data, flags = encoded(serde, kb, placeholder)
-    add = MetaSet(
-        kb,
-        data=data,
-        mode="E",
-        ttl=expire_time(placeholder_ttl),
-        client_flags=flags,
-        return_cas=True,
-    )
-    return (read, add)
-
-
-def meta_swap(kb: bytes, data: bytes, flags: int, token: bytes, expire: int) -> MetaSet:
-    """``ms <key> C<cas> c``: store only if unchanged, returning the new cas."""
-    return MetaSet(
-        kb, data=data, cas=int(token), ttl=expire_time(expire), client_flags=flags, return_cas=True
-    )

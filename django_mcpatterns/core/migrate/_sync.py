@@ -1,0 +1,346 @@
+# Generated from core/migrate/_async.py by scripts/generate_sync.py: do not edit.
+"""The cache API's store while a ring changes: the new ring, the old one behind it.
+
+:class:`AsyncMigratingStore` answers the :class:`~django_mcpatterns.core.store.AsyncStore`
+protocol over two clusters, as ``OPTIONS["migrate_from"]`` asks (see the
+package's docstring for the stages and the guarantees):
+
+* reads go to the ring of the stage (``reads``); in the ``"new"`` stage, until
+  ``until``, a miss of a key whose old server is another is read there and
+  written back with the TTL it has left (:class:`~._model.Copy`);
+* writes go to the ring of the stage, then the key is deleted on the other
+  ring, so no copy there can be read stale by a process of the other stage;
+* deletes go to the old ring first, then the new one (what makes a copy in
+  flight lose against a delete).
+
+A key whose server is the same on both rings costs nothing more.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from django_mcpatterns.core.client.migration import MigrationSource
+from django_mcpatterns.core.keys import Key, KeyT, placed
+from django_mcpatterns.core.leases import PLACEHOLDER, PLACEHOLDER_TTL
+from django_mcpatterns.core.protocol.commands import encoded
+from django_mcpatterns.core.protocol.plans import MISS
+from django_mcpatterns.core.store import CasToken, Store
+
+from ._model import MISSING, Copy, Item, Placement, Ring, Tally, copy_expire, grouped
+
+__all__ = ["MigratingStore"]
+
+
+class MigratingStore(Store):
+    """The values' store of a cache whose ring changes (see the module docstring).
+
+    ``new`` is the cluster of the cache's ``LOCATION``; ``old`` the cluster of
+    ``migrate_from``'s servers (for the ``"new"`` stage, one that never uses a
+    gutter or remaps: an old server that is down is a miss, and a delete aimed
+    at it is dropped).  ``tally`` counts what the migration does.
+    """
+
+    def __init__(
+        self,
+        new: Ring,
+        old: Ring,
+        source: MigrationSource,
+        tally: Tally,
+        *,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.new = new
+        self.old = old
+        self.source = source
+        self.tally = tally
+        self.clock = clock
+        reads_old = source.reads == "old"
+        self.primary = old if reads_old else new  # where reads and writes go
+        self.secondary = new if reads_old else old  # where writes' keys are deleted
+        self.placement = Placement(old.router.locate, new.router.locate)
+        serde = new.serde
+        self.copy = Copy(new.text, lambda kb: encoded(serde, kb, PLACEHOLDER))
+
+    def __repr__(self) -> str:
+        reads = self.source.reads
+        return f"<{type(self).__name__} reads={reads} new={self.new!r} old={self.old!r}>"
+
+    def _falls_back(self, key: Key) -> bool:
+        return self.source.falls_back(self.clock()) and self.placement.moved(key)
+
+    # -- reads --
+
+    def get(self, key: Key, default: Any = None) -> Any:
+        value = self.primary.get(key, MISSING)
+        if value is not MISSING or not self._falls_back(key):
+            return default if value is MISSING else value
+        item = (self._copied([key])).get(key)
+        return default if item is None else self._decoded(item, default)
+
+    def get_many(self, keys: Iterable[Key]) -> dict[Key, Any]:
+        keys = list(keys)
+        found = self.primary.get_many(keys)
+        if len(found) == len(keys) or not self.source.falls_back(self.clock()):
+            return found
+        missed = [key for key in keys if key not in found and self.placement.moved(key)]
+        for key, item in (self._copied(missed)).items():
+            value = self._decoded(item, MISSING)
+            if value is not MISSING:
+                found[key] = value
+        return found
+
+    def gets(self, key: Key) -> tuple[Any, CasToken | None]:
+        found = self.primary.gets(key)
+        if found[1] is None and self._falls_back(key) and self._copied([key]):
+            return self.primary.gets(key)  # the copy's token: a cas goes to the new ring
+        return found
+
+    def gets_many(self, keys: Iterable[Key]) -> dict[Key, tuple[Any, CasToken]]:
+        keys = list(keys)
+        found = self.primary.gets_many(keys)
+        if len(found) == len(keys) or not self.source.falls_back(self.clock()):
+            return found
+        missed = [key for key in keys if key not in found and self.placement.moved(key)]
+        copied = self._copied(missed)
+        if copied:
+            found.update(self.primary.gets_many(list(copied)))
+        return found
+
+    def gets_ttl(self, key: Key) -> tuple[Any, CasToken | None, int | None]:
+        found = self.primary.gets_ttl(key)
+        if found[1] is None and self._falls_back(key) and self._copied([key]):
+            return self.primary.gets_ttl(key)
+        return found
+
+    def gets_envelope(self, key: Key) -> tuple[Any, CasToken | None]:
+        found = self.primary.gets_envelope(key)
+        if found[1] is None and self._falls_back(key) and self._copied([key]):
+            return self.primary.gets_envelope(key)
+        return found
+
+    def get_many_envelopes(self, keys: Iterable[Key]) -> dict[Key, Any]:
+        keys = list(keys)
+        found = self.primary.get_many_envelopes(keys)
+        if len(found) == len(keys) or not self.source.falls_back(self.clock()):
+            return found
+        missed = [key for key in keys if key not in found and self.placement.moved(key)]
+        copied = self._copied(missed)
+        if copied:
+            found.update(self.primary.get_many_envelopes(list(copied)))
+        return found
+
+    def ttl(self, key: Key) -> int | None:
+        left = self.primary.ttl(key)
+        if left is None and self._falls_back(key):
+            return self.old.ttl(key)
+        return left
+
+    def bump(self, key: Key) -> bool:
+        if self.primary.bump(key):
+            return True
+        return self._falls_back(key) and bool(self._copied([key]))
+
+    # -- writes: the stage's ring, then the key deleted on the other --
+
+    def set(self, key: Key, value: Any, expire: int = 0) -> bool:
+        stored = self.primary.set(key, value, expire)
+        self._invalidate(key)  # a failed set removes the old item too (memcached)
+        return stored
+
+    def add(self, key: Key, value: Any, expire: int = 0) -> bool:
+        stored = self.primary.add(key, value, expire)
+        if stored:
+            self._invalidate(key)
+        return stored
+
+    def set_many(self, values: Mapping[KeyT, Any], expire: int = 0) -> list[KeyT]:
+        failed = self.primary.set_many(values, expire)
+        moved: list[Key] = [key for key in values if self.placement.moved(key)]
+        if moved:
+            self._invalidate_many(moved)
+        return failed
+
+    def cas(self, key: Key, value: Any, cas: CasToken, expire: int = 0) -> bool | None:
+        stored = self.primary.cas(key, value, cas, expire)
+        if stored:
+            self._invalidate(key)
+        return stored
+
+    def recas(self, key: Key, value: Any, cas: CasToken, expire: int = 0) -> CasToken | None:
+        token = self.primary.recas(key, value, cas, expire)
+        if token is not None:
+            self._invalidate(key)
+        return token
+
+    def add_cas(self, key: Key, value: Any, expire: int = 0) -> CasToken | None:
+        token = self.primary.add_cas(key, value, expire)
+        if token is not None:
+            self._invalidate(key)
+        return token
+
+    def append(self, key: Key, value: bytes) -> bool:
+        stored = self.primary.append(key, value)
+        if not stored and self._falls_back(key) and self._copied([key]):
+            stored = self.primary.append(key, value)
+        if stored:
+            self._invalidate(key)
+        return stored
+
+    def prepend(self, key: Key, value: bytes) -> bool:
+        stored = self.primary.prepend(key, value)
+        if not stored and self._falls_back(key) and self._copied([key]):
+            stored = self.primary.prepend(key, value)
+        if stored:
+            self._invalidate(key)
+        return stored
+
+    def incr(self, key: Key, delta: int = 1) -> int | None:
+        count = self.primary.incr(key, delta)
+        if count is None and self._falls_back(key) and self._copied([key]):
+            count = self.primary.incr(key, delta)
+        if count is not None:
+            self._invalidate(key)
+        return count
+
+    def decr(self, key: Key, delta: int = 1) -> int | None:
+        count = self.primary.decr(key, delta)
+        if count is None and self._falls_back(key) and self._copied([key]):
+            count = self.primary.decr(key, delta)
+        if count is not None:
+            self._invalidate(key)
+        return count
+
+    def touch(self, key: Key, expire: int = 0) -> bool:
+        touched = self.primary.touch(key, expire)
+        if not touched and self._falls_back(key) and self._copied([key]):
+            touched = self.primary.touch(key, expire)
+        return touched
+
+    # -- deletes: the old ring first, then the new one --
+
+    def delete(self, key: Key) -> bool:
+        if not self.placement.moved(key):
+            return self.primary.delete(key)
+        self.tally.add("invalidations")
+        gone = self.old.delete(key)
+        return self.new.delete(key) or gone
+
+    def forget(self, key: Key, marker: bytes | None = None, expire: int = 0) -> bool:
+        """A repair: on the other ring too when the key moves (its old ring first, as delete)."""
+        if not self.placement.moved(key):
+            return self.primary.forget(key, marker, expire)
+        self.tally.add("invalidations")
+        gone = self.secondary.forget(key)
+        return self.primary.forget(key, marker, expire) and gone
+
+    def delete_cas(self, key: Key, cas: CasToken) -> bool:
+        deleted = self.primary.delete_cas(key, cas)
+        if deleted:
+            self._invalidate(key)
+        return deleted
+
+    def delete_many(self, keys: Iterable[Key]) -> None:
+        keys = list(keys)
+        moved = [key for key in keys if self.placement.moved(key)]
+        self.tally.add("invalidations", len(moved))
+        old_keys, new_keys = (keys, moved) if self.primary is self.old else (moved, keys)
+        if old_keys:
+            self.old.delete_many(old_keys)
+        if new_keys:
+            self.new.delete_many(new_keys)
+
+    def flush_all(self) -> bool:
+        old = self.old.flush_all()
+        return self.new.flush_all() and old
+
+    def close(self) -> None:
+        self.new.close()
+        self.old.close()
+
+    # -- the steps --
+
+    def _invalidate(self, key: Key) -> None:
+        """After a write on the stage's ring: delete the key on the other (if another server)."""
+        if self.placement.moved(key):
+            self.tally.add("invalidations")
+            self.secondary.delete(key)
+
+    def _invalidate_many(self, keys: list[Key]) -> None:
+        self.tally.add("invalidations", len(keys))
+        self.secondary.delete_many(keys)
+
+    def _decoded(self, item: Item, default: Any) -> Any:
+        value = self.new.decoders.value([item.value()])
+        return default if value is MISS else value
+
+    def _copied(self, keys: list[Key]) -> dict[Key, Item]:
+        """Read ``keys`` (missed on the new ring) from the old ring, and write them back.
+
+        Return the old items found (what the caller serves), whether or not
+        their copy landed; the steps are :class:`~._model.Copy`'s.
+        """
+        if not keys:
+            return {}
+        tally = self.tally
+        tally.add("fallbacks", len(keys))
+        present = self._present(keys)
+        if not present:
+            return {}
+        tokens = self._place(present)
+        items = self._read(present)
+        tally.add("old_hits", len(items))
+        tally.add("copy_skipped", len(present) - len(tokens))
+        self._fill(items, tokens)
+        return items
+
+    def _present(self, keys: list[Key]) -> list[Key]:
+        copy, found = self.copy, []
+        for group in grouped(keys, self.old.router.locate).values():
+            kbs = [placed(key)[0] for key in group]
+            present = copy.present(kbs, self.old.exchange(group[0], copy.probe(kbs)))
+            found += [key for key, kb in zip(group, kbs, strict=True) if kb in present]
+        return found
+
+    def _place(self, keys: list[Key]) -> dict[Key, bytes]:
+        copy, held = self.copy, {}
+        for group in grouped(keys, self.new.router.locate).values():
+            kbs = [placed(key)[0] for key in group]
+            replies = self.new.exchange(group[0], copy.place(kbs, PLACEHOLDER_TTL))
+            tokens = copy.tokens(kbs, replies)
+            held.update({k: tokens[kb] for k, kb in zip(group, kbs, strict=True) if kb in tokens})
+        return held
+
+    def _read(self, keys: list[Key]) -> dict[Key, Item]:
+        copy, found = self.copy, {}
+        for group in grouped(keys, self.old.router.locate).values():
+            kbs = [placed(key)[0] for key in group]
+            items = copy.items(kbs, self.old.exchange(group[0], copy.read(kbs)))
+            found.update({k: items[kb] for k, kb in zip(group, kbs, strict=True) if kb in items})
+        return found
+
+    def _fill(self, items: dict[Key, Item], tokens: dict[Key, bytes]) -> None:
+        """Fill each held placeholder with its item, or give it back (the item is gone)."""
+        copy, now, text_ttl = self.copy, self.clock(), self.source.text_ttl
+        held = list(tokens)
+        copied = dropped = 0
+        for group in grouped(held, self.new.router.locate).values():
+            batch = []
+            for key in group:
+                item = items.get(key)
+                if item is None:  # deleted on the old ring since the probe
+                    batch.append(copy.give_back(placed(key)[0], tokens[key]))
+                else:
+                    batch.append(copy.fill(item, tokens[key], copy_expire(item, text_ttl, now)))
+            replies = self.new.exchange(group[0], batch)
+            for key, reply in zip(group, replies or [None] * len(group), strict=True):
+                if key not in items:
+                    continue
+                if copy.filled(reply):
+                    copied += 1
+                else:
+                    dropped += 1
+        self.tally.add("copied", copied)
+        self.tally.add("copy_dropped", dropped)
