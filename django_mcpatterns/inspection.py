@@ -20,6 +20,8 @@ from typing import Any
 from django.conf import settings
 from django.utils.module_loading import import_string
 
+from .binding import Migration
+from .core.client.migration import describe
 from .core.cluster import Cluster
 from .core.ketama import RING_SIZE, Continuum
 from .core.memory import MemoryStore
@@ -178,6 +180,25 @@ class ServerStatus:
 
 
 @dataclass(frozen=True)
+class MigrationStatus:
+    """A ring migration in progress (``OPTIONS["migrate_from"]``): the old ring, the stage,
+    and what this process's cache API did with it so far (:data:`~.core.migrate.COUNTS`)."""
+
+    servers: list[ServerStatus]  # the old ring's
+    ketama: str
+    reads: str  # the stage: "old" (reads and writes on the old ring), then "new"
+    until: str | None  # when the read fallback ends (ISO 8601, UTC)
+    text_ttl: int
+    counts: dict[str, int]
+
+    @property
+    def served_from_old(self) -> float | None:
+        """The share of moved keys' misses the old ring answered (it falls as the new fills)."""
+        fallbacks = self.counts.get("fallbacks", 0)
+        return self.counts.get("old_hits", 0) / fallbacks if fallbacks else None
+
+
+@dataclass(frozen=True)
 class CacheStatus:
     """Everything the reports show about one cache alias."""
 
@@ -190,6 +211,7 @@ class CacheStatus:
     replicate: dict[str, int] = field(default_factory=dict)  # key prefix -> copies
     gutter: list[ServerStatus] = field(default_factory=list)  # the gutter pool's servers
     gutter_ttl: int | None = None
+    migration: MigrationStatus | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (``--json`` output)."""
@@ -197,6 +219,8 @@ class CacheStatus:
         for name in ("servers", "gutter"):
             for server, status in zip(data[name], getattr(self, name), strict=True):
                 server["hit_ratio"] = status.hit_ratio
+        if self.migration is not None:
+            data["migration"]["served_from_old"] = self.migration.served_from_old
         return data
 
 
@@ -241,12 +265,29 @@ def cache_status(alias: str) -> CacheStatus:
             replicate=dict(options.replicate),
             gutter=_servers(store.gutter_health(), gutter_raw, {}),
             gutter_ttl=options.gutter_ttl if options.gutter else None,
+            migration=migration_status(getattr(cache.binding, "migration", None)),
         )
     # The embedded MemoryStore: one flat stats mapping, no ring, no health.
     assert isinstance(store, MemoryStore)  # the only other Store our backends build
     stats = normalise_stats(store.stats())
     return CacheStatus(
         alias, backend, None, [], [ServerStatus(EMBEDDED_NODE, "embedded", stats=stats)]
+    )
+
+
+def migration_status(migration: Migration | None) -> MigrationStatus | None:
+    """The status of a cache's ring migration (its old ring's servers asked for ``stats``)."""
+    if migration is None:
+        return None
+    old = migration.patterns
+    settings_ = describe(migration.source)
+    return MigrationStatus(
+        _servers(old.health(), old.stats(), old.journal()),
+        settings_["ketama"],
+        settings_["reads"],
+        settings_["until"],
+        settings_["text_ttl"],
+        migration.tally.counts(),
     )
 
 

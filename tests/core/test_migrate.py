@@ -489,3 +489,65 @@ def test_the_fallback_is_open_in_the_new_stage_until_until(until, now, reads):
     assert source is not None
     end = None if until is None else (until if isinstance(until, float) else until.timestamp())
     assert source.falls_back(now) == (reads == "new" and (end is None or now < end))
+
+
+# -- the warm-up's key listing ------------------------------------------------------------
+
+
+class _Dump:
+    """A connection whose socket answers metadump with ``reply``, in the given chunks."""
+
+    address = ("127.0.0.1", 1)
+
+    def __init__(self, chunks: list[bytes]) -> None:
+        self.chunks = chunks
+        self.sent: list[bytes] = []
+
+    def connect(self) -> _Dump:
+        return self
+
+    def sendall(self, data: bytes) -> None:
+        self.sent.append(data)
+
+    def recv(self, size: int) -> bytes:
+        return self.chunks.pop(0) if self.chunks else b""
+
+
+@given(
+    keys=st.lists(st.binary(min_size=1, max_size=40), unique=True, max_size=30),
+    cuts=st.lists(st.integers(1, 50), max_size=60),
+)
+def test_metadump_reads_every_key_whatever_the_chunks(keys, cuts):
+    from urllib.parse import quote_from_bytes
+
+    from django_mcpatterns.core.migrate.warm import metadump
+
+    lines = [
+        b"key=%s exp=%d la=1 cas=%d fetch=no cls=1 size=%d\n"
+        % (quote_from_bytes(key).encode(), -1 if i % 2 else 1_700_000_000 + i, i + 1, 60 + i)
+        for i, key in enumerate(keys)
+    ]
+    reply = b"".join(lines) + b"END\r\n"
+    chunks, start = [], 0
+    for cut in cuts:
+        if start >= len(reply):
+            break
+        chunks.append(reply[start : start + cut])
+        start += cut
+    chunks.append(reply[start:])
+    dump = _Dump([c for c in chunks if c])
+    listed = [entry for page in metadump(dump) for entry in page]
+    assert dump.sent == [b"lru_crawler metadump hash\r\n"]
+    assert [e.key for e in listed] == keys
+    assert [e.exp for e in listed] == [-1 if i % 2 else 1_700_000_000 + i for i in range(len(keys))]
+    assert [e.size for e in listed] == [60 + i for i in range(len(keys))]
+
+
+def test_metadump_refused_is_a_warm_error_naming_the_reply():
+    from django_mcpatterns.core.migrate.warm import WarmError, metadump
+
+    dump = _Dump([b"CLIENT_ERROR bad command line format\r\n"])
+    with pytest.raises(WarmError, match="CLIENT_ERROR bad command line format"):
+        list(metadump(dump))
+    with pytest.raises(WarmError, match="closed the connection"):
+        list(metadump(_Dump([b"key=a exp=-1 size=1\n"])))

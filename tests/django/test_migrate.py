@@ -10,7 +10,9 @@ no set member lost.
 from __future__ import annotations
 
 import asyncio
+import io
 import itertools
+import json
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -18,10 +20,13 @@ from typing import Any
 import pytest
 from django.core.cache import caches
 from django.core.exceptions import ImproperlyConfigured
+from django.core.management import call_command
+from django.core.management.base import CommandError
 from django.test import override_settings
 
 from django_mcpatterns.core.cluster import Cluster, reset_shared_clusters
 from django_mcpatterns.core.migrate import AsyncMigratingStore, MigratingStore
+from django_mcpatterns.inspection import cache_status
 from tests.django.conftest import CLUSTER_BACKEND
 from tests.harness import MemcachedServer, memcached_cluster
 
@@ -160,3 +165,108 @@ def test_mixed_configurations_hold_every_lock_once_and_lose_no_set_member(stages
     assert len(added) == 6 * 30
     for cache in stages.values():
         assert {name: cache.smembers(name) for name in expected} == expected
+
+
+# -- manage.py mcpatterns_warm ----------------------------------------------------------
+
+
+def run(*args: str) -> tuple[str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    call_command("mcpatterns_warm", *args, stdout=out, stderr=err)
+    return out.getvalue(), err.getvalue()
+
+
+def test_the_warm_command_copies_what_moved_once(stages, five):
+    before, new = stages["before"], stages["new"]
+    keys = [f"k{i}" for i in range(300)]
+    before.set_many({key: {"n": key} for key in keys}, 300)
+    before.set("a-number", 7, 300)  # maybe a pattern's state: not copied
+    before.sadd("a-set", "m")
+    moved = moved_keys(new, 300)
+    out, err = run("--cache", "old")
+    assert "warning" not in err  # the "old" stage: deletes reach both rings
+    assert "items copied" in out
+    assert f"{len(moved)}" in out
+    made = [new.make_and_validate_key(key) for key in keys]
+    assert len(new.store.get_many(made)) == len(keys)  # every key on its new server
+    report = json.loads(run("--cache", "old", "--json")[0])
+    assert report["copied"] == 0  # a second run: all there already
+    assert report["present"] == len(moved)
+    assert report["from"] == [server.spec for server in five[:4]]
+    _, err = run("--cache", "new", "--rate", "100000")
+    assert "warning: warm a new ring while every process runs the 'old' stage" in err
+    with pytest.raises(CommandError, match="--from HOST:PORT"):
+        run("--cache", "before")
+    out, _ = run("--cache", "before", "--from", ",".join(s.spec for s in five[:4]))
+    assert "items copied" in out
+
+
+# -- what the reports show ---------------------------------------------------------------
+
+
+def run_command(name: str, *args: str) -> str:
+    out = io.StringIO()
+    call_command(name, *args, stdout=out)
+    return out.getvalue()
+
+
+def test_mcpatterns_ring_prices_a_change_and_gives_its_settings(stages, five):
+    before = stages["before"]
+    before.set_many({f"k{i}": "x" * 100 for i in range(2000)}, 300)
+    fifth = five[4].spec
+    report = json.loads(
+        run_command("mcpatterns_ring", "--cache", "before", "--add", fifth, "--json")
+    )
+    change = report["change"]
+    old = [server.spec for server in five[:4]]
+    assert change["migration"] == {
+        "LOCATION": [*old, fifth],
+        "stage_old": {"LOCATION": old, "reads": "old"},
+        "stage_new": {"LOCATION": old, "reads": "new"},
+    }
+    moved = sum(
+        1
+        for i in range(2000)
+        if before.store.ring.get_node(f":1:k{i}") != stages["new"].store.ring.get_node(f":1:k{i}")
+    )
+    assert abs(change["cost"]["items"] - moved) < 0.05 * 2000  # spread evenly over each arc
+    text = run_command("mcpatterns_ring", "--cache", "before", "--add", fifth)
+    assert "Without migrate_from, about" in text
+    assert "'reads': 'old'" in text
+    assert "mcpatterns_warm" in text
+
+
+def test_the_status_page_and_health_show_the_migration(stages):
+    before, new = stages["before"], stages["new"]
+    key = moved_keys(new)[0]
+    before.set(key, "v", 300)
+    new.get(key)
+    new.get(moved_keys(new)[1])  # on neither ring
+    status = cache_status("new")
+    assert status.migration is not None
+    assert status.migration.reads == "new"
+    assert [s.node for s in status.migration.servers] == [s.node for s in before.store.servers]
+    counts = status.migration.counts
+    assert counts["fallbacks"] == 2
+    assert counts["old_hits"] == counts["copied"] == 1
+    assert status.migration.served_from_old == 0.5
+    assert cache_status("before").migration is None
+    assert status.as_dict()["migration"]["served_from_old"] == 0.5
+    text = run_command("mcpatterns_health", "--cache", "new")
+    assert "Migrating from the old ring (reads 'new'): 2 misses of moved keys, 1 served" in text
+    html = render_status("new")
+    assert "Ring migration" in html
+    assert '<span class="old-hits">1</span> served from the old ring (50%)' in html
+
+
+def render_status(alias: str) -> str:
+    from django.test import RequestFactory
+
+    from django_mcpatterns.views import StatusView
+
+    templates = [{"BACKEND": "django.template.backends.django.DjangoTemplates", "APP_DIRS": True}]
+    with override_settings(TEMPLATES=templates):
+        view = StatusView.as_view(permission=lambda request: True, aliases=[alias])
+        response = view(RequestFactory().get("/"))
+        response.render()
+        return str(response.content.decode())

@@ -7,6 +7,7 @@ store, and the patterns on ``cache.cache`` stay on the old ring.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -16,6 +17,7 @@ from flask_caching import Cache
 
 from django_mcpatterns.core.cluster import reset_shared_clusters
 from django_mcpatterns.core.exceptions import ConfigurationError
+from django_mcpatterns.flask import warm_command
 from tests.flask.conftest import CLUSTER, PREFIX
 from tests.harness import MemcachedServer, memcached_cluster
 
@@ -66,3 +68,34 @@ def test_the_flask_cache_api_migrates_and_patterns_stay(pair):
 def test_a_bad_migrate_from_names_the_flask_setting(five):
     with pytest.raises(ConfigurationError, match="CACHE_OPTIONS: option 'migrate_from'"):
         make(five, {"until": "soon"})
+
+
+def test_flask_mcpatterns_warm_copies_what_moved(five):
+    for server in five:
+        server.flush()
+    before = make(five, None)
+    specs = [server.spec for server in five]
+    app = Flask(__name__)
+    app.config.update(
+        CACHE_TYPE=CLUSTER,
+        CACHE_KEY_PREFIX=PREFIX,
+        CACHE_MEMCACHED_SERVERS=specs,
+        CACHE_OPTIONS={"migrate_from": {"LOCATION": specs[:4], "reads": "old"}},
+    )
+    cache = Cache(app)
+    app.cli.add_command(warm_command)
+    keys = [f"k{i}" for i in range(200)]
+    for key in keys:
+        before.set(key, key, 300)
+    result = app.test_cli_runner().invoke(args=["mcpatterns-warm", "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    assert report["copied"] > 0
+    assert report["copied"] + report["in_place"] == len(keys)
+    with app.app_context():
+        backend = cache.cache
+        assert len(backend.store.get_many([PREFIX + key for key in keys])) == len(keys)
+    result = app.test_cli_runner().invoke(args=["mcpatterns-warm", "--rate", "0"])
+    assert result.exit_code != 0
+    assert "--rate must be a positive number" in result.output
+    reset_shared_clusters()

@@ -30,6 +30,17 @@ class Command(CacheCommand):
             copies = ", ".join(f"{p!r} x{n}" for p, n in status.replicate.items())
             self.stdout.write(f"Replicated key prefixes: {copies}")
         self._servers(status.servers)
+        migration = status.migration
+        if migration is not None:
+            until = f", until {migration.until}" if migration.until else ""
+            counts = migration.counts
+            self.stdout.write(
+                f"Migrating from the old ring (reads {migration.reads!r}{until}): "
+                f"{counts['fallbacks']} misses of moved keys, {counts['old_hits']} served "
+                f"from the old ring, {counts['copied']} copied, "
+                f"{counts['invalidations']} deletes on the other ring (this process)"
+            )
+            self._servers(migration.servers)
         if status.gutter:
             self.stdout.write(f"Gutter pool (TTLs of at most {status.gutter_ttl} s):")
             self._servers(status.gutter)

@@ -5,11 +5,15 @@
 
 ``--add`` and ``--remove`` may be repeated and combined.  Shares and moved keys
 are measured on the ring (the arcs of the 2**32 hash space each server owns),
-exactly, not by sampling keys.
+exactly, not by sampling keys.  A change also prints what it would cost (the
+items and bytes that would start cold on their new servers, from each
+server's ``stats`` when it answers) and the settings of a migration that
+keeps them warm (``OPTIONS["migrate_from"]``, docs/operations.md).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from django.core.management.base import CommandError, CommandParser
@@ -78,6 +82,7 @@ class Command(CacheCommand):
             raise CommandError(f"the changed server list is invalid: {exc}") from exc
         rows = ring_rows(after.ring)
         moved = movement(cluster.ring, after.ring)
+        shares = {row.node: row.share for row in ring_rows(cluster.ring)}
         return {
             "add": [s.node for s in added],
             "remove": removed,
@@ -90,6 +95,8 @@ class Command(CacheCommand):
                     moved.flows.items(), key=lambda item: -item[1]
                 )
             ],
+            "cost": _cost(cluster, moved.flows, shares),
+            "migration": migration_settings(cluster, after),
         }
 
     def _print(self, report: dict[str, Any]) -> None:
@@ -115,6 +122,23 @@ class Command(CacheCommand):
             ["from", "to", "keys"],
             [(f["from"], f["to"], percent(f["fraction"])) for f in change["flows"]],
         )
+        self.stdout.write("")
+        cost = change["cost"]
+        if cost["items"] is None:
+            self.stdout.write(
+                f"Without migrate_from, {percent(change['moved'])} of the keys miss on their "
+                "new server until computed again (no server answered stats: no item count)."
+            )
+        else:
+            self.stdout.write(
+                f"Without migrate_from, about {cost['items']} items ({cost['bytes']} bytes) "
+                f"miss on their new server until computed again: {percent(change['moved'])} "
+                "of the reads, at first."
+            )
+        self.stdout.write("")
+        self.stdout.write("To keep them warm, change the ring in two stages (docs/operations.md):")
+        for line in migration_text(change["migration"]):
+            self.stdout.write(line)
 
     def _print_shares(self, servers: list[dict[str, Any]]) -> None:
         self.print_table(
@@ -124,6 +148,58 @@ class Command(CacheCommand):
                 for s in servers
             ],
         )
+
+
+def _cost(
+    cluster: Cluster, flows: Mapping[tuple[str, str], float], shares: Mapping[str, float]
+) -> dict[str, int | None]:
+    """The items and bytes that would move, from each losing server's ``stats``.
+
+    Keys spread evenly over a server's arcs, so a flow of ``f`` of the keyspace
+    from a server with share ``s`` carries ``f / s`` of its items.  None when no
+    server answers.
+    """
+    stats = cluster.stats()
+    if not stats:
+        return {"items": None, "bytes": None}
+    items = size = 0.0
+    for (source, _), fraction in flows.items():
+        found, share = stats.get(source), shares.get(source)
+        if found is None or not share:
+            continue
+        items += int(found.get("curr_items", 0)) * fraction / share
+        size += int(found.get("bytes", 0)) * fraction / share
+    return {"items": round(items), "bytes": round(size)}
+
+
+def migration_settings(before: Cluster, after: Cluster) -> dict[str, Any]:
+    """``LOCATION`` and ``OPTIONS["migrate_from"]`` of each stage, as a settings file has them."""
+    location = [_spec(server) for server in after.servers]
+    source = {"LOCATION": [_spec(server) for server in before.servers]}
+    if after.options.ketama != "libmemcached" or before.options.ketama != after.options.ketama:
+        source["ketama"] = before.options.ketama  # type: ignore[assignment]
+    return {
+        "LOCATION": location,
+        "stage_old": {**source, "reads": "old"},
+        "stage_new": {**source, "reads": "new"},
+    }
+
+
+def migration_text(settings: Mapping[str, Any]) -> list[str]:
+    return [
+        f'  1. every process: "LOCATION": {settings["LOCATION"]!r},',
+        f'     "OPTIONS": {{..., "migrate_from": {settings["stage_old"]!r}}}',
+        "  2. python manage.py mcpatterns_warm --rate 5000   (copies what moved; optional)",
+        f'  3. every process: "migrate_from": {settings["stage_new"]!r}',
+        '     (add "until": an ISO 8601 time at least your longest TTL away, to end the reads',
+        "     from the old ring by themselves)",
+        "  4. once the old ring serves no more misses: remove migrate_from (pattern keys move)",
+    ]
+
+
+def _spec(server: Server) -> str:
+    spec = server.node if server.weight == 1 else f"{server.node}:{server.weight}"
+    return spec if server.name is None else f"{spec} {server.name}"
 
 
 def _parse(spec: str, flag: str) -> Server:
