@@ -61,6 +61,17 @@ Stampede tokens (:class:`TokenStore`, :class:`AsyncTokenStore`: meta protocol)
     The cas read (the item's, or the placeholder's) is the fill's lease.  Stores
     that cannot do this (text mode, the embedded store) do not offer it, and the
     stampede reader takes its lock-based path.
+
+Leasing reads (:class:`LeaseStore`, :class:`AsyncLeaseStore`)
+    memcached's own leases, taken by the read itself: ``mg <key> v c f N<ttl>``
+    vivifies a miss (an empty item for ``ttl`` seconds) and hands that reader the
+    win token ``W`` with the new item's cas, and every later reader ``Z``, until
+    the winner stores over it by cas or gives it back (``delete_cas``), or it
+    expires.  ``gets_leased`` reads one key so, and others as ``gets_many`` does,
+    in one round trip per server; ``lease`` takes the lease on a key whose value
+    the caller found useless (delete that version, vivify: one write).  The
+    embedded store does the same in process; in text mode, or for a replicated
+    key, no lease is taken (``leasing`` False) and the caller leases some other way.
 """
 
 from __future__ import annotations
@@ -290,7 +301,8 @@ class Claimed:
     ``found``: the item as :meth:`~.store.Store.gets_envelope` returns it
     (``None`` with ``cas`` None on a miss); ``cas``: its cas token;
     ``won``/``lost``/``stale``: memcached's ``W``/``Z``/``X`` flags;
-    ``added``: the placeholder's cas when this caller's add stored it.
+    ``added``: the placeholder's cas when this caller's add stored it;
+    ``ttl``: the seconds the item had left (-1: never expires; None: unknown).
     """
 
     found: Any
@@ -299,6 +311,7 @@ class Claimed:
     lost: bool = False
     stale: bool = False
     added: CasToken | None = None
+    ttl: int | None = None
 
 
 @runtime_checkable
@@ -332,3 +345,49 @@ class AsyncTokenStore(Protocol):
     async def cas_stale(
         self, key: Key, value: Any, cas: CasToken, expire: int = 0
     ) -> bool | None: ...
+
+
+# -- leasing reads (meta protocol's vivify-on-miss; the embedded store's own) ----------
+
+
+@dataclass(frozen=True, slots=True)
+class Leased:
+    """What a leasing read found (:class:`LeaseStore`).
+
+    ``found``: the items read, as :meth:`Store.gets_many` answers (the empty item
+    a lease vivified is not one); ``lease``: the cas of the item this caller's
+    read vivified (memcached's ``W``): fill the key with ``cas(key, value, lease)``
+    or give it back with ``delete_cas(key, lease)``; ``pending``: another caller
+    holds the key's lease (``Z``); ``leasing``: whether a lease could be taken
+    at all (False in text mode, for a replicated key, or when the key's server
+    did not answer).
+    """
+
+    found: dict[Any, tuple[Any, CasToken]]
+    lease: CasToken | None = None
+    pending: bool = False
+    leasing: bool = True
+
+
+@runtime_checkable
+class LeaseStore(Protocol):
+    """A store whose reads take leases on misses (a Cluster, the embedded store)."""
+
+    def gets_leased(self, key: Key, others: Iterable[Key], ttl: int) -> Leased:
+        """``gets_many`` of ``key`` and ``others`` in one round trip per server, leasing
+        ``key`` for ``ttl`` seconds when it is missing."""
+        ...
+
+    def lease(self, key: Key, ttl: int, replacing: CasToken | None = None) -> Leased:
+        """Lease ``key`` for ``ttl`` seconds if it is missing, or once the version
+        ``replacing`` (a value found useless) is deleted: one write."""
+        ...
+
+
+@runtime_checkable
+class AsyncLeaseStore(Protocol):
+    """:class:`LeaseStore` for asyncio: the same, awaited."""
+
+    async def gets_leased(self, key: Key, others: Iterable[Key], ttl: int) -> Leased: ...
+
+    async def lease(self, key: Key, ttl: int, replacing: CasToken | None = None) -> Leased: ...

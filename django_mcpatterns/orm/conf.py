@@ -17,7 +17,7 @@ OPS = frozenset({"get", "fetch", "count", "exists", "aggregate"})
 _KEYS = frozenset(
     {"cache", "timeout", "models", "audit", "stamp_timeout", "wait", "prefix", "lease"}
 )
-_LEASES = ("placeholder", "cas")
+_LEASES = ("meta", "placeholder", "cas")
 _MODEL_KEYS = frozenset({"ops", "timeout"})
 
 
@@ -41,7 +41,7 @@ class OrmSettings:
     audit: float = 0.0
     wait: float = 0.2
     prefix: str = "orm:"
-    lease: str = "placeholder"
+    lease: str = "meta"
     _resolved: dict[str, ModelRule | None] = field(default_factory=dict, compare=False)
 
     def rule(self, model: type[Model]) -> ModelRule | None:
@@ -110,7 +110,7 @@ def parse(raw: Mapping[str, Any]) -> OrmSettings:
     wait = raw.get("wait", 0.2)
     if isinstance(wait, bool) or not isinstance(wait, (int, float)) or wait < 0:
         raise ImproperlyConfigured('MCPATTERNS_ORM["wait"] must be seconds >= 0')
-    lease = raw.get("lease", "placeholder")
+    lease = raw.get("lease", "meta")
     if lease not in _LEASES:
         raise ImproperlyConfigured(
             f'MCPATTERNS_ORM["lease"] is one of {list(_LEASES)}, not {lease!r}'

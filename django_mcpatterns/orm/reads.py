@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any, TypeVar
 
 from asgiref.sync import sync_to_async
@@ -21,7 +22,7 @@ from django.db.models.sql import Query
 
 from django_mcpatterns.core import stamps
 from django_mcpatterns.core.chunks import AsyncChunkedStore, ChunkedStore
-from django_mcpatterns.core.store import AsyncStore, Store
+from django_mcpatterns.core.store import AsyncLeaseStore, AsyncStore, LeaseStore, Store
 
 from . import audit, observe
 from .conf import OrmSettings, orm_settings
@@ -33,8 +34,9 @@ __all__ = ["SPACE", "Planned", "Reader", "global_key", "reader", "reset"]
 
 logger = logging.getLogger("django_mcpatterns.orm")
 T = TypeVar("T")
+NOT_TAKEN = stamps.Read(False)
 LEASE_TTL = 30
-"""Seconds a fill's placeholder lives: a filler that died blocks others' fills that long."""
+"""Seconds a fill's lease lives: a filler that died blocks others' fills that long."""
 
 
 SPACE = ""
@@ -80,6 +82,11 @@ class Reader:
             avalues = AsyncChunkedStore(cache.astore, size)
         self.values: Store = values
         self.avalues: AsyncStore = avalues
+        # memcached's own leases, taken by the read (lease="meta"; text mode answers
+        # a leasing read without one, and the fill then leases with a placeholder).
+        meta = settings.lease == "meta"
+        self.leases = values if meta and isinstance(values, LeaseStore) else None
+        self.aleases = avalues if meta and isinstance(avalues, AsyncLeaseStore) else None
         self.prefix = f"{getattr(cache, 'key_prefix', '')}{settings.prefix}"
         self.all_key = global_key(self.prefix)
         self.observer = getattr(store, "observer", None)
@@ -162,7 +169,11 @@ class Reader:
         ``pack``: the form to store the value in (a hit returns that form).
         """
         try:
-            read = stamps.read(self.values, planned.plan)
+            leases = self.leases
+            if leases is not None and fill_allowed(planned.db):
+                read = stamps.read_leased(leases, planned.plan, LEASE_TTL)
+            else:
+                read = stamps.read(self.values, planned.plan)
         except Exception:  # the cache is unreachable or refused: the database answers
             logger.warning("ORM cache read failed; reading the database", exc_info=True)
             self.record("uncached", planned.label)
@@ -185,7 +196,11 @@ class Reader:
     ) -> T:
         """:meth:`fetch` for async code: a hit costs no thread hop; a miss runs in a thread."""
         try:
-            read = await stamps.async_read(self.avalues, planned.plan)
+            aleases = self.aleases
+            if aleases is not None and fill_allowed(planned.db):
+                read = await stamps.async_read_leased(aleases, planned.plan, LEASE_TTL)
+            else:
+                read = await stamps.async_read(self.avalues, planned.plan)
         except Exception:
             logger.warning("ORM cache read failed; reading the database", exc_info=True)
             self.record("uncached", planned.label)
@@ -209,34 +224,39 @@ class Reader:
     ) -> T:
         """The miss path: record the stamps' tokens, lease, compute, store.
 
-        A lease taken and not filled (the compute raised, the value is too large)
-        is given back, so the next reader fills instead of waiting for it.
+        A lease the read took (memcached's own: ``read.lease``) or this fill took
+        and did not fill (the compute raised, the value is too large) is given
+        back, so the next reader fills instead of waiting for it.
         """
         plan = planned.plan
+        lease: Any = read.lease  # taken by the read itself: no write of its own
+        held = lease is not None  # a lease this fill stores over or gives back
         tokens: tuple[bytes, ...] | None = None
-        lease: Any = None
-        claimed = False
-        if fill_allowed(planned.db):
-            try:
+        try:
+            if held or fill_allowed(planned.db):
                 tokens = stamps.prepare(self.values, plan, read, self.settings.stamp_timeout)
-                if tokens is not None and self.settings.lease == "cas":
+            if tokens is not None and not held:
+                if self.settings.lease == "cas":
                     lease = read.cas  # the read's cas is the lease: no extra write
-                elif tokens is not None:
-                    lease = stamps.claim(self.values, plan, read, LEASE_TTL)
-                    claimed = lease is not None
-                    if not claimed:
+                else:
+                    taken = self._take(planned, read)
+                    if taken.hit:
+                        value: T = taken.value
+                        return value
+                    lease = taken.lease
+                    held = lease is not None
+                    if not held:
                         tokens = None
-                        waited = self._wait(planned)
-                        if waited is not None:
-                            value: T = waited.value
-                            return value
-            except Exception:
-                logger.warning("ORM cache fill failed; reading the database", exc_info=True)
-                tokens = None
+        except Exception:
+            logger.warning("ORM cache fill failed; reading the database", exc_info=True)
+            tokens = None
+        if held and tokens is None:  # not to be stored: the next reader need not wait
+            self._release(plan, lease)
+            held = False
         try:
             result = compute()
         except BaseException:
-            if claimed:
+            if held:
                 self._release(plan, lease)
             raise
         if tokens is None:
@@ -249,16 +269,40 @@ class Reader:
             stored = stamps.fill(self.values, plan, lease, tokens, packed, timeout)
         except Exception:
             logger.warning("ORM cache fill failed", exc_info=True)
-        if claimed and not stored:
+        if held and not stored:
             self._release(plan, lease)
         return result
 
-    def _wait(self, planned: Planned) -> stamps.Read | None:
-        """Another process holds the lease: wait a little for its result."""
+    def _take(self, planned: Planned, read: stamps.Read) -> stamps.Read:
+        """Lease the result key for a fill, or wait for another filler's result.
+
+        The read that holds the lease (``lease``), or a hit (the other fill's
+        result), or neither (compute without storing).  With memcached's own
+        leases an invalid result's version is replaced by a lease (one write),
+        and a pending lease is waited for at once; otherwise a placeholder is
+        added or swapped in (:func:`~django_mcpatterns.core.stamps.claim`).
+        """
+        plan = planned.plan
+        leases = self.leases
+        if read.leasing and leases is not None:
+            if not read.pending:
+                read = stamps.lease(leases, plan, read, LEASE_TTL)
+            if read.lease is not None:
+                return read
+        else:
+            lease = stamps.claim(self.values, plan, read, LEASE_TTL)
+            if lease is not None:
+                return replace(read, lease=lease)
+        waited = self._wait(planned, read.leasing)
+        return waited if waited is not None else NOT_TAKEN
+
+    def _wait(self, planned: Planned, leasing: bool) -> stamps.Read | None:
+        """Another process holds the lease: wait a little for its result (or its lease)."""
         if self.settings.wait <= 0:
             return None
-        waited = stamps.wait(self.values, planned.plan, self.settings.wait)
-        if waited is not None:
+        ttl = LEASE_TTL if leasing else 0
+        waited = stamps.wait(self.values, planned.plan, self.settings.wait, ttl)
+        if waited is not None and waited.hit:
             self.record("hit", planned.label)
         return waited
 

@@ -40,12 +40,15 @@ def _plain(obj: Model) -> bool:
 
 
 def _pack(obj: Model) -> tuple[str, str | None, dict[str, Any], dict[str, Any]]:
-    fields = {k: v for k, v in obj.__dict__.items() if k != "_state"}
-    related = {
-        name: None if rel is None else _pack(rel) if isinstance(rel, Model) else rel
-        for name, rel in obj._state.fields_cache.items()
-    }
-    return (obj._meta.label_lower, obj._state.db, fields, related)
+    fields = obj.__dict__.copy()  # a copy in C, then the one attribute that is not a field
+    state = fields.pop("_state")
+    cached = state.__dict__.get("fields_cache")  # made on first use: absent, nothing related
+    related = (
+        {name: _pack(rel) if isinstance(rel, Model) else rel for name, rel in cached.items()}
+        if cached
+        else {}
+    )
+    return (obj._meta.label_lower, state.db, fields, related)
 
 
 def unpack(value: Any) -> Any:

@@ -154,6 +154,8 @@ KEYED_CALLS: dict[str, Callable[[Store, Any], object]] = {
     "add_cas": lambda s, k: s.add_cas(k, 1),
     "recas": lambda s, k: s.recas(k, 1, b"1"),
     "delete_cas": lambda s, k: s.delete_cas(k, b"1"),
+    "gets_leased": lambda s, k: s.gets_leased(k, ["fine"], 30),  # type: ignore[attr-defined]
+    "lease": lambda s, k: s.lease(k, 30),  # type: ignore[attr-defined]
 }
 
 
@@ -611,6 +613,60 @@ class TestStoreContract:
         assert store.delete_cas("k", current) is True
         assert store.get("k") is None
         assert store.delete_cas("k", current) is False  # missing
+
+    # -- leasing reads (store.LeaseStore): memcached's mg <key> v c f N<ttl> --
+
+    def test_gets_leased_leases_a_miss_to_one_reader(self, store: Store, protocol: str) -> None:
+        store.set_many({"a": Point(1, 2), "b": b"raw"})
+        expected = store.gets_many(["a", "b"])
+        first = store.gets_leased("k", ["a", "b", "missing"], 30)  # type: ignore[attr-defined]
+        assert first.found == expected
+        if protocol == "text":  # no lease in text mode: the caller leases some other way
+            assert (first.leasing, first.lease, first.pending) == (False, None, False)
+            return
+        assert first.leasing
+        assert first.lease is not None
+        assert not first.pending
+        assert 29 <= store.ttl("k") <= 30  # type: ignore[operator]
+        second = store.gets_leased("k", ["a"], 30)  # type: ignore[attr-defined]
+        assert (second.lease, second.pending, second.found) == (None, True, {"a": expected["a"]})
+        assert store.get("k") == b""  # a plain read sees the lease's empty item
+        assert store.cas("k", [1, 2], first.lease, 60) is True  # the fill, by the lease's cas
+        third = store.gets_leased("k", [], 30)  # type: ignore[attr-defined]
+        assert third.found == {"k": store.gets("k")}
+        assert third.found["k"][0] == [1, 2]
+        assert (third.lease, third.pending) == (None, False)
+
+    def test_a_lease_given_back_goes_to_the_next_reader(self, store: Store, protocol: str) -> None:
+        if protocol == "text":
+            pytest.skip("no lease in text mode")
+        lease = store.gets_leased("k", [], 30).lease  # type: ignore[attr-defined]
+        assert lease is not None
+        assert store.delete_cas("k", lease) is True
+        again = store.gets_leased("k", [], 30)  # type: ignore[attr-defined]
+        assert again.lease not in (None, lease)
+        assert not again.pending
+
+    def test_lease_replaces_only_the_version_found_useless(
+        self, store: Store, protocol: str
+    ) -> None:
+        store.set("k", "old")
+        _, useless = store.gets("k")
+        assert useless is not None
+        taken = store.lease("k", 30, useless)  # type: ignore[attr-defined]
+        if protocol == "text":
+            assert (taken.leasing, taken.lease, store.get("k")) == (False, None, "old")
+            return
+        assert taken.lease is not None
+        assert (taken.pending, taken.found) == (False, {})
+        late = store.lease("k", 30, useless)  # type: ignore[attr-defined]
+        assert (late.lease, late.pending) == (None, True)  # the version is gone: a lease holds it
+        assert store.cas("k", "new", taken.lease) is True
+        assert store.get("k") == "new"
+        kept = store.lease("k", 30, useless)  # type: ignore[attr-defined]
+        assert (kept.lease, kept.pending, store.get("k")) == (None, False, "new")
+        fresh = store.lease("absent", 30)  # type: ignore[attr-defined]
+        assert fresh.lease is not None
 
     def test_ttl_needs_the_meta_protocol(
         self, store: Store, protocol: str, wire_commands: Callable[[], int]

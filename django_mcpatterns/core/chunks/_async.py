@@ -21,7 +21,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from django_mcpatterns.core.keys import Key, KeyT, Routed, placed
-from django_mcpatterns.core.store import AsyncStore, CasToken
+from django_mcpatterns.core.store import AsyncLeaseStore, AsyncStore, CasToken, Leased
 from django_mcpatterns.core.values.envelope import STALE
 from django_mcpatterns.core.values.layout import (
     ChunkManifest,
@@ -50,6 +50,8 @@ class AsyncChunkedStore:
         self.store = store
         self.max_item_size = max_item_size
         self.serde: Any = store.serde  # type: ignore[attr-defined]  # Cluster/MemoryStore
+        # Leasing reads pass through when the store underneath takes leases.
+        self.leases = store if isinstance(store, AsyncLeaseStore) else None
 
     # -- reads --------------------------------------------------------------
 
@@ -91,6 +93,28 @@ class AsyncChunkedStore:
                 else:
                     found[key] = (value, found[key][1])
         return found
+
+    async def gets_leased(self, key: Key, others: Iterable[Key], ttl: int) -> Leased:
+        """The store's leasing read, chunked values assembled; a plain ``gets_many`` (no
+        lease, ``leasing`` False) over a store that takes none."""
+        if self.leases is None:
+            return Leased(await self.gets_many([key, *others]), leasing=False)
+        with manifests_read():
+            leased = await self.leases.gets_leased(key, others, ttl)
+        found = leased.found
+        manifests = {k: v[0] for k, v in found.items() if type(v[0]) is ChunkManifest}
+        if manifests:
+            for k, value in (await self._assemble(manifests)).items():
+                if value is _MISS:
+                    del found[k]
+                else:
+                    found[k] = (value, found[k][1])
+        return leased
+
+    async def lease(self, key: Key, ttl: int, replacing: CasToken | None = None) -> Leased:
+        if self.leases is None:
+            return Leased({}, leasing=False)
+        return await self.leases.lease(key, ttl, replacing)
 
     async def gets_ttl(self, key: Key) -> tuple[Any, CasToken | None, int | None]:
         with manifests_read():

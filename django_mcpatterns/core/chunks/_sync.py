@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from django_mcpatterns.core.keys import Key, KeyT, Routed, placed
-from django_mcpatterns.core.store import CasToken, Store
+from django_mcpatterns.core.store import CasToken, Leased, LeaseStore, Store
 from django_mcpatterns.core.values.envelope import STALE
 from django_mcpatterns.core.values.layout import (
     ChunkManifest,
@@ -51,6 +51,8 @@ class ChunkedStore:
         self.store = store
         self.max_item_size = max_item_size
         self.serde: Any = store.serde  # type: ignore[attr-defined]  # Cluster/MemoryStore
+        # Leasing reads pass through when the store underneath takes leases.
+        self.leases = store if isinstance(store, LeaseStore) else None
 
     # -- reads --------------------------------------------------------------
 
@@ -92,6 +94,28 @@ class ChunkedStore:
                 else:
                     found[key] = (value, found[key][1])
         return found
+
+    def gets_leased(self, key: Key, others: Iterable[Key], ttl: int) -> Leased:
+        """The store's leasing read, chunked values assembled; a plain ``gets_many`` (no
+        lease, ``leasing`` False) over a store that takes none."""
+        if self.leases is None:
+            return Leased(self.gets_many([key, *others]), leasing=False)
+        with manifests_read():
+            leased = self.leases.gets_leased(key, others, ttl)
+        found = leased.found
+        manifests = {k: v[0] for k, v in found.items() if type(v[0]) is ChunkManifest}
+        if manifests:
+            for k, value in (self._assemble(manifests)).items():
+                if value is _MISS:
+                    del found[k]
+                else:
+                    found[k] = (value, found[k][1])
+        return leased
+
+    def lease(self, key: Key, ttl: int, replacing: CasToken | None = None) -> Leased:
+        if self.leases is None:
+            return Leased({}, leasing=False)
+        return self.leases.lease(key, ttl, replacing)
 
     def gets_ttl(self, key: Key) -> tuple[Any, CasToken | None, int | None]:
         with manifests_read():

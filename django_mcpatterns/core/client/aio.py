@@ -51,7 +51,7 @@ from typing import Any, TypeVar
 from ..protocol.plans import MISS, Call, Each, FanOut, Forget, HomeToken, Plan, install
 from ..protocol.replies import not_supported, refused_in
 from ..protocol.wire import Get, Request, Value, Version
-from ..store import AsyncStore, AsyncTokenStore, Store
+from ..store import AsyncLeaseStore, AsyncStore, AsyncTokenStore, Store
 from .channel import Batch, Channel, NotSentError
 from .health import Admission, NodeEvent
 from .links import answer
@@ -69,7 +69,7 @@ R = TypeVar("R")
 Waiters = list["asyncio.Future[Any]"]
 
 
-class AsyncCluster(Driver, AsyncStore, AsyncTokenStore):
+class AsyncCluster(Driver, AsyncStore, AsyncTokenStore, AsyncLeaseStore):
     """The :class:`~..store.AsyncStore` protocol on a cluster of memcached servers.
 
     Takes Cluster's constructor; :meth:`twin_of` (or ``Cluster.aio``) makes the

@@ -41,7 +41,7 @@ from ..protocol.plans import MISS, Call, Each, FanOut, Forget, HomeToken, Plan, 
 from ..protocol.replies import not_supported, refused_in
 from ..protocol.wire import Version
 from ..registry import Registry
-from ..store import Store, TokenStore
+from ..store import LeaseStore, Store, TokenStore
 from ..values.refusals import ValueRefused
 from .aio import AsyncCluster
 from .health import Admission, HealthSnapshot, NodeEvent
@@ -58,7 +58,7 @@ __all__ = ["Cluster", "HealthSnapshot", "NodeEvent", "reset_shared_clusters", "s
 R = TypeVar("R")
 
 
-class Cluster(Driver, Store, TokenStore):
+class Cluster(Driver, Store, TokenStore, LeaseStore):
     """The Store protocol (see :mod:`..store`) on a cluster of memcached servers.
 
     ``servers`` are ``Server`` objects or specs (``"host:port[:weight]"``,

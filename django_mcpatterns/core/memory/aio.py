@@ -6,7 +6,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ..keys import Key, KeyT
-from ..store import CasToken
+from ..store import CasToken, Leased
 from .items import Serde
 from .store import MemoryStore
 
@@ -96,6 +96,12 @@ class AsyncMemoryStore:
 
     async def delete_cas(self, key: Key, cas: CasToken) -> bool:
         return self.sync.delete_cas(key, cas)
+
+    async def gets_leased(self, key: Key, others: Iterable[Key], ttl: int) -> Leased:
+        return self.sync.gets_leased(key, others, ttl)
+
+    async def lease(self, key: Key, ttl: int, replacing: CasToken | None = None) -> Leased:
+        return self.sync.lease(key, ttl, replacing)
 
     async def flush_all(self) -> bool:
         return self.sync.flush_all()

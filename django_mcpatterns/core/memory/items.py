@@ -86,6 +86,7 @@ class Item:
     deadline: int | None  # whole-second clock value at which it expires; None: never
     cas: int
     size: int
+    leased: bool = False  # vivified by a leasing read: later readers see it pending (Z)
 
     def expired(self, now: int) -> bool:
         return self.deadline is not None and self.deadline <= now

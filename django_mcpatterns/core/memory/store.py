@@ -6,11 +6,12 @@ import math
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from ..exceptions import ConfigurationError, NonNumericValueError, ValueTooLargeError
 from ..keys import Key, KeyT, placed
-from ..store import CasToken
+from ..store import CasToken, Leased
 from ..values.envelope import STALE, EnvelopeSerde, with_envelopes
 from ..values.refusals import is_refused
 from ..values.serde import ValueSerde
@@ -198,7 +199,7 @@ class MemoryStore(ItemTable):
             if item is None:
                 return False
             deadline = deadline_of(expire, now)
-            self._link(raw, Item(item.data, item.flags, deadline, item.cas, item.size), now)
+            self._link(raw, replace(item, deadline=deadline), now)
         return True
 
     def bump(self, key: Key) -> bool:
@@ -260,6 +261,28 @@ class MemoryStore(ItemTable):
         with self._lock:
             item = self._live(raw, self._now())
             return item is not None and item.cas == wanted and self._discard(raw)
+
+    # -- leasing reads (store.LeaseStore): memcached's mg ... N<ttl>, in process --
+
+    def gets_leased(self, key: Key, others: Iterable[Key], ttl: int) -> Leased:
+        found = self.gets_many(others)
+        item, won = self._leased(key, ttl, None)
+        if not won and not (item.leased and not item.data):  # a value, not a lease's item
+            value = self._deserialize(key, item)
+            if value is not _MISS:
+                found[key] = (value, cas_token(item))
+        return Leased(found, cas_token(item) if won else None, item.leased and not won)
+
+    def lease(self, key: Key, ttl: int, replacing: CasToken | None = None) -> Leased:
+        item, won = self._leased(key, ttl, None if replacing is None else cas_number(replacing))
+        return Leased({}, cas_token(item) if won else None, item.leased and not won)
+
+    def _leased(self, key: Key, ttl: int, replacing: int | None) -> tuple[Item, bool]:
+        raw = placed(key)[0]
+        expire = check_exptime(ttl)
+        with self._lock:
+            now = self._now()
+            return self._vivify(raw, deadline_of(expire, now), replacing, now)
 
     def flush_all(self) -> bool:
         with self._lock:

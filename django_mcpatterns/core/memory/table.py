@@ -29,10 +29,12 @@ class ItemTable:
         self._get_hits = 0
         self._get_misses = 0
 
-    def _new_item(self, raw: bytes, data: bytes, flags: int, deadline: int | None) -> Item:
+    def _new_item(
+        self, raw: bytes, data: bytes, flags: int, deadline: int | None, leased: bool = False
+    ) -> Item:
         """An item with the next CAS token.  Caller holds the lock."""
         self._last_cas += 1
-        return Item(data, flags, deadline, self._last_cas, item_size(raw, data, flags))
+        return Item(data, flags, deadline, self._last_cas, item_size(raw, data, flags), leased)
 
     def _live(self, raw: bytes, now: int) -> Item | None:
         """The unexpired item, marked most recently used.  Caller holds the lock."""
@@ -53,6 +55,22 @@ class ItemTable:
         else:
             self._get_hits += 1
         return item
+
+    def _vivify(
+        self, raw: bytes, deadline: int | None, replacing: int | None, now: int
+    ) -> tuple[Item, bool]:
+        """memcached's ``mg <key> N<ttl>``: the live item (the version ``replacing``
+        deleted first), or a new empty one leased to the caller; and whether it was
+        made now (the caller won the lease).  Caller holds the lock."""
+        item = self._read(raw, now)
+        if item is not None and item.cas == replacing:
+            self._discard(raw)
+            item = None
+        if item is not None:
+            return item, False
+        item = self._new_item(raw, b"", 0, deadline, leased=True)
+        self._link(raw, item, now)
+        return item, True
 
     def _discard(self, raw: bytes) -> bool:
         """Unlink the item if present.  Caller holds the lock."""

@@ -19,15 +19,17 @@ from typing import Any, Literal, TypeVar
 
 from ..exceptions import NeedsMetaProtocolError
 from ..keys import Key, KeyT, placed
-from ..store import CasToken, Claimed
+from ..store import CasToken, Claimed, Leased
 from . import steps
 from .decoding import (
     NO_CAS,
     Decoders,
+    DeleteMany,
     StoreMany,
     claimed,
     hits,
 )
+from .leasing import NOT_LEASING, LeasedFetch, lease_answer, lease_requests, leased
 from .meta import MetaDelete, MetaGet, MetaSet
 from .plans import Call, Each, FanOut, Forget, Plan, command, immediately, then
 from .replies import (
@@ -73,8 +75,8 @@ class StoreCommands:
     def copies(self, kb: bytes, ring: bytes) -> int:
         raise NotImplementedError
 
-    def replicated_keys(self, given: Mapping[bytes, Key]) -> list[bytes]:
-        """The keys of ``given`` kept on several servers (written to each alone)."""
+    def replicated_keys(self, given: Mapping[bytes, Key]) -> dict[bytes, bytes]:
+        """The keys of ``given`` kept on several servers, each with the bytes placing them."""
         raise NotImplementedError
 
     # -- reads --
@@ -130,6 +132,24 @@ class StoreCommands:
                 option="protocol",
             )
         return Call(ring, MetaGet(kb, ttl=True), ttl_left, None)
+
+    @command
+    def cas_of(self, key: Key) -> Plan[CasToken | None]:
+        """The item's cas token without its value (``mg <key> c``); None when it is missing.
+
+        What revalidates a value held near (:mod:`..near`): one round trip, no
+        value sent.  Meta protocol only: in text mode raise
+        :class:`NeedsMetaProtocolError` before any I/O.  Read from the key's home
+        server (never a replica, whose cas is its own counter's).
+        """
+        kb, ring = placed(key)
+        if self.text:
+            raise NeedsMetaProtocolError(
+                "cas_of needs memcached's meta protocol (mg <key> c), and "
+                "OPTIONS['protocol'] is 'text'",
+                option="protocol",
+            )
+        return Call(ring, MetaGet(kb, cas=True), meta_cas, None)
 
     @command
     def bump(self, key: Key) -> Plan[bool]:
@@ -234,16 +254,15 @@ class StoreCommands:
         values_of = {kb: encoded(self.serde, kb, values[key]) for kb, key in given.items()}
         store_many = StoreMany(values_of, expire_time(expire))
         replicated = self.replicated_keys(given)
-        if not replicated:
-            fanned = FanOut(store_many, given, write=True)
-            return then(fanned, lambda parts: [given[kb] for part in parts for kb in part])
-        return steps.set_many(store_many, given, replicated)
+        if any(kb != ring for kb, ring in replicated.items()):
+            return steps.set_many(store_many, given, replicated)
+        fanned = FanOut(store_many, given, write=True)  # replicated keys: on every replica
+        return then(fanned, lambda parts: steps.not_stored(parts, given))
 
     @command
     def delete_many(self, keys: Iterable[Key]) -> Plan[None]:
         given = {placed(key)[0]: key for key in keys}
-        replicated = self.replicated_keys(given)
-        return steps.delete_many(given, replicated)
+        return then(FanOut(DeleteMany(), given, write=True), _nothing)
 
     # -- owner primitives: one meta command, or text commands in one write (store.py) --
 
@@ -356,6 +375,35 @@ class StoreCommands:
 
         return steps.on_home(kb, cas, swap_and_mark, False)
 
+    # -- leasing reads (store.LeaseStore; memcached's vivify-on-miss, leasing.py) --
+
+    @command
+    def gets_leased(self, key: Key, others: Iterable[Key], ttl: int) -> Plan[Leased]:
+        """``gets_many`` of ``key`` and ``others``, one round trip per server; a missing
+        ``key`` is leased for ``ttl`` seconds by ``mg <key> v c f N<ttl>`` in that trip.
+
+        No lease (``leasing`` False) in text mode or for a replicated key.
+        """
+        kb, ring = placed(key)
+        given = {placed(other)[0]: other for other in others}
+        given[kb] = key
+        if self.text or self.copies(kb, ring) > 1:
+            plain = FanOut(self.decoders.fetch_cas, given)
+            return then(plain, lambda parts: Leased(hits(parts, given, cas=True), leasing=False))
+        fanned = FanOut(LeasedFetch(self.decoders.fetch_cas, kb, expire_time(ttl)), given)
+        return then(fanned, partial(leased, self.serde, kb, key, given))
+
+    @command
+    def lease(self, key: Key, ttl: int, replacing: CasToken | None = None) -> Plan[Leased]:
+        """Lease ``key`` for ``ttl`` seconds: ``md <key> C<replacing>`` (the version found
+        useless), then ``mg <key> c N<ttl>``, in one write.  ``found`` is empty."""
+        kb, ring = placed(key)
+        if self.text or self.copies(kb, ring) > 1:
+            return immediately(NOT_LEASING)
+        token = None if replacing is None else cas_token(replacing)
+        call = Call(ring, lease_requests(kb, expire_time(ttl), token), None, None)
+        return then(call, partial(lease_answer, self.serde, kb, key))
+
     # -- whole-cluster commands --
 
     @command
@@ -440,3 +488,7 @@ def _meta_swap(kb: bytes, data: bytes, flags: int, token: bytes, expire: int) ->
     return MetaSet(
         kb, data=data, cas=int(token), ttl=expire_time(expire), client_flags=flags, return_cas=True
     )
+
+
+def _nothing(_: object) -> None:
+    return None

@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable
 
 from django_mcpatterns.core.exceptions import ConfigurationError, McPatternsError
-from django_mcpatterns.core.keys import Routed, key_bytes, placed
+from django_mcpatterns.core.keys import Routed, placed, shorten
 from django_mcpatterns.core.store import AsyncStore
 
 from ._async_tally import async_restore, tally, untally
@@ -69,9 +69,9 @@ class AsyncRateLimiter:
         route = placed(key)[0]
         name = route.decode("utf-8")
         current, older = window.keys(name, now)
-        key_bytes(current.encode())  # a key too long for its slot suffix: raise, do not degrade
-        slot = Routed(current.encode(), route)
-        olds = [Routed(old.encode(), route) for old in older]
+        # A name near 250 bytes: its slots' keys take their digest form (keys.py).
+        slot = Routed(shorten(current.encode()), route)
+        olds = [Routed(shorten(old.encode()), route) for old in older]
         alone = name + self._suffix
         if FALLBACK.owes(alone):  # admitted alone while its server was out: give it back first
             owed = FALLBACK.take(alone, window, now)

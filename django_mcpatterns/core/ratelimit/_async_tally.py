@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from django_mcpatterns.core.exceptions import McPatternsError
-from django_mcpatterns.core.keys import Key, Routed
+from django_mcpatterns.core.keys import Key, Routed, shorten
 from django_mcpatterns.core.options import ClusterOptions
 from django_mcpatterns.core.store import AsyncStore
 from django_mcpatterns.core.wire import Request
@@ -81,7 +81,7 @@ async def async_restore(
     """
     try:
         for slot, (seen, alone) in sorted(owed.items()):
-            key = Routed(f"{name}:{slot}".encode(), route)
+            key = Routed(shorten(f"{name}:{slot}".encode()), route)
             if alone and await store.incr(key, alone) is not None:
                 continue
             if await store.add(key, b"%d" % (seen + alone), expire):

@@ -217,10 +217,7 @@ class Stampede(StampedeSteps):
         """Round trip 1: the item with a recompute token, and a placeholder's add on a miss."""
         if self._tokens is None:
             return None
-        recache = None
-        if job.timeout is not None:
-            grace = int(job.policy.grace_for(job.timeout))
-            recache = grace if grace >= 1 else None  # TTL left < grace: past the soft expiry
+        recache = None if job.timeout is None else job.policy.recache_for(job.timeout)
         try:
             # Sync code runs the claim here, so within the try.
             claim = self._tokens.claim(
@@ -284,8 +281,9 @@ class Stampede(StampedeSteps):
                     raise
                 return self._serve(job, seen, reason)
         if stale:
-            if claimed.lost:
-                return self._serve(job, seen, "stale")  # another caller holds the token
+            if claimed.lost or _token_due(job, claimed):
+                return self._serve(job, seen, "stale")  # another caller holds the token, or
+                # memcached hands it out within its next tick or two (see _token_due)
             return self._refresh(job, seen, "stale")  # no token (clocks disagree): the lock
         if self._early(seen, now, job.policy.beta):
             return self._refresh(job, seen, "early")  # XFetch: the lock-based path
@@ -406,3 +404,19 @@ class Stampede(StampedeSteps):
         )
         failed.__cause__ = recent_failures.get(token)  # the original, in the process it failed in
         return failed
+
+
+def _token_due(job: Job[Any], claimed: Claimed) -> bool:
+    """Whether memcached hands the recompute token out within two of its ticks.
+
+    Its clock ticks in whole seconds, so between a value's soft expiry (by our
+    clock) and the first read that finds less TTL left than the claim's
+    ``R``, up to a second (two for a timeout with a fraction) may pass with
+    no token given: a caller then is served the stale value, as while another
+    recomputes, instead of taking the lock-based path (4 more round trips,
+    and a second computation beside the token's winner).
+    """
+    if job.timeout is None or claimed.ttl is None or claimed.ttl < 0:
+        return False
+    recache = job.policy.recache_for(job.timeout)
+    return recache is not None and claimed.ttl <= recache + 1

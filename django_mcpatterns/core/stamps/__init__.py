@@ -9,8 +9,10 @@ registries of dependency schemes, the one-round-trip read and the leased fill
 from ._async import (
     async_claim,
     async_fill,
+    async_lease,
     async_prepare,
     async_read,
+    async_read_leased,
     async_registries,
     async_release,
     async_renew,
@@ -29,7 +31,18 @@ from ._model import (
     registry_key,
     table_key,
 )
-from ._sync import claim, fill, prepare, read, registries, release, renew, wait
+from ._sync import (
+    claim,
+    fill,
+    lease,
+    prepare,
+    read,
+    read_leased,
+    registries,
+    release,
+    renew,
+    wait,
+)
 
 __all__ = [
     "MAX_SCHEMES",
@@ -40,8 +53,10 @@ __all__ = [
     "Scheme",
     "async_claim",
     "async_fill",
+    "async_lease",
     "async_prepare",
     "async_read",
+    "async_read_leased",
     "async_registries",
     "async_release",
     "async_renew",
@@ -50,9 +65,11 @@ __all__ = [
     "conjunction_key",
     "conjunctions",
     "fill",
+    "lease",
     "new_token",
     "prepare",
     "read",
+    "read_leased",
     "registries",
     "registry_key",
     "release",

@@ -13,11 +13,12 @@ tells concurrent readers that someone is computing (stampede protection).
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 
 from django_mcpatterns.core.concurrency import async_sleep
 from django_mcpatterns.core.exceptions import ValueTooLargeError
 from django_mcpatterns.core.leases import PLACEHOLDER
-from django_mcpatterns.core.store import AsyncStore, CasToken
+from django_mcpatterns.core.store import AsyncLeaseStore, AsyncStore, CasToken
 
 from ._model import (
     Cached,
@@ -37,6 +38,27 @@ from ._model import (
 async def async_read(store: AsyncStore, plan: Plan) -> Read:
     """The one round trip of a cached read: the result, its stamps and registries, judged."""
     return judge(plan, await store.gets_many(plan.keys()))
+
+
+async def async_read_leased(store: AsyncLeaseStore, plan: Plan, ttl: int) -> Read:
+    """:func:`async_read` that leases a missing result for ``ttl`` seconds in the same trip.
+
+    memcached's own lease (``mg <key> v c f N<ttl>``): one reader of a missing
+    result gets the lease (``Read.lease``), the others see it pending until the
+    fill lands.  So a cold miss costs this read and the fill.
+    """
+    leased = await store.gets_leased(plan.key, plan.dependencies(), ttl)
+    return judge(plan, leased.found, leased)
+
+
+async def async_lease(store: AsyncLeaseStore, plan: Plan, read: Read, ttl: int) -> Read:
+    """Lease a result found invalid: its version is replaced by a lease (one write).
+
+    The read, with the lease taken (``lease``), or another filler's seen
+    (``pending``), or neither (the result changed since: read it again).
+    """
+    taken = await store.lease(plan.key, ttl, read.cas)
+    return replace(read, lease=taken.lease, pending=taken.pending)
 
 
 async def async_prepare(
@@ -131,14 +153,25 @@ async def async_renew(
     return failed
 
 
-async def async_wait(store: AsyncStore, plan: Plan, budget: float) -> Read | None:
-    """Wait up to ``budget`` seconds for another filler's result: the valid read, or None."""
+async def async_wait(
+    store: AsyncStore, plan: Plan, budget: float, lease_ttl: int = 0
+) -> Read | None:
+    """Wait up to ``budget`` seconds for another filler's result: the valid read, or None.
+
+    ``lease_ttl``: re-read with leasing reads (``store`` takes leases), so a lease
+    given back or expired meanwhile goes to this waiter: the read then holds it.
+    """
+    leases = store if lease_ttl and isinstance(store, AsyncLeaseStore) else None
     for pause in backoff(budget):
         await async_sleep(pause)
-        again = await async_read(store, plan)
-        if again.hit:
+        again = await (
+            async_read(store, plan)
+            if leases is None
+            else async_read_leased(leases, plan, lease_ttl)
+        )
+        if again.hit or again.lease is not None:
             return again
-        if again.present:
+        if again.present and not again.pending:
             return None  # the fill landed and is already void, or was abandoned
     return None
 

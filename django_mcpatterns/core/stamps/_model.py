@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from django_mcpatterns.core.keys import Key
+from django_mcpatterns.core.store import Leased
 
 __all__ = [
     "MAX_SCHEMES",
@@ -127,7 +128,11 @@ class Plan:
 
     def keys(self) -> list[str]:
         """Every key of the read's one multi-get: the result, its stamps, its registries."""
-        return [self.key, *self.stamps, *(registry for registry, _ in self.schemes)]
+        return [self.key, *self.dependencies()]
+
+    def dependencies(self) -> list[str]:
+        """The keys read with the result: its stamps and registries."""
+        return [*self.stamps, *(registry for registry, _ in self.schemes)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,7 +149,10 @@ class Read:
 
     ``hit``: the value is valid.  Otherwise what a fill needs: the result item's
     cas (to lease it), the tokens of the stamps that are there, the stamps that
-    are missing, and the registries that lack the read's scheme.
+    are missing, and the registries that lack the read's scheme.  A leasing read
+    (memcached's own leases) adds ``lease``: the cas of the lease this read took
+    on a missing result (fill by it, or give it back); ``pending``: another
+    filler holds the lease; ``leasing``: the store took leases at all.
     """
 
     hit: bool
@@ -154,6 +162,9 @@ class Read:
     missing: tuple[str, ...] = ()
     unregistered: tuple[tuple[str, Scheme, Registry | None], ...] = ()
     full: bool = False
+    lease: Any = None
+    pending: bool = False
+    leasing: bool = False
 
     @property
     def present(self) -> bool:
@@ -174,8 +185,11 @@ def _expected(plan: Plan, found: Mapping[Key, Any]) -> tuple[bytes | None, ...]:
     return tuple(tokens)
 
 
-def judge(plan: Plan, found: Mapping[Key, tuple[Any, Any]]) -> Read:
-    """Judge a ``gets_many`` of ``plan.keys()``: a valid hit, or what a fill must repair."""
+def judge(plan: Plan, found: Mapping[Key, tuple[Any, Any]], leased: Leased | None = None) -> Read:
+    """Judge a ``gets_many`` of ``plan.keys()``: a valid hit, or what a fill must repair.
+
+    ``leased``: the read was a leasing read (``gets_leased``), which found that.
+    """
     result = found.get(plan.key)
     expected = _expected(plan, found)
     if (
@@ -204,7 +218,20 @@ def judge(plan: Plan, found: Mapping[Key, tuple[Any, Any]]) -> Read:
         full = full or (parsed is not None and len(parsed.schemes) >= MAX_SCHEMES)
         unregistered.append((registry, scheme, parsed))
     cas = result[1] if result is not None else None
-    return Read(False, None, cas, tokens, tuple(missing), tuple(unregistered), full)
+    if leased is None:
+        return Read(False, None, cas, tokens, tuple(missing), tuple(unregistered), full)
+    return Read(
+        False,
+        None,
+        cas,
+        tokens,
+        tuple(missing),
+        tuple(unregistered),
+        full,
+        leased.lease,
+        leased.pending,
+        leased.leasing,
+    )
 
 
 def backoff(budget: float, first: float = 0.005) -> list[float]:
