@@ -35,6 +35,7 @@ from typing import Any, Protocol, TypeVar
 from ..exceptions import ProtocolError
 from ..protocol.compiled import COMPILED, ConnectionClosedError, Reader, encode
 from ..protocol.wire import NEED_DATA, ErrorReply, Request
+from . import epochs
 
 __all__ = [
     "Connection",
@@ -141,6 +142,7 @@ class Connection:
         # The compiled I/O needs a plain blocking socket (the kernel bounds each call).
         plain = COMPILED and s is socket and options.tls_context is None
         self.fd = sock.fileno() if plain and sock.gettimeout() is None else -1
+        epochs.opened(self.address)
         return sock
 
     def send(self, data: bytes) -> None:
