@@ -16,8 +16,15 @@ Long keys (``OPTIONS["long_keys"] = "hash"``): :func:`shorten` turns a key over
 cachedump`` and logs, then 40 hex digits of BLAKE2b-160 over the *whole* key.
 The form is stable (every process and release makes the same one, so it is
 routed and shared like any key) and at most 250 bytes; keys that fit are
-left alone.  Only the length is forgiven: whitespace and control bytes stay
-invalid.
+left alone, except a key that already *ends* like a digest form (``:#`` and 40
+hex digits), which is hashed too: so no key a caller gives can be stored under
+another key's digest form (the two key spaces are disjoint).  Only the length
+is forgiven: whitespace and control bytes stay invalid.
+
+Keys the patterns derive from a caller's key (a rate limit's slots, a
+counter's flight record) add a suffix; one that no longer fits takes its
+digest form (:func:`shorten`), whatever ``long_keys`` says: the caller's key
+was valid, so is every key made from it.
 """
 
 from __future__ import annotations
@@ -62,16 +69,19 @@ LONG_KEYS = ("refuse", "hash")
 _DIGEST_MARK = b":#"
 _DIGEST_HEX = 40  # BLAKE2b-160
 _HEAD = MAX_KEY_LENGTH - len(_DIGEST_MARK) - _DIGEST_HEX
+_DIGEST_FORM = re.compile(rb":#[0-9a-f]{%d}\Z" % _DIGEST_HEX)
 
 
 def shorten(key: PlainKeyT) -> PlainKeyT:
     """Return ``key``, or its digest form (``<head>:#<digest>``) when it is over 250 bytes.
 
-    The head is cut on a character boundary, so a ``str`` key stays valid
-    UTF-8; the result has the type of ``key``.
+    A key that ends like a digest form is hashed too, whatever its length: a
+    caller's key never reads or overwrites another key's digest form.  The
+    head is cut on a character boundary, so a ``str`` key stays valid UTF-8;
+    the result has the type of ``key``.
     """
     raw = key.encode("utf-8") if isinstance(key, str) else key
-    if len(raw) <= MAX_KEY_LENGTH:
+    if len(raw) <= MAX_KEY_LENGTH and (b":#" not in raw or not _DIGEST_FORM.search(raw)):
         return key
     digest = hashlib.blake2b(raw, digest_size=_DIGEST_HEX // 2).hexdigest().encode()
     head = raw[:_HEAD]

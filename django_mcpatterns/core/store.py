@@ -132,6 +132,15 @@ class Store(Protocol):
 
     def delete_many(self, keys: Iterable[Key]) -> None: ...
 
+    def forget(self, key: Key, marker: bytes | None = None, expire: int = 0) -> bool:
+        """Delete ``key`` now, or before its server serves again; True when done now.
+
+        The repair of a write that could not reach its server: a cluster
+        journals it for the server (docs/failures.md) and never raises for it.
+        ``marker``: store these raw bytes (``expire``) instead of deleting.
+        """
+        ...
+
     def touch(self, key: Key, expire: int = 0) -> bool: ...
 
     def bump(self, key: Key) -> bool:
@@ -255,6 +264,8 @@ class AsyncStore(Protocol):
 
     async def delete_many(self, keys: Iterable[Key]) -> None: ...
 
+    async def forget(self, key: Key, marker: bytes | None = None, expire: int = 0) -> bool: ...
+
     async def touch(self, key: Key, expire: int = 0) -> bool: ...
 
     async def bump(self, key: Key) -> bool: ...
@@ -290,7 +301,8 @@ class Claimed:
     ``found``: the item as :meth:`~.store.Store.gets_envelope` returns it
     (``None`` with ``cas`` None on a miss); ``cas``: its cas token;
     ``won``/``lost``/``stale``: memcached's ``W``/``Z``/``X`` flags;
-    ``added``: the placeholder's cas when this caller's add stored it.
+    ``added``: the placeholder's cas when this caller's add stored it;
+    ``ttl``: the seconds the item had left (-1: never expires; None: unknown).
     """
 
     found: Any
@@ -299,6 +311,7 @@ class Claimed:
     lost: bool = False
     stale: bool = False
     added: CasToken | None = None
+    ttl: int | None = None
 
 
 @runtime_checkable

@@ -190,15 +190,19 @@ def test_dead_server_fails_open_by_default_and_closed_when_asked() -> None:
         assert open_.hit("k").allowed
         assert not open_.hit("k").allowed
         servers[0].kill()
-        decision = open_.hit("k")
+        decision = open_.hit("fresh")
         assert decision.allowed
         assert decision.degraded
+        # The local fallback: at most the limit per process and window, seeded with what the
+        # server counted last ("k" was used up before the kill), never everything.
+        assert not open_.hit("fresh").allowed
+        assert not open_.hit("k").allowed
         refused = closed.hit("k")
         assert not refused.allowed
         assert refused.degraded
         assert refused.retry_after > 0
         strict = RateLimiter(cluster.strict(), "1/m")  # the raising view: still no raise
-        assert strict.hit("k").allowed
+        assert strict.hit("other").allowed
         cluster.close()
     finally:
         stop_all(servers)
@@ -210,8 +214,10 @@ def test_cost_above_the_limit_is_refused_and_bad_costs_raise() -> None:
     assert limiter.hit("k", 3).allowed
     with pytest.raises(ValueError, match="cost"):
         limiter.hit("k", -1)
+    # A name with no room left for the slot's suffix: its slots take their digest form.
+    assert limiter.hit("k" * 245).allowed
     with pytest.raises(InvalidKeyError):
-        limiter.hit("k" * 245)  # no room left for the slot's suffix: an error, not a pass
+        limiter.hit("k" * 251)  # the caller's own key too long: an error, not a pass
     with pytest.raises(ConfigurationError, match="fail"):
         RateLimiter(MemoryStore(), "3/s", fail="maybe")  # type: ignore[arg-type]
 

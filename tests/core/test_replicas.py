@@ -407,3 +407,23 @@ def test_owner_writes_are_mirrored_so_every_read_hits(five, protocol):
     assert [cluster.get("hot:owned") for _ in range(150)] == ["second"] * 150
     held = holders(five[:4], "hot:owned")
     assert all(held[node] is not None for node in cluster.replicas("hot:owned")), held
+
+
+@pytest.mark.parametrize("form", ["sync", "async"])
+def test_get_many_checks_a_copys_miss_on_another_copy(five, form):
+    """A server restarted empty answers "miss" for the copies it held: get_many asks one
+    more copy for those keys, as get does (docs/replication.md), in one more round trip."""
+    cluster = replicated(five[:4])
+    keys = [f"hot:r{i}" for i in range(100)]
+    assert cluster.set_many({key: key for key in keys}) == []
+    five[0].flush()  # what a restart leaves: the server answers, empty
+    assert [cluster.get(key) for key in keys] == keys
+
+    def get_many() -> dict:
+        if form == "sync":
+            return cluster.get_many(keys)
+        return asyncio.run(cluster.aio.get_many(keys))
+
+    missed = [len(keys) - len(get_many()) for _ in range(3)]
+    assert missed == [0, 0, 0]
+    assert cluster.get_many(["hot:absent", *keys[:2]]) == {k: k for k in keys[:2]}

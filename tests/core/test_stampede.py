@@ -35,7 +35,7 @@ from django_mcpatterns.core.exceptions import (
     LockTimeoutError,
     NodeUnavailableError,
 )
-from django_mcpatterns.core.locks import Backoff, Lock, LockTimedOut, LockWaited
+from django_mcpatterns.core.locks import Backoff, Lock, LockTimedOut, LockWaited, exptime_for
 from django_mcpatterns.core.memory import MemoryStore
 from django_mcpatterns.core.stampede import (
     NO_VALUE,
@@ -815,3 +815,22 @@ def test_the_stampede_event_types_are_plain_data() -> None:
     error = Boom("x")
     assert ComputeFailed("k", error).error is error
     assert StaleServed("k", 1.5).age == 1.5
+
+
+@given(
+    st.integers(1, 86_400) | st.floats(1, 86_400),
+    st.none() | st.integers(1, 86_400) | st.floats(1, 86_400),
+)
+def test_memcached_hands_its_recompute_token_from_the_soft_expiry_on(
+    timeout: float, grace: float | None
+) -> None:
+    """The claim's R window against the hard TTL a fill stores (issue 23): memcached answers
+    W once the TTL left is under the window, i.e. from ``stored - window`` seconds after the
+    fill (give or take its one-second tick), which is the soft expiry, rounded up."""
+    policy = StampedePolicy(grace=grace)
+    stored = exptime_for(timeout + policy.grace_for(timeout))  # what the fill stores
+    window = policy.recache_for(timeout)
+    assert window is not None
+    assert stored - window == math.ceil(timeout)  # never before the soft expiry
+    assert window >= 2  # a TTL of 1 left is in it: the token comes while the item lives
+    assert StampedePolicy(grace=0.5).recache_for(timeout) is None  # the lock-based path

@@ -180,9 +180,11 @@ def test_sixteen_callers_in_four_processes_compute_once_per_miss_and_per_expiry(
     try:
         cold = callers.run(time.time() + 0.2)
         assert int(cluster.get("computes")) == 1
-        # Release them again once the value is stale (its hard expiry is 3 s later).
+        # Release them again once the value is stale (its hard expiry is 3 s later) and
+        # memcached hands out its recompute token: within a second of the soft expiry (its
+        # clock ticks in whole seconds; callers before that are served the stale value).
         soft_expiry = Stampede(cluster).read("hot").soft_expiry
-        stale = callers.run(soft_expiry + 0.2)
+        stale = callers.run(soft_expiry + 1.1)
         assert int(cluster.get("computes")) == 2
         # Marked stale (meta: md I): memcached hands W to one caller of the sixteen.
         assert Stampede(cluster).mark_stale("hot")
@@ -230,9 +232,11 @@ def test_plain_reads_miss_after_the_timeout_while_get_or_compute_serves_it_stale
     stampede = Stampede(store, StampedePolicy(grace=60), clock=clock, sleep=clock.sleep)
     spaces = Namespaces(store, clock=clock, stampede=lambda view: Stampede(view, clock=clock))
     ns = spaces.namespace("user", 1)
-    assert stampede.get_or_compute("plain:k", lambda: "old", 1) == "old"
-    assert ns.get_or_compute("k", lambda: "old", 1, policy=StampedePolicy(grace=60)) == "old"
-    clock.advance(0.9)
+    # A timeout of 5 s on the test's clock, and memcached's barely moved: the caller that
+    # finds the value stale takes the lock (memcached would hand its token 5 s from now).
+    assert stampede.get_or_compute("plain:k", lambda: "old", 5) == "old"
+    assert ns.get_or_compute("k", lambda: "old", 5, policy=StampedePolicy(grace=60)) == "old"
+    clock.advance(4.9)
     assert store.get("plain:k") == "old"
     assert store.get_many(["plain:k"]) == {"plain:k": "old"}
     assert ns.get("k") == "old"
@@ -249,10 +253,10 @@ def test_plain_reads_miss_after_the_timeout_while_get_or_compute_serves_it_stale
         served: list[str] = []
 
         def recompute(read: Any = read, key: str = key, served: list[str] = served) -> str:
-            served.append(read.get_or_compute(key, lambda: "never", 1))
+            served.append(read.get_or_compute(key, lambda: "never", 5))
             return "new"
 
-        assert read.get_or_compute(key, recompute, 1) == "new"
+        assert read.get_or_compute(key, recompute, 5) == "new"
         assert served == ["old"]
     assert store.get("plain:k") == "new"
     assert ns.get("k") == "new"

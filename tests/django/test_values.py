@@ -161,6 +161,48 @@ def test_long_keys_hash_into_a_readable_stable_form(deployment: Deployment) -> N
         cache.set("with space", 1)  # only the length is forgiven
 
 
+def test_long_names_hash_for_every_pattern(deployment: Deployment) -> None:
+    """Rate limits and counters add suffixes to the made key: those fit too (issue 23)."""
+    cache = cache_with(deployment, long_keys="hash")
+    assert [cache.ratelimit(LONG, "3/m").allowed for _ in range(4)] == [True] * 3 + [False]
+    assert asyncio.run(cache.aratelimit(LONG + "a", "1/m")).allowed
+    rows = [1, 2, 3]
+    counter = cache.counter(LONG, lambda: len(rows))
+    assert counter.get() == 3
+    with counter.change(+1):
+        rows.append(4)
+    assert counter.get() == 4
+    assert asyncio.run(cache.counter(LONG + "b", lambda: 7).aget()) == 7
+
+
+@pytest.mark.parametrize("hashing", ["refuse", "hash"])
+def test_made_keys_up_to_250_bytes_work_for_every_pattern(
+    deployment: Deployment, hashing: str
+) -> None:
+    """A valid made key of 242-250 bytes is a valid name for rate limits and counters."""
+    cache = cache_with(deployment, long_keys=hashing)
+    for size in (242, 246, 250):
+        name = "n" * (size - len(cache.make_key("")))
+        assert len(cache.make_key(name).encode()) == size
+        assert cache.ratelimit(name, "2/m").allowed
+        assert asyncio.run(cache.aratelimit(name, "2/m")).allowed
+        assert not cache.ratelimit(name, "2/m").allowed
+        assert cache.counter(name, lambda: 5).get() == 5
+
+
+def test_a_key_spelled_like_a_digest_form_is_not_the_long_key(deployment: Deployment) -> None:
+    """The digest key space is disjoint from the keys a caller can give (issue 23)."""
+    cache = cache_with(deployment, long_keys="hash")
+    digest_form = cache.make_and_validate_key(LONG)
+    spoof = digest_form[len(cache.make_key("")) :]  # the key whose made key spells it
+    assert cache.make_key(spoof) == digest_form
+    assert cache.set(LONG, "long value")
+    assert cache.get(spoof) is None
+    assert cache.set(spoof, "spoof value")
+    assert cache.get(LONG) == "long value"
+    assert cache.get(spoof) == "spoof value"
+
+
 # -- bump -----------------------------------------------------------------------------
 
 

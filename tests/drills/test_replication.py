@@ -10,12 +10,15 @@ server comes back; run with ``-s`` for the table (docs/failures.md quotes it).
 from __future__ import annotations
 
 import asyncio
+import os
+import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
 
 import pytest
 
+from django_mcpatterns.core.chunks import AsyncChunkedStore, ChunkedStore
 from django_mcpatterns.core.cluster import Cluster
 from django_mcpatterns.core.exceptions import NodeUnavailableError
 from django_mcpatterns.core.locks import Lock
@@ -167,6 +170,70 @@ def test_async_twin_shares_the_replicas_and_the_journal(six):
         return await twin.get_many(["hot:m1", "hot:m2", "cold:m"])
 
     assert asyncio.run(many()) == {"hot:m1": 1, "hot:m2": 2, "cold:m": 3}
+
+
+# -- replicated values in chunks (large_values="chunk") ---------------------------------
+
+ITEM_LIMIT = 1024 * 1024  # memcached's default -I
+LARGE = 1_500_000  # two chunks
+
+
+def test_concurrent_readers_never_delete_a_replicated_chunked_value(six):
+    """Each acknowledged set of a value in chunks is readable: its chunks reach every copy
+    before its manifest reaches any, so a reader never sees a manifest without its chunks
+    (and never deletes a fresh value as broken)."""
+    cluster = build(six[:4], replicate={"big:": 3})
+    store = ChunkedStore(cluster, ITEM_LIMIT)
+    key = "big:report"
+    stop = threading.Event()
+
+    def reader() -> None:
+        while not stop.is_set():
+            store.get(key)
+
+    readers = [threading.Thread(target=reader) for _ in range(2)]
+    for thread in readers:
+        thread.start()
+    lost = 0
+    try:
+        for _ in range(30):
+            value = os.urandom(LARGE)
+            assert store.set(key, value)
+            lost += store.get(key) != value
+    finally:
+        stop.set()
+        for thread in readers:
+            thread.join()
+    assert lost == 0
+
+
+@pytest.mark.parametrize("form", ["sync", "async"])
+def test_a_replicated_chunked_value_survives_its_homes_death(six, form):
+    """The chunks live where the manifest lives: on every replica, not on the home alone."""
+    cluster = build(six[:4], replicate={"big:": 3}, retry_attempts=3)
+    store = ChunkedStore(cluster, ITEM_LIMIT)
+    home = cluster.replicas("big:0")[0]
+    homed = [k for k in (f"big:{i}" for i in range(40)) if cluster.replicas(k)[0] == home]
+    values = {key: os.urandom(LARGE) for key in homed[:3]}
+    for key, value in values.items():
+        assert store.set(key, value)
+    server_of(six, home).kill()
+
+    def reads() -> list[object]:
+        if form == "sync":
+            return [store.get(key) for key in values for _ in range(10)]
+
+        async def aread() -> list[object]:
+            twin = AsyncChunkedStore(cluster.aio, ITEM_LIMIT)
+            return [await twin.get(key) for key in values for _ in range(10)]
+
+        return asyncio.run(aread())
+
+    found = reads()
+    assert sum(value is None for value in found) == 0
+    assert found == [value for value in values.values() for _ in range(10)]
+    many = store.get_many(list(values))
+    assert many == values
 
 
 # -- the gutter -----------------------------------------------------------------------

@@ -8,6 +8,8 @@ counts a burst of client bytes after a reply as one round trip (see
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -256,3 +258,66 @@ def test_stampede_paths_round_trips(spoken: Cluster, proxy: Proxy, protocol: str
     assert spoken.get("rt:key") == "v"  # the fill landed: fresh again
     counted["get_or_set, miss"] = trips(lambda: get_or_set(spoken, "rt:other", "v", 60))
     assert counted == STAMPEDE_PATHS[protocol]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("timeout", [1, 2])
+def test_a_natural_soft_expiry_costs_two_round_trips_and_one_in_meta_mode(
+    proxy: Proxy, timeout: int
+) -> None:
+    """Default options (grace = the timeout), values left to go stale on memcached's clock.
+
+    Callers come one at a time once the value is past its soft expiry: each is
+    served the stale value in 1 round trip until memcached hands one the
+    recompute token, which recomputes in 2 (the token's read, the fill); while
+    it computes, the others are served stale in 1 (issue 23).
+    """
+    cluster = Cluster([proxy.spec], ClusterOptions(timeout=2.0))
+    stampede = Stampede(cluster)
+    computing, release = threading.Event(), threading.Event()
+
+    def slow() -> str:
+        computing.set()
+        release.wait(10)
+        return "new"
+
+    for cycle in range(2):
+        key = f"soft:{timeout}:{cycle}"
+        stampede.get_or_compute(key, lambda: "old", timeout)
+        envelope = stampede.read(key)
+        assert envelope is not None
+        time.sleep(max(0.0, envelope.soft_expiry - time.time()) + 0.01 + 0.3 * cycle)
+        computing.clear()
+        release.clear()
+        served: list[int] = []  # round trips of each caller served stale before the token
+        fetched: dict[str, Any] = {}
+
+        def fetch(key: str = key, fetched: dict[str, Any] = fetched) -> None:
+            fetched["f"] = stampede.fetch(key, slow, timeout)
+
+        while True:
+            proxy.forget()
+            caller = threading.Thread(target=fetch)
+            caller.start()
+            while caller.is_alive() and not computing.is_set():
+                time.sleep(0.002)
+            if computing.is_set():
+                break
+            caller.join()
+            assert fetched["f"].outcome == "stale", fetched
+            served.append(proxy.round_trips)
+            time.sleep(0.05)
+        before = proxy.round_trips
+        others = []
+        for _ in range(3):
+            proxy.forget()
+            other = stampede.fetch(key, slow, timeout)
+            assert other.outcome == "stale", (other, served, time.time() - envelope.soft_expiry)
+            others.append(proxy.round_trips)
+        proxy.forget()
+        release.set()
+        caller.join()
+        assert fetched["f"].outcome == "computed"
+        recompute = before + proxy.round_trips
+        assert (recompute, others, set(served) | {1}) == (2, [1, 1, 1], {1}), served
+        assert stampede.get_or_compute(key, slow, timeout) == "new"

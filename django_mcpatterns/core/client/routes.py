@@ -24,14 +24,15 @@ from ..ketama import Continuum
 from ..keys import Key, Routed
 from ..protocol.plans import CopyToken
 from ..protocol.wire import Delete, Get, Request, Value
+from ..values.layout import CHUNK_PREFIX
 from .gutter import allowed as gutter_allows
 from .gutter import clamp
 from .health import Admission
+from .journal import Journal, admit
 from .node import Node
 from .ops import FAILED, UNROUTED, Decode, NodePlan, Parallel, Refuse, Requests, Run, Target
 from .replicas import (
     Fate,
-    Journal,
     ReplicaPolicy,
     changed,
     copy_tokens,
@@ -42,9 +43,7 @@ from .replicas import (
     request_key,
 )
 
-__all__ = ["REPLAY_BATCH", "Routes"]
-
-REPLAY_BATCH = 500  # deletes per write when a server replays the writes it missed
+__all__ = ["Routes"]
 
 Plan = NodePlan
 
@@ -63,6 +62,7 @@ class Routes:
         gutter_nodes: Mapping[str, Node],
         gutter_ttl: int,
         rng: Callable[[], float],
+        journal: Journal,
     ) -> None:
         self.ring = ring
         self.nodes = nodes
@@ -73,31 +73,55 @@ class Routes:
         self.gutter_set = frozenset(gutter_nodes.values())
         self.gutter_ttl = gutter_ttl
         self.rng = rng
-        self.journal = Journal()
+        self.journal = journal
 
     # -- decisions without I/O --
 
     def copies(self, kb: bytes, ring: bytes) -> int:
-        """How many servers hold the key (1: not replicated; namespaced keys never are)."""
-        return self.policy.copies(kb) if self.policy is not None and kb == ring else 1
+        """How many servers hold the key (1: not replicated).
 
-    def replicated_keys(self, given: Mapping[bytes, Key]) -> list[bytes]:
+        A key routed by another (a namespace's, placed by its root) is never
+        replicated, except a value's chunks, which follow the value's replicas
+        (``ring`` is the value's key): a manifest is readable wherever its
+        chunks are.
+        """
         policy = self.policy
         if policy is None:
-            return []
-        return [
-            kb for kb, key in given.items() if type(key) is not Routed and policy.copies(kb) > 1
-        ]
+            return 1
+        if kb == ring:
+            return policy.copies(kb)
+        return policy.copies(ring) if kb.startswith(CHUNK_PREFIX) else 1
+
+    def replicated_keys(self, given: Mapping[bytes, Key]) -> dict[bytes, bytes]:
+        """The keys of ``given`` kept on several servers, each with the bytes placing them."""
+        if self.policy is None:
+            return {}
+        found: dict[bytes, bytes] = {}
+        for kb, key in given.items():
+            ring = key.route if type(key) is Routed else kb
+            if self.copies(kb, ring) > 1:
+                found[kb] = ring
+        return found
+
+    def replica_nodes(self, kb: bytes, ring: bytes) -> list[Node]:
+        """The servers holding a replicated key, its home first."""
+        return [self.nodes[name] for name in self.ring.get_nodes(ring, self.copies(kb, ring))]
 
     def spread(self, given: Mapping[bytes, Key]) -> dict[bytes, str] | None:
         """For a multi-get: a live replica chosen at random for each replicated key."""
         chosen: dict[bytes, str] = {}
-        for kb in self.replicated_keys(given):
-            names = self.ring.get_nodes(kb, self.copies(kb, kb))
-            live = [n for n in names if self.nodes[n].health.open is not None]
+        for kb, ring in self.replicated_keys(given).items():
+            live = [n for n in self.replica_nodes(kb, ring) if n.health.open is not None]
             if live:
-                chosen[kb] = live[int(self.rng() * len(live)) % len(live)]
+                chosen[kb] = live[int(self.rng() * len(live)) % len(live)].name
         return chosen or None
+
+    def another(self, kb: bytes, ring: bytes, avoid: str) -> Node | None:
+        """A live replica of ``kb`` other than ``avoid``, chosen at random (a second look)."""
+        live = [
+            n for n in self.replica_nodes(kb, ring) if n.name != avoid and n.health.open is not None
+        ]
+        return live[int(self.rng() * len(live)) % len(live)] if live else None
 
     def gutter_node(self, kb: bytes) -> Node:
         assert self.gutter_ring is not None
@@ -126,33 +150,16 @@ class Routes:
     # -- plans --
 
     def admit(self, node: Node) -> Plan:
-        """Leave to use ``node`` (NodeHealth.admit), after deleting the writes it missed."""
-        admission = node.health.admit()
-        if admission is not None and node.name in self.journal.dirty:
-            admission = yield from self.replay(node, admission)
-        return admission
-
-    def replay(self, node: Node, admission: Admission) -> Plan:
-        """Delete on ``node`` the keys it missed writes of; None when that failed."""
-        due = self.journal.due(node.name)
-        keys = list(due)
-        for start in range(0, len(keys), REPLAY_BATCH):
-            batch = tuple(Delete(kb) for kb in keys[start : start + REPLAY_BATCH])
-            if (yield Run(node, batch, None, admission)) is FAILED:
-                return None
-            admission = node.health.open or admission
-        self.journal.replayed(node.name, due)
-        return node.health.admit()
+        """Leave to use ``node`` (NodeHealth.admit), after it replayed the writes it missed."""
+        return (yield from admit(self.journal, node))
 
     def single(
         self, ring: bytes, request: Requests, decode: Decode, failed: Any, strict: bool
     ) -> Plan:
         """A single-key command: replicated, or under the gutter policy; else :data:`UNROUTED`."""
         kb = request_key(request)
-        if kb is not None and kb == ring:
-            copies = self.copies(kb, ring)
-            if copies > 1:
-                return (yield from self.replicated(kb, copies, request, decode, failed, strict))
+        if kb is not None and self.copies(kb, ring) > 1:
+            return (yield from self.replicated(kb, ring, request, decode, failed, strict))
         if self.gutter_ring is None:
             return UNROUTED
         node = self.nodes[self.locate(ring)]
@@ -179,7 +186,7 @@ class Routes:
         return failed if result is FAILED else result
 
     def replicated(
-        self, kb: bytes, copies: int, request: Requests, decode: Decode, failed: Any, strict: bool
+        self, kb: bytes, ring: bytes, request: Requests, decode: Decode, failed: Any, strict: bool
     ) -> Plan:
         """A command on a replicated key, where :func:`~.replicas.fate` says."""
         where = fate(request)
@@ -192,7 +199,7 @@ class Routes:
                 "lists, counters and namespaces outside replicated prefixes",
                 option="replicate",
             )
-        nodes = [self.nodes[name] for name in self.ring.get_nodes(kb, copies)]
+        nodes = self.replica_nodes(kb, ring)
         if where is Fate.READ:
             return (yield from self.read_replica(kb, nodes, request, decode, failed, strict))
         if where is Fate.EVERYWHERE:
@@ -201,10 +208,10 @@ class Routes:
         return (yield from self.at_home(kb, nodes, request, decode, failed, where, strict))
 
     def spread_tokens(
-        self, kb: bytes, request: Get, decode: Decode, failed: Any, strict: bool
+        self, kb: bytes, ring: bytes, request: Get, decode: Decode, failed: Any, strict: bool
     ) -> Plan:
         """A caller's ``gets`` of a replicated key: spread as a ``get``; copies' tokens marked."""
-        nodes = [self.nodes[name] for name in self.ring.get_nodes(kb, self.copies(kb, kb))]
+        nodes = self.replica_nodes(kb, ring)
         return (yield from self.read_replica(kb, nodes, request, decode, failed, strict, True))
 
     def home_token(self, kb: bytes, token: CopyToken) -> Plan:
@@ -219,11 +226,17 @@ class Routes:
         return item.cas
 
     def reread(
-        self, kb: bytes, avoid: str, request: Requests, decode: Decode, failed: Any, strict: bool
+        self,
+        kb: bytes,
+        ring: bytes,
+        avoid: str,
+        request: Requests,
+        decode: Decode,
+        failed: Any,
+        strict: bool,
     ) -> Plan:
         """A replicated key whose replica chosen for a multi-get failed: read from the others."""
-        names = self.ring.get_nodes(kb, self.copies(kb, kb))
-        nodes = [self.nodes[name] for name in names if name != avoid]
+        nodes = [node for node in self.replica_nodes(kb, ring) if node.name != avoid]
         return (yield from self.read_replica(kb, nodes, request, decode, failed, strict))
 
     def read_replica(

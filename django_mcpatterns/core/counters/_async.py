@@ -15,7 +15,7 @@ from typing import Any
 
 from django_mcpatterns.core.concurrency import AsyncCompute, async_call, async_finish_then_undo
 from django_mcpatterns.core.exceptions import EncodingError, McPatternsError, NonNumericValueError
-from django_mcpatterns.core.keys import Routed, key_bytes, placed
+from django_mcpatterns.core.keys import Routed, placed, shorten
 from django_mcpatterns.core.leases import PLACEHOLDER, PLACEHOLDER_TTL
 from django_mcpatterns.core.store import AsyncStore, CasToken
 from django_mcpatterns.core.values.envelope import Envelope
@@ -47,7 +47,8 @@ class AsyncCachedCounter:
         raw = placed(key)[0]
         self.store = store
         self.key = key
-        self.flight_key = Routed(key_bytes(raw + b":f"), raw)  # same server as the count
+        # Same server as the count; a key near 250 bytes: its digest form (keys.py).
+        self.flight_key = Routed(shorten(raw + b":f"), raw)
         self.loader = loader
         self.expire = expire
         self.flight_ttl = flight_ttl
@@ -174,8 +175,14 @@ class AsyncCachedCounter:
         await self._void()  # after the take-back: voids fills based on the stray exit
 
     async def _void(self) -> None:
+        """Delete the cached count: now, or before its server serves again (its journal).
+
+        The repair of a change that could not be applied: never a replay of it
+        (docs/failures.md), so the count is exact once reloaded.
+        """
         try:
-            await self.store.delete(self.key)
+            if not await self.store.forget(self.key):
+                logger.info("counter %r: its server is out; it is dropped when back", self.key)
         except McPatternsError as exc:
             logger.warning("counter %r not invalidated (%s)", self.key, exc)
 

@@ -24,13 +24,14 @@ from . import steps
 from .decoding import (
     NO_CAS,
     Decoders,
+    DeleteMany,
     StoreMany,
     claimed,
     hits,
 )
 from .leasing import NOT_LEASING, LeasedFetch, lease_answer, lease_requests, leased
 from .meta import MetaDelete, MetaGet, MetaSet
-from .plans import Call, Each, FanOut, Plan, command, immediately, then
+from .plans import Call, Each, FanOut, Forget, Plan, command, immediately, then
 from .replies import (
     bumped_meta,
     bumped_text,
@@ -74,8 +75,8 @@ class StoreCommands:
     def copies(self, kb: bytes, ring: bytes) -> int:
         raise NotImplementedError
 
-    def replicated_keys(self, given: Mapping[bytes, Key]) -> list[bytes]:
-        """The keys of ``given`` kept on several servers (written to each alone)."""
+    def replicated_keys(self, given: Mapping[bytes, Key]) -> dict[bytes, bytes]:
+        """The keys of ``given`` kept on several servers, each with the bytes placing them."""
         raise NotImplementedError
 
     # -- reads --
@@ -131,6 +132,24 @@ class StoreCommands:
                 option="protocol",
             )
         return Call(ring, MetaGet(kb, ttl=True), ttl_left, None)
+
+    @command
+    def cas_of(self, key: Key) -> Plan[CasToken | None]:
+        """The item's cas token without its value (``mg <key> c``); None when it is missing.
+
+        What revalidates a value held near (:mod:`..near`): one round trip, no
+        value sent.  Meta protocol only: in text mode raise
+        :class:`NeedsMetaProtocolError` before any I/O.  Read from the key's home
+        server (never a replica, whose cas is its own counter's).
+        """
+        kb, ring = placed(key)
+        if self.text:
+            raise NeedsMetaProtocolError(
+                "cas_of needs memcached's meta protocol (mg <key> c), and "
+                "OPTIONS['protocol'] is 'text'",
+                option="protocol",
+            )
+        return Call(ring, MetaGet(kb, cas=True), meta_cas, None)
 
     @command
     def bump(self, key: Key) -> Plan[bool]:
@@ -198,6 +217,25 @@ class StoreCommands:
         return Call(ring, Delete(kb), deleted, False)
 
     @command
+    def forget(self, key: Key, marker: bytes | None = None, expire: int = 0) -> Plan[bool]:
+        """Delete ``key`` now, or, when its server cannot be used, before it serves again.
+
+        The repair of a write that could not reach its server (docs/failures.md):
+        the server's journal holds it, and the server runs it before this process
+        sends it anything else.  ``marker``: store these raw bytes (flags 0,
+        ``expire``) instead of deleting, for an item that must read as
+        incomplete (a set or list that lost writes).  Return True when it was
+        done now, False when it was journaled; never raises for the server.
+        """
+        kb, ring = placed(key)
+        if marker is None:
+            request: Request[Any] = Delete(kb)
+        else:  # raw bytes, as sets and lists store theirs
+            data, flags = encoded(self.serde, kb, bytes(marker))
+            request = Store("set", kb, data, flags, expire_time(expire))
+        return then(Forget(ring, kb, request), bool)
+
+    @command
     def touch(self, key: Key, expire: int = 0) -> Plan[bool]:
         kb, ring = placed(key)
         return Call(ring, Touch(kb, expire_time(expire)), touched, False)
@@ -216,16 +254,15 @@ class StoreCommands:
         values_of = {kb: encoded(self.serde, kb, values[key]) for kb, key in given.items()}
         store_many = StoreMany(values_of, expire_time(expire))
         replicated = self.replicated_keys(given)
-        if not replicated:
-            fanned = FanOut(store_many, given, write=True)
-            return then(fanned, lambda parts: [given[kb] for part in parts for kb in part])
-        return steps.set_many(store_many, given, replicated)
+        if any(kb != ring for kb, ring in replicated.items()):
+            return steps.set_many(store_many, given, replicated)
+        fanned = FanOut(store_many, given, write=True)  # replicated keys: on every replica
+        return then(fanned, lambda parts: steps.not_stored(parts, given))
 
     @command
     def delete_many(self, keys: Iterable[Key]) -> Plan[None]:
         given = {placed(key)[0]: key for key in keys}
-        replicated = self.replicated_keys(given)
-        return steps.delete_many(given, replicated)
+        return then(FanOut(DeleteMany(), given, write=True), _nothing)
 
     # -- owner primitives: one meta command, or text commands in one write (store.py) --
 
@@ -451,3 +488,7 @@ def _meta_swap(kb: bytes, data: bytes, flags: int, token: bytes, expire: int) ->
     return MetaSet(
         kb, data=data, cas=int(token), ttl=expire_time(expire), client_flags=flags, return_cas=True
     )
+
+
+def _nothing(_: object) -> None:
+    return None

@@ -247,7 +247,7 @@ def claimed(serde: Serde, kb: bytes, replies: Sequence[Any]) -> Claimed:
     found = serde.deserialize_envelope(kb, read.data, read.client_flags or 0)
     if is_refused(found):
         return Claimed(None, None, added=added)
-    return Claimed(found, b"%d" % read.cas, read.won, read.lost, read.stale, added)
+    return Claimed(found, b"%d" % read.cas, read.won, read.lost, read.stale, added, read.ttl)
 
 
 def swapped(

@@ -2,27 +2,27 @@
 
 A text ``delete_cas`` reads the item, then expires that version; a cas given
 a copy's token resolves the home's first (:class:`~.plans.HomeToken`);
-``set_many`` writes a replicated key to all of its replicas before fanning
-out the rest.  Each is a generator plan (:mod:`.plans`), run by either driver.
+``set_many`` writes a replicated value's chunks to all of its replicas before
+the value's manifest.  Each is a generator plan (:mod:`.plans`), run by either driver.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Mapping
 from typing import Any, TypeVar
 
-from ..keys import Key, placed
+from ..keys import KeyT
 from ..store import MAX_RELATIVE_EXPIRE, CasToken
-from .decoding import DeleteMany, StoreMany, swapped, text_cas_token
+from .decoding import StoreMany, swapped, text_cas_token
 from .meta import MetaSet
 from .plans import Call, CopyToken, FanOut, HomeToken, Plan
-from .replies import cas_stored, deleted, first_value, identity, written
-from .wire import Delete, Get, Store
+from .replies import cas_stored, first_value, identity
+from .wire import Get, Store
 
 __all__ = [
     "EXPIRED",
-    "delete_many",
     "expire_version",
+    "not_stored",
     "on_home",
     "set_many",
     "swap_and_mark",
@@ -36,24 +36,27 @@ R = TypeVar("R")
 EXPIRED = MAX_RELATIVE_EXPIRE + 1  # an absolute Unix time long past
 
 
-def set_many(store_many: StoreMany, given: dict[bytes, Any], replicated: list[bytes]) -> Steps:
-    """set_many with replicated keys: each to all its replicas first, then the others fanned out."""
-    failed: list[Key] = []
-    for kb in replicated:
-        key = given.pop(kb)
-        (request,) = store_many.requests([kb])
-        if not (yield Call(placed(key)[1], request, written, False)):
-            failed.append(key)
-    parts = yield FanOut(store_many, given, write=True)
-    return failed + [given[kb] for part in parts for kb in part]
+def set_many(
+    store_many: StoreMany, given: dict[bytes, Any], replicated: dict[bytes, bytes]
+) -> Steps:
+    """set_many with keys that follow a replicated key (its chunks): those first, on every
+    replica, then the rest (the replicated keys on every replica too).
+
+    So a manifest never reaches a copy before its chunks reach them all, and a
+    key whose followers were not stored is not written (it would read broken).
+    """
+    followers = {kb: given[kb] for kb, ring in replicated.items() if kb != ring}
+    parts = yield FanOut(store_many, followers, write=True)
+    lost = {kb for part in parts for kb in part}
+    dropped = {replicated[kb] for kb in lost} & given.keys()
+    rest = {kb: key for kb, key in given.items() if kb not in followers and kb not in dropped}
+    parts = yield FanOut(store_many, rest, write=True)
+    return not_stored([list(lost), list(dropped), *parts], given)
 
 
-def delete_many(given: dict[bytes, Key], replicated: list[bytes]) -> Steps:
-    """delete_many: replicated keys from all their replicas, each, then the others fanned out."""
-    for kb in replicated:
-        key = given.pop(kb)
-        yield Call(placed(key)[1], Delete(kb), deleted, False)
-    yield FanOut(DeleteMany(), given, write=True)
+def not_stored(parts: list[list[bytes]], given: Mapping[bytes, KeyT]) -> list[KeyT]:
+    """The keys (as given) of a set_many's parts, each once."""
+    return [given[kb] for kb in dict.fromkeys(kb for part in parts for kb in part)]
 
 
 def on_home(kb: bytes, cas: CasToken, step: Callable[[CasToken], Plan[R]], missing: R) -> Plan[R]:

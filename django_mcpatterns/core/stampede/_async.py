@@ -27,6 +27,7 @@ from django_mcpatterns.core.exceptions import (
     ComputeFailedError,
     EncodingError,
     LockTimeoutError,
+    NodeUnavailableError,
 )
 from django_mcpatterns.core.keys import Key
 from django_mcpatterns.core.leases import PLACEHOLDER
@@ -34,10 +35,12 @@ from django_mcpatterns.core.locks import (
     EventHook,
     LockTimedOut,
     LockWaited,
+    async_strict_view,
     emit,
     exptime_for,
     new_token,
 )
+from django_mcpatterns.core.outages import WriteDegraded
 from django_mcpatterns.core.store import AsyncStore, AsyncTokenStore, CasToken, Claimed
 from django_mcpatterns.core.values.envelope import Envelope
 
@@ -167,9 +170,23 @@ class AsyncStampede(AsyncStampedeSteps):
         The next :meth:`get_or_compute` recomputes it (one caller) while the
         others are served the old value: an invalidation without a stampede.
         Return False when there is no envelope to mark (a miss, or a plain value).
+        When its server cannot be reached the key is deleted there instead, now
+        or before the server serves again (its journal: ``OPTIONS["on_outage"]``),
+        reported as :class:`~django_mcpatterns.core.outages.WriteDegraded`, and
+        False returned: the old value is never served as fresh afterwards.
         """
+        try:
+            return await self._mark_stale(key)
+        except NodeUnavailableError as exc:
+            await self.store.forget(key)
+            logger.warning("mark_stale of %r not sent (%s): the key is dropped", key, exc)
+            emit(self._on_event, WriteDegraded(key, "mark_stale", exc))
+            return False
+
+    async def _mark_stale(self, key: Key) -> bool:
+        reader = async_strict_view(self.store)  # an unreachable server is not "no value"
         for _ in range(MARK_STALE_ATTEMPTS):
-            found, cas = await self.store.gets_envelope(key)
+            found, cas = await reader.gets_envelope(key)
             if type(found) is not Envelope or cas is None or found.pending:
                 return False
             now = self._clock()
@@ -199,10 +216,7 @@ class AsyncStampede(AsyncStampedeSteps):
         """Round trip 1: the item with a recompute token, and a placeholder's add on a miss."""
         if self._tokens is None:
             return None
-        recache = None
-        if job.timeout is not None:
-            grace = int(job.policy.grace_for(job.timeout))
-            recache = grace if grace >= 1 else None  # TTL left < grace: past the soft expiry
+        recache = None if job.timeout is None else job.policy.recache_for(job.timeout)
         try:
             # Sync code runs the claim here, so within the try.
             claim = self._tokens.claim(
@@ -266,8 +280,9 @@ class AsyncStampede(AsyncStampedeSteps):
                     raise
                 return self._serve(job, seen, reason)
         if stale:
-            if claimed.lost:
-                return self._serve(job, seen, "stale")  # another caller holds the token
+            if claimed.lost or _token_due(job, claimed):
+                return self._serve(job, seen, "stale")  # another caller holds the token, or
+                # memcached hands it out within its next tick or two (see _token_due)
             return await self._refresh(job, seen, "stale")  # no token (clocks disagree): the lock
         if self._early(seen, now, job.policy.beta):
             return await self._refresh(job, seen, "early")  # XFetch: the lock-based path
@@ -388,3 +403,19 @@ class AsyncStampede(AsyncStampedeSteps):
         )
         failed.__cause__ = recent_failures.get(token)  # the original, in the process it failed in
         return failed
+
+
+def _token_due(job: Job[Any], claimed: Claimed) -> bool:
+    """Whether memcached hands the recompute token out within two of its ticks.
+
+    Its clock ticks in whole seconds, so between a value's soft expiry (by our
+    clock) and the first read that finds less TTL left than the claim's
+    ``R``, up to a second (two for a timeout with a fraction) may pass with
+    no token given: a caller then is served the stale value, as while another
+    recomputes, instead of taking the lock-based path (4 more round trips,
+    and a second computation beside the token's winner).
+    """
+    if job.timeout is None or claimed.ttl is None or claimed.ttl < 0:
+        return False
+    recache = job.policy.recache_for(job.timeout)
+    return recache is not None and claimed.ttl <= recache + 1

@@ -215,6 +215,22 @@ class StampedePolicy:
     def grace_for(self, timeout: float) -> float:
         return timeout if self.grace is None else self.grace
 
+    def recache_for(self, timeout: float) -> int | None:
+        """The ``R<seconds>`` of a claim for values of ``timeout``: memcached hands its
+        recompute token (``W``) to the first read that finds less TTL left.
+
+        A fill stores the hard TTL as ``ceil(timeout + grace) + 1`` whole seconds
+        (:func:`~django_mcpatterns.core.locks.exptime_for`); less than that minus
+        ``ceil(timeout)`` is left from ``ceil(timeout)`` seconds after the fill on,
+        give or take memcached's one-second tick: from the soft expiry (a
+        timeout in whole seconds), never before it.  None under a grace of less
+        than a second (the lock-based path decides).
+        """
+        grace = self.grace_for(timeout)
+        if grace < 1 or timeout == math.inf:
+            return None
+        return math.ceil(timeout + grace) + 1 - math.ceil(timeout)
+
 
 @dataclass(frozen=True)
 class Fetched(Generic[T]):

@@ -12,7 +12,8 @@ write for a value whose encoded item would not fit in one memcached item::
                                 manifest's generation
 
 Every chunk key is :class:`~django_mcpatterns.core.keys.Routed` by the key's own ring bytes, so the
-chunks live on the key's server: a read is the manifest (one round trip), then
+chunks live on the key's server (a replicated key's: on each of its replicas, written there
+before the manifest is written anywhere): a read is the manifest (one round trip), then
 every chunk in one multi-get (a second round trip).  The checksum makes that
 read all or nothing: a chunk lost to eviction or a restart, or a manifest
 read while another writer replaces it, reads as a miss, never as a partial or
@@ -48,6 +49,7 @@ from ..keys import Routed
 
 __all__ = [
     "CHUNKED_MAX_TTL",
+    "CHUNK_PREFIX",
     "FLAG_CHUNKED",
     "LARGE_VALUES",
     "ChunkManifest",
@@ -60,6 +62,8 @@ __all__ = [
 ]
 
 FLAG_CHUNKED = 1 << 21
+# Every chunk key starts so; a replicated value's chunks follow its replicas (client/routes.py).
+CHUNK_PREFIX = b"mcp:chunk:"
 LARGE_VALUES = ("refuse", "chunk")
 CHUNKED_MAX_TTL = 60 * 60 * 24 * 30  # memcached's longest relative exptime
 VERSION = 1
@@ -130,7 +134,7 @@ class ChunkManifest:
     def keys(self, wire: bytes, ring: bytes) -> list[Routed]:
         """The chunk keys of the value stored under ``wire`` (placed by ``ring``), in order."""
         owner = hashlib.blake2b(wire, digest_size=12).hexdigest().encode()
-        stem = b"mcp:chunk:" + owner + b":" + self.generation.hex().encode() + b":"
+        stem = CHUNK_PREFIX + owner + b":" + self.generation.hex().encode() + b":"
         return [Routed(stem + b"%d" % i, ring) for i in range(self.count)]
 
     def assemble(self, parts: Sequence[object]) -> bytes | None:
