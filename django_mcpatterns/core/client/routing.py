@@ -32,10 +32,12 @@ from typing import Any
 from ..exceptions import CommandNotSupportedError, NodeUnavailableError
 from ..ketama import Continuum
 from ..keys import Key, Routed
-from ..protocol.plans import Call, Each, Exchange, FanOut
+from ..protocol.compiled import grouped
+from ..protocol.plans import Call, Each, Exchange, FanOut, Forget
 from ..protocol.wire import Get
 from .gutter import clamp
 from .health import Admission
+from .journal import Journal, admit
 from .node import Node
 from .ops import FAILED, UNROUTED, NodePlan, Parallel, Refuse, Run, Target
 from .replicas import request_key
@@ -57,13 +59,18 @@ class Router:
         locate: Callable[[bytes], str],
         remap: bool,
         routes: Routes | None,
+        journal: Journal,
+        known: dict[bytes, str] | None = None,
     ) -> None:
         self.ring = ring
         self.nodes = nodes
         self.gutter_nodes = gutter_nodes
         self.locate = locate  # the ring's server for a key's ring bytes (remembered)
+        self.known = known if known is not None else {}  # what locate remembers
+        self.only = next(iter(nodes)) if len(nodes) == 1 else None
         self.remap = remap
         self.routes = routes
+        self.journal = journal
 
     def copies(self, kb: bytes, ring: bytes) -> int:
         """How many servers hold the key (1: not replicated)."""
@@ -112,12 +119,12 @@ class Router:
         skipped: dict[Node, list[bytes]] = defaultdict(list)
         granted: dict[Node, Admission] = {}  # one admission per server contacted
         admitted: dict[Node, Admission | None] = {}  # what failing servers said (pick)
-        owned: dict[str, list[bytes]] = defaultdict(list)
-        locate = self.locate
-        for kb, key in given.items():
-            if everywhere and kb in everywhere:
-                continue
-            owned[locate(key.route if type(key) is Routed else kb)].append(kb)
+        if everywhere:  # replicated writes: to each replica, below
+            given = {kb: key for kb, key in given.items() if kb not in everywhere}
+        if self.only is not None:  # one server: every key is its
+            owned = {self.only: list(given)}
+        else:
+            owned = grouped(given, self.locate, self.known)
         if owners:  # replicated keys: the replica chosen for this read instead
             owned = _reassigned(owned, owners)
         for name, kbs in owned.items():
@@ -205,10 +212,12 @@ class Router:
         node = self.nodes[self.locate(ring)]
         admission = node.health.open
         if admission is None:
-            picked = self.pick(ring, node, {})
-            if picked is None:
-                return (yield Refuse(node, failed, request))
-            node, admission = picked
+            admission = yield from admit(self.journal, node)  # repaired first, if it owes any
+            if admission is None:
+                picked = self.pick(ring, node, {node: None}) if self.remap else None
+                if picked is None:
+                    return (yield Refuse(node, failed, request))
+                node, admission = picked
         result = yield Run(node, request, decode, admission, loud=True)
         return failed if result is FAILED else result
 
@@ -226,10 +235,10 @@ class Router:
         if not given:
             return []
         owners = None
+        for name in self.journal.dirty:  # servers that missed writes repair them first
+            yield from admit(self.journal, self.nodes[name])
         everywhere: dict[bytes, bytes] = {}
         if routes is not None:
-            for name in routes.journal.dirty:  # servers that missed writes delete them first
-                yield from routes.admit(self.nodes[name])
             owners = routes.spread(given) if op.spread else None
             if op.write:
                 everywhere = routes.replicated_keys(given)
@@ -371,7 +380,7 @@ class Router:
             nodes = [*self.nodes.values(), *(self.gutter_nodes.values() if op.gutter else ())]
         found: dict[str, Any] = {}
         for node in nodes:
-            admission = node.health.admit()
+            admission = yield from admit(self.journal, node)
             try:
                 if admission is None:
                     result = yield Refuse(node, op.failed, op.request)
@@ -388,11 +397,36 @@ class Router:
             found[node.name] = result
         return found
 
+    def repair(self) -> NodePlan:
+        """Replay the journal of every server that owes repairs and may be contacted now."""
+        for name in list(self.journal.dirty):
+            yield from admit(self.journal, self.nodes[name])
+
+    def forget(self, op: Forget) -> NodePlan:
+        """Run ``op``'s repair on its key's server now, or journal it there (True: now)."""
+        kb, ring, routes = op.kb, op.ring, self.routes
+        if routes is not None and routes.copies(kb, ring) > 1:  # every copy, journaled as it goes
+            result = yield from routes.single(ring, op.request, _landed, FAILED, False)
+            return result is True
+        node = self.nodes[self.locate(ring)]
+        admission = node.health.open
+        if admission is None:
+            admission = yield from admit(self.journal, node)
+        if admission is not None and (yield Run(node, op.request, _landed, admission)) is True:
+            return True
+        self.journal.record(node.name, kb, op.request)
+        return False
+
     def home_token(self, kb: bytes, token: Any) -> NodePlan:
         """The home's cas token while it holds the item a copy's token came with, else None."""
         if self.routes is None:
             return None
         return (yield from self.routes.home_token(kb, token))
+
+
+def _landed(reply: Any) -> bool:
+    """Any reply: the server ran the request (deleted, not found, stored)."""
+    return True
 
 
 def _one(exchange: Exchange[Any], kb: bytes, reply: Any) -> Any:
@@ -436,16 +470,20 @@ def _reassigned(
     return moved
 
 
-def remembered(ring_node: Callable[[bytes], str]) -> Callable[[bytes], str]:
+def remembered(
+    ring_node: Callable[[bytes], str], routes: dict[bytes, str] | None = None
+) -> Callable[[bytes], str]:
     """``ring_node``, remembered: the server of the bytes a key is placed by.
 
     Hot keys come back all the time and their server never changes (the
     cluster's ring is fixed), so they skip the MD5 and the ring search: a dict
     lookup instead.  The ring bytes are a plain key's own or a route
     (:func:`~..keys.placed`), and the ring maps bytes, whichever they are.  Past
-    :data:`ROUTES_KEPT` entries the memory starts over.
+    :data:`ROUTES_KEPT` entries the memory starts over.  ``routes``: the dict it
+    remembers in (read directly by :meth:`Router.group`).
     """
-    routes: dict[bytes, str] = {}
+    if routes is None:
+        routes = {}
 
     def locate(ring: bytes) -> str:
         node = routes.get(ring)
