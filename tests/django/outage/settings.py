@@ -1,10 +1,10 @@
-"""The example site's settings, plus the 503 middleware and the drill's pages."""
+"""The example site's settings (with its 503 middleware), and the drill's pages."""
 
 from example_site.settings import *  # noqa: F403
 from example_site.settings import DATABASES, MIDDLEWARE
 
+assert "django_mcpatterns.middleware.CacheUnavailableMiddleware" in MIDDLEWARE
 ROOT_URLCONF = "tests.django.outage.urls"
-MIDDLEWARE = [*MIDDLEWARE, "django_mcpatterns.middleware.CacheUnavailableMiddleware"]
 DEBUG = False
 # Four workers write to one SQLite file: wait for its lock rather than fail (not the cache's).
 DATABASES = {"default": {**DATABASES["default"], "OPTIONS": {"timeout": 30}}}
