@@ -551,3 +551,31 @@ def test_metadump_refused_is_a_warm_error_naming_the_reply():
         list(metadump(dump))
     with pytest.raises(WarmError, match="closed the connection"):
         list(metadump(_Dump([b"key=a exp=-1 size=1\n"])))
+
+
+# -- chunked values (large_values="chunk") -------------------------------------------------
+
+
+@pytest.mark.parametrize("protocol", ["meta", "text"])
+def test_chunked_values_migrate_too(five, protocol):
+    from django_mcpatterns.binding import Conventions, bind_cluster
+    from django_mcpatterns.core.cluster import reset_shared_clusters
+
+    for server in five:
+        server.flush()
+    specs = [server.spec for server in five]
+    options: dict[str, Any] = {"protocol": protocol, "large_values": "chunk"}
+    before = bind_cluster(specs[:4], options, Conventions())
+    migrate = {"LOCATION": specs[:4], "reads": "new"}
+    after = bind_cluster(specs, {**options, "migrate_from": migrate}, Conventions())
+    try:
+        big = {f"big:{i}": bytes([i]) * 2_500_000 for i in range(6)}  # chunked at 1 MB
+        for key, value in big.items():
+            assert before.values.set(key, value, 300)
+        assert after.values.get_many(list(big)) == big  # read through from the old ring
+        for key in big:
+            after.values.delete(key)
+        assert before.values.get_many(list(big)) == {}  # deleted on both rings
+        assert after.values.get_many(list(big)) == {}
+    finally:
+        reset_shared_clusters()
