@@ -46,6 +46,7 @@ from .core.cluster import Cluster, NodeEvent, shared_cluster
 from .core.exceptions import ConfigurationError
 from .core.memory import AsyncMemoryStore, MemoryStore, memory_options, shared_memory_store
 from .core.migrate import AsyncMigratingStore, MigratingStore, Tally
+from .core.near import AsyncNearStore, NearOptions, NearStats, NearStore, NearTable
 from .core.observe import check_installed
 from .core.options import INSTRUMENTATION_OPTIONS, ClusterOptions
 from .core.servers import Server, parse_servers
@@ -137,6 +138,8 @@ class Binding(Generic[S, A]):
         large_values: str = "refuse",
         long_keys: str = "refuse",
         set_options: Callable[[Store], SetOptions] = SetOptions.for_store,
+        near: NearOptions | None = None,
+        key_scope: str | None = None,
     ) -> None:
         self._make_store = make_store
         self._make_async = make_async
@@ -144,6 +147,8 @@ class Binding(Generic[S, A]):
         self.chunked = large_values == "chunk"
         self.hash_long_keys = long_keys == "hash"
         self._set_options = set_options
+        self.near_options = near
+        self._key_scope = key_scope
 
     @cached_property
     def store(self) -> S:
@@ -173,6 +178,57 @@ class Binding(Generic[S, A]):
 
     def _async_plain(self) -> AsyncStore:
         return self.async_store
+
+    # -- the near cache (OPTIONS["near_cache"]) ---------------------------------------
+
+    @cached_property
+    def near(self) -> NearTable | None:
+        """This process's near cache of the store (one per store and options), or None."""
+        options = self.near_options
+        if options is None:
+            return None
+        scope, store = self._key_scope, self.store
+
+        def report(stats: NearStats) -> None:
+            observer = getattr(store, "observer", None)  # a cluster's: there may be none yet
+            if observer is not None:
+                observer.near(stats)
+
+        return per_store(
+            store,
+            (NearTable, options, scope),
+            lambda: NearTable(options, scope=scope, report=report),
+        )
+
+    @cached_property
+    def near_values(self) -> Store:
+        """What the cache API reads and writes: :attr:`values` behind the near cache
+        (:attr:`values` itself without one)."""
+        near = self.near
+        return self.values if near is None else NearStore(self.values, near)
+
+    @cached_property
+    def async_near_values(self) -> AsyncStore:
+        """:attr:`near_values` for asyncio (the same table)."""
+        near = self.near
+        return self.async_values if near is None else AsyncNearStore(self.async_values, near)
+
+    @cached_property
+    def near_store(self) -> Store:
+        """:attr:`pattern_store` behind the near cache, for ``get_or_compute`` and namespaces:
+        their reads are held near and their writes drop copies.  Without one, or during a
+        ring migration (the patterns then use the old ring, the table holds the values'),
+        :attr:`pattern_store` itself."""
+        near, store = self.near, self.pattern_store
+        return store if near is None or store is not self.store else NearStore(store, near)
+
+    @cached_property
+    def async_near_store(self) -> AsyncStore:
+        """:attr:`near_store` for asyncio (the same table)."""
+        near, store = self.near, self.async_pattern_store
+        if near is None or store is not self.async_store:
+            return store
+        return AsyncNearStore(store, near)
 
     # -- pattern objects ---------------------------------------------------------
 
@@ -312,6 +368,7 @@ def bind_cluster(
         raise conventions.refused("servers", exc) from exc
     given = _with_label(options, conventions)
     given = _with_secrets(given, conventions)
+    near = _near_options(given, conventions)
     if conventions.key_scope is not None and given.get("replicate"):
         given.setdefault("replicate_scope", conventions.key_scope)
     try:
@@ -342,6 +399,8 @@ def bind_cluster(
         large_values=parsed_options.large_values,
         long_keys=parsed_options.long_keys,
         set_options=set_options,
+        near=near,
+        key_scope=conventions.key_scope,
     )
 
 
@@ -389,6 +448,10 @@ def bind_embedded(
     """
     try:
         given = _without_instrumentation(options)
+        # Checked, and unused: the embedded store is in this process's memory already.
+        if "near_cache" in given:
+            NearOptions.from_option(given["near_cache"])
+            given = {k: v for k, v in given.items() if k != "near_cache"}
         sizes = memory_options(given)
         serde = SerdeOptions.from_mapping(_with_secrets(given, conventions))
     except ConfigurationError as exc:
@@ -427,6 +490,15 @@ def _with_secrets(options: Mapping[str, Any], conventions: Conventions) -> dict[
     if conventions.secrets is None:
         return dict(options)
     return with_derived_keys(options, conventions.secrets)
+
+
+def _near_options(given: dict[str, Any], conventions: Conventions) -> NearOptions | None:
+    """Take ``near_cache`` out of ``given`` (it is not the cluster's: aliases over the
+    same servers share one cluster), parsed."""
+    try:
+        return NearOptions.from_option(given.pop("near_cache", None))
+    except ConfigurationError as exc:
+        raise conventions.refused("options", exc) from exc
 
 
 def _without_instrumentation(options: Mapping[str, Any]) -> Mapping[str, Any]:

@@ -12,7 +12,10 @@ The toolbar's own cache panel wraps Django's plain methods only (``get``,
 This panel lists each pattern call (``sadd``, ``get_or_compute``,
 ``aget_or_compute``...: name, key, a summary of the result, time) with the
 round trips behind it (server, command, outcome, time), then the round trips
-of plain calls; the toolbar's nav shows the totals.
+of plain calls; the toolbar's nav shows the totals.  With a near cache
+(``OPTIONS["near_cache"]``) it also shows the reads served from process memory
+while the request ran (those of other threads of the process included), and
+what the near cache holds.
 
 It works with instrumentation off: while the toolbar is on, it adds one
 recording sink to the clusters of the caches served by our backends
@@ -107,6 +110,42 @@ def summary(value: Any, quote: bool = True) -> str:
     return text if len(text) <= _MOST else text[: _MOST - 1] + "…"
 
 
+def _near_counts() -> dict[str, Any]:
+    """Each near cache's counts now (``OPTIONS["near_cache"]``), by alias."""
+    found = {}
+    for alias in pattern_aliases():
+        near = getattr(caches[alias], "binding", None)
+        table = getattr(near, "near", None)
+        if table is not None:
+            found[alias] = table.stats()
+    return found
+
+
+def _near_rows(before: dict[str, Any], after: dict[str, Any]) -> list[dict[str, Any]]:
+    """What each near cache did during the request (the process's threads and tasks
+    included: a lookup is not worth recording one by one), and what it holds."""
+    rows = []
+    for alias, now in after.items():
+        then = before.get(alias)
+        hits = now.hits - (then.hits if then else 0)
+        misses = now.misses - (then.misses if then else 0)
+        saved = now.round_trips_saved - (then.round_trips_saved if then else 0)
+        rows.append(
+            {
+                "cache": alias,
+                "hits": hits,
+                "misses": misses,
+                "saved": saved,
+                "hit_ratio": round(100 * hits / (hits + misses)) if hits + misses else None,
+                "entries": now.entries,
+                "bytes": now.bytes,
+                "max_bytes": now.max_bytes,
+                "evictions": now.evictions,
+            }
+        )
+    return rows
+
+
 def _orm_event(event: str, model: str, count: int, **_: Any) -> None:
     """An ORM cache event (django_mcpatterns.orm): counted in the current request's recording."""
     recording = _recording.get()
@@ -132,8 +171,10 @@ class PatternsPanel(Panel):
         super().__init__(*args, **kwargs)
         self._recording = _Recording()
         self._token: contextvars.Token[_Recording | None] | None = None
+        self._near: dict[str, Any] = {}  # each near cache's counts when the request began
 
     def enable_instrumentation(self) -> None:
+        self._near = _near_counts()
         for alias in pattern_aliases():
             cache = caches[alias]
             for name in ("store", "astore"):
@@ -171,6 +212,7 @@ class PatternsPanel(Panel):
                 "total_commands": sum(trip["commands"] for trip in trips),
                 "total_time": sum(call.get("time", 0.0) for call in calls)
                 + sum(trip["time"] for trip in plain),
+                "near": _near_rows(self._near, _near_counts()),
             }
         )
 

@@ -7,7 +7,8 @@ Read-only views of a backend's Store, computed the same way for both:
   ownership, not from sampling keys);
 * node health (:meth:`Cluster.health`) and memcached's ``stats`` of every
   server, under a few stable names, for a ``Cluster`` (one mapping per server)
-  and the embedded ``MemoryStore`` (one flat mapping) alike.
+  and the embedded ``MemoryStore`` (one flat mapping) alike;
+* the near cache's counts in this process (``OPTIONS["near_cache"]``).
 """
 
 from __future__ import annotations
@@ -211,6 +212,7 @@ class CacheStatus:
     replicate: dict[str, int] = field(default_factory=dict)  # key prefix -> copies
     gutter: list[ServerStatus] = field(default_factory=list)  # the gutter pool's servers
     gutter_ttl: int | None = None
+    near: dict[str, Any] | None = None  # the near cache's counts in this process (NearStats)
     migration: MigrationStatus | None = None
 
     def as_dict(self) -> dict[str, Any]:
@@ -255,6 +257,7 @@ def cache_status(alias: str) -> CacheStatus:
     if isinstance(store, Cluster):
         options = store.options
         raw, gutter_raw = store.stats(), store.stats(gutter=True)  # first: it finds dead servers
+        near = cache.binding.near
         return CacheStatus(
             alias,
             backend,
@@ -265,6 +268,7 @@ def cache_status(alias: str) -> CacheStatus:
             replicate=dict(options.replicate),
             gutter=_servers(store.gutter_health(), gutter_raw, {}),
             gutter_ttl=options.gutter_ttl if options.gutter else None,
+            near=near.stats().as_dict() if near is not None else None,
             migration=migration_status(getattr(cache.binding, "migration", None)),
         )
     # The embedded MemoryStore: one flat stats mapping, no ring, no health.

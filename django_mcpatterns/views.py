@@ -61,6 +61,7 @@ METRICS = (
     "mcpatterns_command_seconds",
     "mcpatterns_server_up",
     "mcpatterns_events_total",
+    "mcpatterns_near_lookups_total",
 )
 RING_RADIUS = 80.0
 BAR_WIDTH = 240.0

@@ -41,12 +41,12 @@ class AsyncCacheMethods(MemcachedContract):
     ) -> bool:
         key, expire = self._write_args(key, timeout, version)
         with size_limited(key) as outcome:
-            outcome.stored = await self.binding.async_values.add(key, value, expire)
+            outcome.stored = await self.binding.async_near_values.add(key, value, expire)
         return outcome.stored
 
     async def aget(self, key: Any, default: Any = None, version: Any = None) -> Any:
         key = self.make_and_validate_key(key, version=version)
-        return await self.binding.async_values.get(key, default)
+        return await self.binding.async_near_values.get(key, default)
 
     async def aset(  # type: ignore[override]  # says whether it stored; Django's returns None
         self, key: Any, value: Any, timeout: Any = DEFAULT_TIMEOUT, version: Any = None
@@ -58,7 +58,7 @@ class AsyncCacheMethods(MemcachedContract):
         refuses values over its 1 MB item limit).
         """
         key, expire = self._write_args(key, timeout, version)
-        values = self.binding.async_values
+        values = self.binding.async_near_values
         with size_limited(key) as outcome:
             outcome.stored = await values.set(key, value, expire)
         if not outcome.stored:
@@ -67,24 +67,24 @@ class AsyncCacheMethods(MemcachedContract):
 
     async def atouch(self, key: Any, timeout: Any = DEFAULT_TIMEOUT, version: Any = None) -> bool:
         key, expire = self._write_args(key, timeout, version)
-        return bool(await self.binding.async_values.touch(key, expire))
+        return bool(await self.binding.async_near_values.touch(key, expire))
 
     async def adelete(self, key: Any, version: Any = None) -> bool:
         key = self.make_and_validate_key(key, version=version)
-        return bool(await self.binding.async_values.delete(key))
+        return bool(await self.binding.async_near_values.delete(key))
 
     async def aget_many(self, keys: Iterable[Any], version: Any = None) -> dict[Any, Any]:
         """The values found, keyed as given: one call to the store (one pipelined
         request per server)."""
         key_map = self._key_map(keys, version)
-        return as_given(await self.binding.async_values.get_many(list(key_map)), key_map)
+        return as_given(await self.binding.async_near_values.get_many(list(key_map)), key_map)
 
     async def ahas_key(self, key: Any, version: Any = None) -> bool:
         return await self.aget(key, MISSING, version=version) is not MISSING
 
     async def aincr(self, key: Any, delta: int = 1, version: Any = None) -> int:
         key = self.make_and_validate_key(key, version=version)
-        values = self.binding.async_values
+        values = self.binding.async_near_values
         counter = values.decr if delta < 0 else values.incr  # memcached: no negative deltas
         return counted(key, await counter(key, abs(delta)))
 
@@ -97,16 +97,16 @@ class AsyncCacheMethods(MemcachedContract):
         """Store every value; return the keys that failed, as Django does."""
         key_map = self._key_map(data, version)
         expire = self.get_backend_timeout(timeout)
-        failed = await self.binding.async_values.set_many(made_values(data, key_map), expire)
+        failed = await self.binding.async_near_values.set_many(made_values(data, key_map), expire)
         return [key_map[k] for k in failed]
 
     async def adelete_many(self, keys: Iterable[Any], version: Any = None) -> None:
-        await self.binding.async_values.delete_many(list(self._key_map(keys, version)))
+        await self.binding.async_near_values.delete_many(list(self._key_map(keys, version)))
 
     async def aclear(self) -> None:
         """Flush the whole store: memcached's ``flush_all`` empties every server, whatever
         the key prefix."""
-        await self.binding.async_values.flush_all()
+        await self.binding.async_near_values.flush_all()
 
     async def aincr_version(self, key: Any, delta: int = 1, version: Any = None) -> int:
         """Move the value of ``key`` to version ``version + delta``; return the new version.

@@ -42,12 +42,12 @@ class CacheMethods(MemcachedContract):
     ) -> bool:
         key, expire = self._write_args(key, timeout, version)
         with size_limited(key) as outcome:
-            outcome.stored = self.binding.values.add(key, value, expire)
+            outcome.stored = self.binding.near_values.add(key, value, expire)
         return outcome.stored
 
     def get(self, key: Any, default: Any = None, version: Any = None) -> Any:
         key = self.make_and_validate_key(key, version=version)
-        return self.binding.values.get(key, default)
+        return self.binding.near_values.get(key, default)
 
     def set(  # type: ignore[override]  # says whether it stored; Django's returns None
         self, key: Any, value: Any, timeout: Any = DEFAULT_TIMEOUT, version: Any = None
@@ -59,7 +59,7 @@ class CacheMethods(MemcachedContract):
         refuses values over its 1 MB item limit).
         """
         key, expire = self._write_args(key, timeout, version)
-        values = self.binding.values
+        values = self.binding.near_values
         with size_limited(key) as outcome:
             outcome.stored = values.set(key, value, expire)
         if not outcome.stored:
@@ -68,24 +68,24 @@ class CacheMethods(MemcachedContract):
 
     def touch(self, key: Any, timeout: Any = DEFAULT_TIMEOUT, version: Any = None) -> bool:
         key, expire = self._write_args(key, timeout, version)
-        return bool(self.binding.values.touch(key, expire))
+        return bool(self.binding.near_values.touch(key, expire))
 
     def delete(self, key: Any, version: Any = None) -> bool:
         key = self.make_and_validate_key(key, version=version)
-        return bool(self.binding.values.delete(key))
+        return bool(self.binding.near_values.delete(key))
 
     def get_many(self, keys: Iterable[Any], version: Any = None) -> dict[Any, Any]:
         """The values found, keyed as given: one call to the store (one pipelined
         request per server)."""
         key_map = self._key_map(keys, version)
-        return as_given(self.binding.values.get_many(list(key_map)), key_map)
+        return as_given(self.binding.near_values.get_many(list(key_map)), key_map)
 
     def has_key(self, key: Any, version: Any = None) -> bool:
         return self.get(key, MISSING, version=version) is not MISSING
 
     def incr(self, key: Any, delta: int = 1, version: Any = None) -> int:
         key = self.make_and_validate_key(key, version=version)
-        values = self.binding.values
+        values = self.binding.near_values
         counter = values.decr if delta < 0 else values.incr  # memcached: no negative deltas
         return counted(key, counter(key, abs(delta)))
 
@@ -98,16 +98,16 @@ class CacheMethods(MemcachedContract):
         """Store every value; return the keys that failed, as Django does."""
         key_map = self._key_map(data, version)
         expire = self.get_backend_timeout(timeout)
-        failed = self.binding.values.set_many(made_values(data, key_map), expire)
+        failed = self.binding.near_values.set_many(made_values(data, key_map), expire)
         return [key_map[k] for k in failed]
 
     def delete_many(self, keys: Iterable[Any], version: Any = None) -> None:
-        self.binding.values.delete_many(list(self._key_map(keys, version)))
+        self.binding.near_values.delete_many(list(self._key_map(keys, version)))
 
     def clear(self) -> None:
         """Flush the whole store: memcached's ``flush_all`` empties every server, whatever
         the key prefix."""
-        self.binding.values.flush_all()
+        self.binding.near_values.flush_all()
 
     def incr_version(self, key: Any, delta: int = 1, version: Any = None) -> int:
         """Move the value of ``key`` to version ``version + delta``; return the new version.

@@ -170,14 +170,14 @@ class PatternsCache(PatternMethods, BaseCache):
 
     def get(self, key: str) -> Any:
         made = self._made(key)
-        return None if made is None else self.values.get(made)
+        return None if made is None else self.binding.near_values.get(made)
 
     def has(self, key: str) -> bool:
         made = self._made(key)
         # A default sentinel tells a stored None from a miss, without the
         # ``append(key, "")`` trick of cachelib, which would change the item's
         # CAS token under concurrent sets and locks.
-        return made is not None and self.values.get(made, _MISSING) is not _MISSING
+        return made is not None and self.binding.near_values.get(made, _MISSING) is not _MISSING
 
     def get_many(self, *keys: str) -> list[Any]:
         found = self.get_dict(*keys)
@@ -185,7 +185,7 @@ class PatternsCache(PatternMethods, BaseCache):
 
     def get_dict(self, *keys: str) -> dict[str, Any]:
         made = self._made_map(keys)
-        hits = self.values.get_many(list(made)) if made else {}
+        hits = self.binding.near_values.get_many(list(made)) if made else {}
         found = {key: hits.get(made_key) for made_key, key in made.items()}
         return {key: found.get(key) for key in keys}
 
@@ -199,12 +199,14 @@ class PatternsCache(PatternMethods, BaseCache):
         """Store every value; return the keys that were stored (Flask-Caching's convention)."""
         made = self._made_map(mapping, write=True)
         expire = self._expire(timeout)
-        failed = set(self.values.set_many({m: mapping[k] for m, k in made.items()}, expire))
+        failed = set(
+            self.binding.near_values.set_many({m: mapping[k] for m, k in made.items()}, expire)
+        )
         return [key for made_key, key in made.items() if made_key not in failed]
 
     def delete(self, key: str) -> bool:
         made = self._made(key)
-        return made is not None and self.values.delete(made)
+        return made is not None and self.binding.near_values.delete(made)
 
     def delete_many(self, *keys: str) -> list[Any]:
         """Delete the keys; return those absent afterwards, as cachelib's memcached backend does.
@@ -216,7 +218,7 @@ class PatternsCache(PatternMethods, BaseCache):
         made = self._made_map(keys)
         if not made:
             return []
-        self.values.delete_many(list(made))
+        self.binding.near_values.delete_many(list(made))
         remaining = self.values.get_many(list(made))
         failed = [key for made_key, key in made.items() if made_key in remaining]
         if failed and not self.ignore_delete_many_errors:
@@ -239,7 +241,7 @@ class PatternsCache(PatternMethods, BaseCache):
 
     def clear(self) -> bool:
         """Flush the whole store: every key, whatever its prefix (memcached's ``flush_all``)."""
-        return self.values.flush_all()
+        return self.binding.near_values.flush_all()
 
     def inc(self, key: str, delta: int = 1) -> int | None:
         """Add ``delta`` atomically; a missing key starts from 0.  ``None`` on a backend error."""
@@ -278,7 +280,7 @@ class PatternsCache(PatternMethods, BaseCache):
             return False
         expire = self._expire(timeout)
         try:
-            return bool(getattr(self.values, command)(made, value, expire))
+            return bool(getattr(self.binding.near_values, command)(made, value, expire))
         except ValueTooLargeError:
             # memcached removes the old item of a set over the limit, so no stale
             # value outlives the failed write (store.py).
@@ -294,7 +296,7 @@ class PatternsCache(PatternMethods, BaseCache):
             # None for a missing key and refuses a negative count (stored as
             # "-3", which it does not parse): both go the gets/cas way.
             try:
-                number = self.values.incr(made, delta)
+                number = self.binding.near_values.incr(made, delta)
             except NonNumericValueError:
                 number = None
             if number is not None:
@@ -304,7 +306,7 @@ class PatternsCache(PatternMethods, BaseCache):
         return self._swap_delta(made, delta)
 
     def _swap_delta(self, made: str, delta: int) -> int | None:
-        store = self.values
+        store = self.binding.near_values
         for attempt in range(CAS_ATTEMPTS):
             value, token, left = store.gets_ttl(made)
             if token is None:

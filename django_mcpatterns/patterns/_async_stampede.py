@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 from django_mcpatterns.core.concurrency import AsyncCompute
 from django_mcpatterns.core.leases import async_get_or_set
+from django_mcpatterns.core.near import near_key
 from django_mcpatterns.core.stampede import Fetched, StampedePolicy
 from django_mcpatterns.core.values import Envelope
 
@@ -64,12 +65,25 @@ class AsyncStampedeMethods(PatternHost):
     ) -> Fetched[T]:
         """Like ``get_or_compute``, returning a ``Fetched`` (``value``, ``outcome``:
         fresh/stale/computed/waited, and the value's ``envelope`` with its expiries)."""
-        return await self._astampede(policy).fetch(
-            self._pattern_key(key, version),
-            compute,
-            self._soft_timeout(timeout),
-            should_cache=should_cache,
+        made = self._pattern_key(key, version)
+        near = self.binding.near
+        if near is None:
+            return await self._astampede(policy).fetch(
+                made, compute, self._soft_timeout(timeout), should_cache=should_cache
+            )
+        # Near: a fresh value read within max_age is served from memory (never a stale one:
+        # who recomputes is memcached's to decide).
+        name = near_key(made)
+        held = near.envelope(name)
+        if held is not None:
+            return Fetched(held.value, "fresh", held)
+        ticket = near.ticket()
+        fetched = await self._astampede(policy).fetch(
+            made, compute, self._soft_timeout(timeout), should_cache=should_cache
         )
+        if fetched.outcome == "fresh" and fetched.envelope is not None:
+            near.fill(name, fetched.value, ticket, envelope=fetched.envelope)
+        return fetched
 
     async def arecompute(
         self,
@@ -105,7 +119,8 @@ class AsyncStampedeMethods(PatternHost):
         out of the cache (it is still returned), so a concurrent invalidation wins.
         """
         made = self._pattern_key(key, version)
-        return await async_get_or_set(self.avalues, made, default, self._pattern_expire(timeout))
+        values = self.binding.async_near_values
+        return await async_get_or_set(values, made, default, self._pattern_expire(timeout))
 
     async def aget_envelope(self, key: Any, *, version: int | None = None) -> Envelope | None:
         """The value of ``key`` with its soft/hard expiry and compute time, or None."""

@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 
 from django_mcpatterns.core.concurrency import Compute
 from django_mcpatterns.core.leases import get_or_set
+from django_mcpatterns.core.near import near_key
 from django_mcpatterns.core.stampede import Fetched, StampedePolicy
 from django_mcpatterns.core.values import Envelope
 
@@ -65,12 +66,25 @@ class StampedeMethods(PatternHost):
     ) -> Fetched[T]:
         """Like ``get_or_compute``, returning a ``Fetched`` (``value``, ``outcome``:
         fresh/stale/computed/waited, and the value's ``envelope`` with its expiries)."""
-        return self._stampede(policy).fetch(
-            self._pattern_key(key, version),
-            compute,
-            self._soft_timeout(timeout),
-            should_cache=should_cache,
+        made = self._pattern_key(key, version)
+        near = self.binding.near
+        if near is None:
+            return self._stampede(policy).fetch(
+                made, compute, self._soft_timeout(timeout), should_cache=should_cache
+            )
+        # Near: a fresh value read within max_age is served from memory (never a stale one:
+        # who recomputes is memcached's to decide).
+        name = near_key(made)
+        held = near.envelope(name)
+        if held is not None:
+            return Fetched(held.value, "fresh", held)
+        ticket = near.ticket()
+        fetched = self._stampede(policy).fetch(
+            made, compute, self._soft_timeout(timeout), should_cache=should_cache
         )
+        if fetched.outcome == "fresh" and fetched.envelope is not None:
+            near.fill(name, fetched.value, ticket, envelope=fetched.envelope)
+        return fetched
 
     def recompute(
         self,
@@ -106,7 +120,8 @@ class StampedeMethods(PatternHost):
         out of the cache (it is still returned), so a concurrent invalidation wins.
         """
         made = self._pattern_key(key, version)
-        return get_or_set(self.values, made, default, self._pattern_expire(timeout))
+        values = self.binding.near_values
+        return get_or_set(values, made, default, self._pattern_expire(timeout))
 
     def get_envelope(self, key: Any, *, version: int | None = None) -> Envelope | None:
         """The value of ``key`` with its soft/hard expiry and compute time, or None."""

@@ -128,16 +128,19 @@ class PatternHost:
         """The soft TTL of a ``get_or_compute`` value for the framework's ``timeout``."""
         return soft_timeout(self._pattern_expire(timeout), time.time())
 
-    # Stampede protection with the call's policy, or the cache's (read at each call).
+    # Stampede protection with the call's policy, or the cache's (read at each call), over
+    # the near cache where there is one (its reads held near, its writes dropping copies).
 
     def _stampede(self, policy: StampedePolicy | None) -> Stampede:
         return Stampede(
-            self.pattern_store, policy or self.stampede_policy, on_event=self._pattern_event
+            self.binding.near_store, policy or self.stampede_policy, on_event=self._pattern_event
         )
 
     def _astampede(self, policy: StampedePolicy | None) -> AsyncStampede:
         return AsyncStampede(
-            self.apattern_store, policy or self.stampede_policy, on_event=self._pattern_event
+            self.binding.async_near_store,
+            policy or self.stampede_policy,
+            on_event=self._pattern_event,
         )
 
     # The cache's namespaces: their keys are made by this cache's rules, and their
@@ -145,15 +148,13 @@ class PatternHost:
 
     @cached_property
     def _namespaces(self) -> Namespaces:
-        return Namespaces(
-            self.pattern_store, make_key=self._pattern_key, stampede=self._stampede_on
-        )
+        store = self.binding.near_store
+        return Namespaces(store, make_key=self._pattern_key, stampede=self._stampede_on)
 
     @cached_property
     def _anamespaces(self) -> AsyncNamespaces:
-        return AsyncNamespaces(
-            self.apattern_store, make_key=self._pattern_key, stampede=self._astampede_on
-        )
+        store = self.binding.async_near_store
+        return AsyncNamespaces(store, make_key=self._pattern_key, stampede=self._astampede_on)
 
     def _stampede_on(self, store: Store) -> Stampede:
         return Stampede(store, self.stampede_policy, on_event=self._pattern_event)

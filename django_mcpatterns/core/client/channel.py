@@ -50,6 +50,7 @@ from typing import Any
 
 from ..protocol.reader import Reader
 from ..protocol.wire import NEED_DATA, ErrorReply, Get, Request, Value
+from . import epochs
 from .transport import (
     ConnectionClosedError,
     SocketOptions,
@@ -403,4 +404,5 @@ async def open_channel(address: str | tuple[str, int], options: SocketOptions) -
     sock = transport.get_extra_info("socket")
     if sock is not None and not isinstance(address, str):
         tune_tcp(sock, socket, options)
+    epochs.opened(address)
     return channel

@@ -30,6 +30,7 @@ from typing import Any, Protocol, TypeVar
 from ..exceptions import ProtocolError
 from ..protocol.reader import Reader
 from ..protocol.wire import NEED_DATA, ErrorReply, Request
+from . import epochs
 
 __all__ = [
     "Connection",
@@ -136,6 +137,7 @@ class Connection:
             raise
         self.sock = sock
         self.reader = Reader()
+        epochs.opened(self.address)
         return sock
 
     def send(self, data: bytes) -> None:

@@ -21,7 +21,7 @@ from django_mcpatterns.core.leases import PLACEHOLDER, fill_missing
 from django_mcpatterns.core.locks import strict_view
 from django_mcpatterns.core.stampede import Fetched, Stampede, StampedePolicy
 from django_mcpatterns.core.store import CasToken, Store
-from django_mcpatterns.core.values.envelope import STALE, Serde, with_envelopes
+from django_mcpatterns.core.values.envelope import STALE, Envelope, Serde, with_envelopes
 from django_mcpatterns.core.values.refusals import is_refused
 
 from ._model import (
@@ -271,6 +271,9 @@ class Namespace:
     ) -> Fetched[T]:
         """Like :meth:`get_or_compute`, saying how the value was obtained."""
         made = self.key(key, version=version)
+        held = self._near_fresh(made)
+        if held is not None:
+            return Fetched(held.value, "fresh", held)
         slot = NamespaceSlot(self, made, self._ctx.store)
         stampede = self._ctx.stampede(slot)  # type: ignore[arg-type]
         return stampede.fetch(made, compute, timeout, policy=policy, should_cache=should_cache)
@@ -322,6 +325,23 @@ class Namespace:
         return self.namespace(*parts).invalidate()
 
     # -- steps (also used by the slot) --
+
+    def _near_fresh(self, key: Routed) -> Envelope | None:
+        """With a near cache in front of the store (:mod:`django_mcpatterns.core.near`): the
+        fresh value of ``key`` and its versions, held near (or read through it, then held);
+        None otherwise, for the stampede to decide."""
+        held_many = getattr(self._ctx.store, "held_many", None)
+        if held_many is None:
+            return None
+        found = held_many([*self._version_keys, key])
+        if found is None:
+            versions, found = self._fetch([key])
+        else:
+            versions = tuple([version_of(found.get(k), k) for k in self._version_keys])
+        value = self._open(key, found.get(key, MISSING), versions, envelopes=True)
+        if type(value) is Envelope and not value.pending and value.fresh(self._ctx.clock()):
+            return value
+        return None
 
     def _fetch(self, keys: list[Key]) -> tuple[tuple[int | None, ...], dict[Key, Any]]:
         """One multi-get of the version keys and ``keys``: (versions, hits)."""

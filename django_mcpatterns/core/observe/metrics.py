@@ -1,13 +1,22 @@
 """Prometheus metrics of the clusters (``OPTIONS["instrumentation"] = ["prometheus"]``).
 
-=============================== ========= ===================================
-metric                          type      labels
-=============================== ========= ===================================
-``mcpatterns_commands_total``   counter   cache, server, command, outcome
-``mcpatterns_command_seconds``  histogram cache, server, command
-``mcpatterns_server_up``        gauge     cache, server (1 alive, 0 failing)
-``mcpatterns_events_total``     counter   cache, event
-=============================== ========= ===================================
+=========================================== ========= ==================================
+metric                                      type      labels
+=========================================== ========= ==================================
+``mcpatterns_commands_total``               counter   cache, server, command, outcome
+``mcpatterns_command_seconds``              histogram cache, server, command
+``mcpatterns_server_up``                    gauge     cache, server (1 alive, 0 failing)
+``mcpatterns_events_total``                 counter   cache, event
+``mcpatterns_near_lookups_total``           counter   cache, result (``hit``, ``miss``)
+``mcpatterns_near_round_trips_saved_total`` counter   cache
+``mcpatterns_near_evictions_total``         counter   cache
+``mcpatterns_near_revalidations_total``     counter   cache
+``mcpatterns_near_bytes``                   gauge     cache (summed over live workers)
+``mcpatterns_near_entries``                 gauge     cache (summed over live workers)
+=========================================== ========= ==================================
+
+The near cache's series (``OPTIONS["near_cache"]``) are brought up to date at
+most once a second, on a read that memcached answers: a hit costs nothing here.
 
 Label values come from closed sets (server names of the configuration,
 command names, :data:`~django_mcpatterns.core.observe.OUTCOMES`, event names): never a key, so the
@@ -84,6 +93,44 @@ class _Families:
             ("cache", "event"),
             registry=registry,
         )
+        self.near_lookups = Counter(
+            "mcpatterns_near_lookups",
+            "Reads the near cache looked up, by result (hit: served from process memory)",
+            ("cache", "result"),
+            registry=registry,
+        )
+        self.near_saved = Counter(
+            "mcpatterns_near_round_trips_saved",
+            "Calls the near cache answered without a round trip to memcached",
+            ("cache",),
+            registry=registry,
+        )
+        self.near_evictions = Counter(
+            "mcpatterns_near_evictions",
+            "Entries the near cache evicted to stay under max_bytes",
+            ("cache",),
+            registry=registry,
+        )
+        self.near_revalidations = Counter(
+            "mcpatterns_near_revalidations",
+            "Large values the near cache kept after checking their cas (no value sent)",
+            ("cache",),
+            registry=registry,
+        )
+        self.near_bytes = Gauge(
+            "mcpatterns_near_bytes",
+            "Bytes the near cache holds (values, keys and entries)",
+            ("cache",),
+            multiprocess_mode="livesum",
+            registry=registry,
+        )
+        self.near_entries = Gauge(
+            "mcpatterns_near_entries",
+            "Entries the near cache holds",
+            ("cache",),
+            multiprocess_mode="livesum",
+            registry=registry,
+        )
 
 
 _families: dict[int, tuple[CollectorRegistry, _Families]] = {}
@@ -124,6 +171,7 @@ class PrometheusSink(BaseSink):
         self._families = _families_of(self.registry)
         self._children: dict[tuple[Any, ...], tuple[tuple[Any, ...], Any]] = {}
         self._up: dict[tuple[str, str], int] = {}  # the server_up values this process set
+        self._near: dict[str, tuple[int, ...]] = {}  # the near counts sent, per cache
         self._forked = False
         _sinks[id(self)] = self
 
@@ -175,6 +223,37 @@ class PrometheusSink(BaseSink):
         if self._forked:
             self._restore()
         self._families.server_up.labels(cache, server).set(1 if up else 0)
+
+    def near(self, cache: str, stats: Any) -> None:
+        """Bring the near cache's series up to date with its counts so far."""
+        if self._forked:
+            self._restore()
+        counts: tuple[int, ...] = (
+            stats.hits,
+            stats.misses,
+            stats.round_trips_saved,
+            stats.evictions,
+            stats.revalidated,
+        )
+        last = self._near.get(cache, (0,) * len(counts))
+        if any(now < before for now, before in zip(counts, last, strict=True)):
+            last = (0,) * len(counts)  # a new table (a forked child): counted from 0
+        self._near[cache] = counts
+        hits, misses, saved, evictions, revalidated = (
+            now - before for now, before in zip(counts, last, strict=True)
+        )
+        families = self._families
+        for counter, amount in (
+            (families.near_lookups.labels(cache, "hit"), hits),
+            (families.near_lookups.labels(cache, "miss"), misses),
+            (families.near_saved.labels(cache), saved),
+            (families.near_evictions.labels(cache), evictions),
+            (families.near_revalidations.labels(cache), revalidated),
+        ):
+            if amount:
+                counter.inc(amount)
+        families.near_bytes.labels(cache).set(stats.bytes)
+        families.near_entries.labels(cache).set(stats.entries)
 
     def servers(self, cache: str) -> dict[str, dict[str, Any]]:
         """This process's counts of one cache, as

@@ -187,6 +187,14 @@ class Observer:
         for sink in self.sinks:
             _safely(sink.server_state, self.cache, server, up)
 
+    def near(self, stats: Any) -> None:
+        """The near cache's counts so far (:mod:`django_mcpatterns.core.near`), to the sinks
+        that take them."""
+        for sink in self.sinks:
+            near = getattr(sink, "near", None)
+            if near is not None:
+                _safely(near, self.cache, stats)
+
     def counts(self) -> tuple[dict[str, dict[str, Any]], dict[str, int]] | None:
         """This process's per-server counts and per-event counts (the status page), or None.
 

@@ -235,3 +235,8 @@ class BaseSink:
 
     def end(self, call: PatternCall, state: Any, result: Any, error: BaseException | None) -> None:
         pass
+
+    def near(self, cache: str, stats: Any) -> None:
+        """The near cache's counts so far in this process (a
+        :class:`~django_mcpatterns.core.near.NearStats`), sent at most once a second.
+        Optional: an observer sends them only to sinks that have this method."""

@@ -134,6 +134,24 @@ class StoreCommands:
         return Call(ring, MetaGet(kb, ttl=True), ttl_left, None)
 
     @command
+    def cas_of(self, key: Key) -> Plan[CasToken | None]:
+        """The item's cas token without its value (``mg <key> c``); None when it is missing.
+
+        What revalidates a value held near (:mod:`..near`): one round trip, no
+        value sent.  Meta protocol only: in text mode raise
+        :class:`NeedsMetaProtocolError` before any I/O.  Read from the key's home
+        server (never a replica, whose cas is its own counter's).
+        """
+        kb, ring = placed(key)
+        if self.text:
+            raise NeedsMetaProtocolError(
+                "cas_of needs memcached's meta protocol (mg <key> c), and "
+                "OPTIONS['protocol'] is 'text'",
+                option="protocol",
+            )
+        return Call(ring, MetaGet(kb, cas=True), meta_cas, None)
+
+    @command
     def bump(self, key: Key) -> Plan[bool]:
         """Refresh the item's place in the LRU without reading it or changing its TTL.
 

@@ -1,0 +1,31 @@
+"""Server epochs: what tells this process a server may have restarted since it last looked.
+
+memcached's cas counter restarts with the server (and a new item may then draw a
+cas an old one had), so a cas read before a restart proves nothing after it.  A
+restart closes every connection, and whatever follows reaches the new server
+over a connection opened after it.  So a server's epoch here is a token drawn
+each time this process opens a connection to it (pool, asyncio channel or
+probe): the same token before and after an exchange proves that the exchange
+went over a connection opened before the token was read, to the server that
+was there then.  Conservative: a new pooled connection also starts an epoch.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+__all__ = ["current", "opened"]
+
+_tokens = itertools.count(1)  # next() is atomic: each connection draws its own token
+_epochs: dict[Any, int] = {}
+
+
+def opened(address: Any) -> None:
+    """A connection to ``address`` was just opened: a new epoch begins."""
+    _epochs[address] = next(_tokens)
+
+
+def current(address: Any) -> int:
+    """The token of ``address``'s current epoch (0: no connection opened yet)."""
+    return _epochs.get(address, 0)

@@ -1,0 +1,377 @@
+"""The near cache's table: entries, their age bound, admission and eviction, its counts.
+
+Read :mod:`django_mcpatterns.core.near` for what it promises.  A lookup takes no
+lock (a dict read and two comparisons); fills, invalidations and evictions take
+the table's lock, briefly, and never across I/O.
+"""
+
+from __future__ import annotations
+
+import array
+import dataclasses
+import itertools
+import random
+import re
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable
+from typing import Any, Final
+
+from ..client.node import watch_forks
+from ..store import CasToken
+from ..values.envelope import Envelope
+from ._model import ENTRY_OVERHEAD, LARGE_VALUE, Kept, NearOptions, NearStats, keep
+
+__all__ = ["Entry", "NearTable", "Ticket"]
+
+Ticket = tuple[float, int]
+"""``(sent, seq)``: the clock before a request was sent, and the table's write sequence then."""
+
+STRIPES: Final = 4096  # write stamps kept per hash stripe, not per key: bounded memory
+SAMPLE: Final = 5  # entries looked at to choose an eviction victim
+REPORT_EVERY: Final = 1.0  # seconds between reports to instrumentation (on a miss)
+_HALF: Final = bytes(i >> 1 for i in range(256))  # halves every counter of a sketch row
+
+
+class Entry:
+    """One value held near, with its deadline (``expires``, on the table's clock)."""
+
+    __slots__ = (
+        "cas",
+        "copy",
+        "envelope",
+        "epoch",
+        "expires",
+        "hits",
+        "key",
+        "size",
+        "slot",
+        "value",
+    )
+
+    def __init__(self, key: str, kept: Kept, size: int, expires: float) -> None:
+        self.key = key
+        self.value, self.copy, _ = kept
+        self.size = size
+        self.expires = expires
+        self.hits = 0
+        self.slot = -1
+        self.envelope: Envelope | None = None  # get_or_compute's metadata (value left out)
+        self.cas: CasToken | None = None  # with the server's epoch: for revalidation
+        self.epoch: Any = None
+
+    def out(self) -> Any:
+        """The value for one caller: the kept object itself, or that caller's own copy."""
+        copy = self.copy
+        return self.value if copy is None else copy(self.value)
+
+    @property
+    def large(self) -> bool:
+        return self.size >= LARGE_VALUE
+
+
+class NearTable:
+    """The entries one process holds for one cache, shared by its threads and tasks.
+
+    ``clock`` (seconds, monotonic) times entries: an entry read by a request
+    sent at ``sent`` (its :meth:`ticket`) is served until ``sent + max_age``;
+    ``wall`` (Unix seconds) reads soft expiries.  ``report`` receives the counts
+    (:meth:`stats`) at most every :data:`REPORT_EVERY` seconds, on a read that
+    memcached answers (instrumentation: a hit never reports).
+    ``scope`` is a regular expression for what precedes the caller's key
+    (``KEY_PREFIX:version:``), skipped before ``prefixes`` are matched.
+    """
+
+    def __init__(
+        self,
+        options: NearOptions,
+        *,
+        scope: str | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
+        rng: Callable[[int], int] = random.randrange,
+        report: Callable[[NearStats], object] | None = None,
+    ) -> None:
+        self.options = options
+        self.max_age = options.max_age
+        self.clock = clock
+        self._wall = wall
+        self._report = report
+        self._report_at = 0.0
+        self._rng = rng
+        self._scope = re.compile(scope) if scope and options.prefixes else None
+        # The frequency sketch: 4 rows of one-byte counters, about one per KiB of values.
+        # Four 16-bit slices of a key's hash index the rows: at most 2**16 counters a row.
+        width = 1 << max(8, min(16, (options.max_bytes // 1024).bit_length() - 1))
+        self._mask = width - 1
+        self._sample_limit = 10 * width
+        self.budget = options.max_bytes - 4 * width  # the sketch counts against max_bytes
+        self._reset()
+        watch_forks(self)
+
+    def _reset(self) -> None:
+        self._lock = threading.Lock()
+        self.entries: dict[str, Entry] = {}
+        self._order: list[Entry] = []  # for sampling victims
+        self._bytes = 0
+        self._seq = 0  # bumped by every invalidation
+        self._cleared = 0  # tickets older than this are void (flush_all)
+        self._stamps = array.array("q", bytes(8 * STRIPES))
+        self._rows = [bytearray(self._mask + 1) for _ in range(4)]
+        self._added = 0
+        self._hits = itertools.count()
+        self._misses = itertools.count()
+        self._saved = itertools.count()
+        self._counts = dict.fromkeys(
+            ("fills", "refused", "evictions", "invalidations", "revalidated"), 0
+        )
+
+    def after_fork(self) -> None:
+        """In a forked child: start empty (another process; a parent's lock may be held)."""
+        self._reset()
+
+    # -- reading (no lock) --
+
+    def lookup(self, key: str) -> Entry | None:
+        """The live entry of ``key`` (counted as a hit), or None (counted as a miss)."""
+        entry = self.entries.get(key)
+        if entry is not None and entry.expires > self.clock():
+            entry.hits += 1
+            next(self._hits)
+            return entry
+        next(self._misses)
+        return None
+
+    def envelope(self, key: str) -> Envelope | None:
+        """``get_or_compute``'s lookup: the fresh envelope of ``key`` with this caller's own
+        value (counted as a hit), or None (a miss, or a value a plain ``get`` read)."""
+        entry = self.entries.get(key)
+        if entry is not None and entry.envelope is not None and entry.expires > self.clock():
+            entry.hits += 1
+            next(self._hits)
+            next(self._saved)
+            return dataclasses.replace(entry.envelope, value=entry.out())
+        next(self._misses)
+        return None
+
+    def held(self, key: str) -> Entry | None:
+        """The entry of ``key`` whatever its age (past ``max_age``: to revalidate), or None."""
+        return self.entries.get(key)
+
+    def saved(self) -> None:
+        """Count a call answered without a round trip."""
+        next(self._saved)
+
+    def ticket(self) -> Ticket:
+        """Take before sending a read: its answer is then dated no later than now."""
+        now = self.clock()
+        if self._report is not None and now >= self._report_at:
+            self._report_at = now + REPORT_EVERY
+            self._report(self.stats())
+        return now, self._seq
+
+    def bound(self, key: str) -> float | None:
+        """How long ``key`` may be held (None: not under ``prefixes``)."""
+        prefixes = self.options.prefixes
+        if prefixes is None:
+            return self.max_age
+        start = 0
+        if self._scope is not None:
+            scoped = self._scope.match(key)
+            start = scoped.end() if scoped else 0
+        for prefix, bound in prefixes:
+            if key.startswith(prefix, start):
+                return bound
+        return None
+
+    # -- writing (under the lock) --
+
+    def fill(
+        self,
+        key: str,
+        value: Any,
+        ticket: Ticket,
+        *,
+        envelope: Envelope | None = None,
+        cas: CasToken | None = None,
+        epoch: Any = None,
+    ) -> bool:
+        """Hold ``value``, read by a request sent under ``ticket``; return whether it is held.
+
+        Not held when a write of this process dropped the key since the ticket
+        (the value may predate it), when the key is not under ``prefixes``, when
+        the value cannot be kept apart from its callers, or when admission
+        prefers what memory holds.
+        """
+        bound = self.max_age if self.options.prefixes is None else self.bound(key)
+        if bound is None:
+            return False
+        sent, seq = ticket
+        now = self.clock()
+        expires = sent + bound
+        if envelope is not None:  # a get_or_compute value stops being fresh at its soft expiry
+            expires = min(expires, now + envelope.soft_expiry - self._wall())
+        if expires <= now:
+            return False
+        kept = keep(value)
+        size = 0 if kept is None else kept[2] + sys.getsizeof(key) + ENTRY_OVERHEAD
+        stamp = hash(key) & (STRIPES - 1)
+        with self._lock:
+            if seq < self._cleared or self._stamps[stamp] > seq:
+                return False  # a write of this process came after the read was sent
+            self._count_use(key)
+            if kept is None or not self._admit(key, size):
+                self._counts["refused"] += 1
+                return False
+            entry = Entry(key, kept, size, expires)
+            if envelope is not None:
+                entry.envelope = dataclasses.replace(envelope, value=None)
+            if cas is not None:
+                entry.cas, entry.epoch = cas, epoch
+            self._put(entry)
+            self._counts["fills"] += 1
+            return True
+
+    def renew(self, entry: Entry, ticket: Ticket) -> bool:
+        """``entry`` was found unchanged on the server by a request sent under ``ticket``:
+        serve it for another ``max_age`` from then.  False when it was dropped since."""
+        bound = self.bound(entry.key)
+        if bound is None:
+            return False
+        sent, seq = ticket
+        with self._lock:
+            stamp = hash(entry.key) & (STRIPES - 1)
+            if seq < self._cleared or self._stamps[stamp] > seq:
+                return False
+            if self.entries.get(entry.key) is not entry:
+                return False
+            entry.expires = max(entry.expires, sent + bound)
+            self._counts["revalidated"] += 1
+            return True
+
+    def invalidate(self, key: str) -> None:
+        """A write of this process to ``key`` completed (or may have): drop its copy now,
+        and void the answers of reads sent before."""
+        stamp = hash(key) & (STRIPES - 1)
+        with self._lock:
+            self._seq += 1
+            self._stamps[stamp] = self._seq
+            entry = self.entries.get(key)
+            if entry is not None:
+                self._remove(entry)
+                self._counts["invalidations"] += 1
+
+    def invalidate_many(self, keys: Iterable[str]) -> None:
+        for key in keys:
+            self.invalidate(key)
+
+    def clear(self) -> None:
+        """Drop everything, and void every read under way (``flush_all``)."""
+        with self._lock:
+            self._seq += 1
+            self._cleared = self._seq
+            self.entries = {}
+            self._order = []
+            self._bytes = 0
+
+    # -- admission and eviction --
+
+    def _count_use(self, key: str) -> None:
+        """Count a read of ``key`` that memcached answered (the admission's frequency)."""
+        h, mask = hash(key), self._mask
+        r0, r1, r2, r3 = self._rows
+        i = h & mask
+        if r0[i] < 255:
+            r0[i] += 1
+        i = h >> 16 & mask
+        if r1[i] < 255:
+            r1[i] += 1
+        i = h >> 32 & mask
+        if r2[i] < 255:
+            r2[i] += 1
+        i = h >> 48 & mask
+        if r3[i] < 255:
+            r3[i] += 1
+        self._added += 1
+        if self._added >= self._sample_limit:  # age: recent use counts, old use fades
+            self._added = 0
+            self._rows = [bytearray(row.translate(_HALF)) for row in self._rows]
+            for entry in self._order:
+                entry.hits >>= 1
+
+    def _frequency(self, key: str) -> int:
+        h, mask = hash(key), self._mask
+        r0, r1, r2, r3 = self._rows
+        return min(r0[h & mask], r1[h >> 16 & mask], r2[h >> 32 & mask], r3[h >> 48 & mask])
+
+    def _admit(self, key: str, size: int) -> bool:
+        """Make room for ``size`` bytes, or say the newcomer is not worth it (TinyLFU)."""
+        budget = self.budget
+        if size > budget // 4:
+            return False
+        old = self.entries.get(key)
+        if old is not None:
+            self._remove(old)
+        if self._bytes + size <= budget:
+            return True
+        candidate = self._frequency(key)
+        now = self.clock()
+        while self._bytes + size > budget and self._order:
+            victim = self._victim(now)
+            if victim.expires > now and victim.hits + 1 > candidate:
+                return False  # what memory holds is used more than the newcomer
+            self._remove(victim)
+            self._counts["evictions"] += 1
+        return True
+
+    def _victim(self, now: float) -> Entry:
+        """The least used of a few entries drawn at random; expired small ones first."""
+        order = self._order
+        best: Entry | None = None
+        best_score = 0
+        for _ in range(min(SAMPLE, len(order))):
+            entry = order[self._rng(len(order))]
+            # Expired ones first (a large one last: it may still be revalidated).
+            score = entry.hits + 1 if entry.expires > now else 0 if entry.large else -1
+            if best is None or score < best_score:
+                best, best_score = entry, score
+        assert best is not None
+        return best
+
+    def _put(self, entry: Entry) -> None:
+        entry.slot = len(self._order)
+        self._order.append(entry)
+        self.entries[entry.key] = entry
+        self._bytes += entry.size
+
+    def _remove(self, entry: Entry) -> None:
+        order = self._order
+        last = order.pop()
+        if last is not entry:
+            order[entry.slot] = last
+            last.slot = entry.slot
+        del self.entries[entry.key]
+        self._bytes -= entry.size
+
+    # -- reporting --
+
+    def stats(self) -> NearStats:
+        with self._lock:
+            counts = dict(self._counts)
+            entries, held = len(self.entries), self._bytes
+        return NearStats(
+            hits=_read(self._hits),
+            misses=_read(self._misses),
+            round_trips_saved=_read(self._saved),
+            entries=entries,
+            bytes=held,
+            max_bytes=self.options.max_bytes,
+            max_age=self.max_age,
+            **counts,
+        )
+
+
+def _read(counter: itertools.count[int]) -> int:
+    """The next number ``counter`` would give: how many it gave (read without taking one)."""
+    return int(repr(counter)[6:-1])

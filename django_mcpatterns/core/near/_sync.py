@@ -1,0 +1,309 @@
+# Generated from core/near/_async.py by scripts/generate_sync.py: do not edit.
+"""The near cache in front of a store: hot values served from this process's memory.
+
+The algorithm of :mod:`django_mcpatterns.core.near` (read its docstring), written
+once for an :class:`~django_mcpatterns.core.store.AsyncStore`; the sync
+:class:`~django_mcpatterns.core.near.NearStore` is generated from it.  The table
+(entries, ages, admission, counts) is ``_model_table.py``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from django_mcpatterns.core.keys import Key, KeyT
+from django_mcpatterns.core.store import CasToken, Claimed, Store, TokenStore
+
+from ._model import near_key
+from ._model_table import Entry, NearTable
+
+_MISS: Any = object()
+
+
+class NearStore:
+    """An :class:`~django_mcpatterns.core.store.AsyncStore` whose ``get`` and ``get_many``
+    are answered from ``table`` while an answer is younger than its bound.
+
+    Everything else goes to ``store``; each write, delete, touch or counter change
+    drops the key's copy once the store answered (or failed), and voids the
+    answers of reads sent before it, so a read that starts after a write of this
+    process returns never sees an older value.  ``gets`` and the envelope,
+    cas and TTL reads are never answered from memory: what they return is used
+    to write (locks, sets, leases).  Safe to share between threads and tasks.
+    """
+
+    def __init__(self, store: Store, table: NearTable) -> None:
+        self.store = store
+        self.table = table
+        # Large values are revalidated by their cas, read without the value, where the
+        # store can say it and name its server's epoch (a Cluster in meta mode).
+        self._revalidates = (
+            hasattr(store, "cas_of")
+            and hasattr(store, "server_epoch")
+            and getattr(store, "text", True) is False
+        )
+
+    @property
+    def serde(self) -> Any:
+        """The store's serde (namespaces and the stampede encode with it)."""
+        return self.store.serde  # type: ignore[attr-defined]  # Cluster/MemoryStore/chunked
+
+    def __getattr__(self, name: str) -> Any:
+        # What the store says of itself (text, ring, servers...): never a command, all of
+        # which are defined here.
+        return getattr(self.store, name)
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} over {self.store!r}>"
+
+    def strict(self) -> NearStore:
+        """The store's strict view, with the same table (its writes drop copies too)."""
+        strict = getattr(self.store, "strict", None)
+        return self if strict is None else NearStore(strict(), self.table)
+
+    # -- reads answered from memory --
+
+    def get(self, key: Key, default: Any = None) -> Any:
+        table = self.table
+        entry = table.lookup(key if type(key) is str else near_key(key))
+        if entry is not None:
+            table.saved()
+            copy = entry.copy
+            return entry.value if copy is None else copy(entry.value)
+        return self._far(key, default)
+
+    def get_many(self, keys: Iterable[Key]) -> dict[Key, Any]:
+        """Return the hits only, keyed as given: those held near, then one ``get_many`` of
+        the others."""
+        table = self.table
+        found: dict[Key, Any] = {}
+        far: list[Key] = []
+        for key in keys:
+            entry = table.lookup(near_key(key))
+            if entry is None:
+                far.append(key)
+            else:
+                found[key] = entry.out()
+        if not far:
+            table.saved()
+            return found
+        ticket = table.ticket()
+        fetched = self.store.get_many(far)
+        for key, value in fetched.items():
+            table.fill(near_key(key), value, ticket)
+        found.update(fetched)
+        return found
+
+    def held_many(self, keys: Iterable[Key]) -> dict[Key, Any] | None:
+        """The values of ``keys`` when every one is held near and younger than its bound
+        (hits only: a key memcached does not hold is never held), else None; no I/O.
+
+        What a reader that needs several items together (a namespaced value and its
+        versions) asks before it reads them otherwise; counted only when it answers.
+        """
+        entries, now = self.table.entries, self.table.clock()
+        found = {}
+        for key in keys:
+            entry = entries.get(near_key(key))
+            if entry is None or entry.expires <= now:
+                return None
+            found[key] = entry
+        table = self.table
+        for entry in found.values():
+            table.lookup(entry.key)  # counted as the hits they are
+        table.saved()
+        return {key: entry.out() for key, entry in found.items()}
+
+    def _far(self, key: Key, default: Any) -> Any:
+        """A single key memcached must answer: revalidated when large, else read."""
+        table = self.table
+        name = near_key(key)
+        held = table.held(name) if self._revalidates else None
+        if held is not None and held.cas is not None and self._revalidate(key, held):
+            table.saved()
+            return held.out()
+        ticket = table.ticket()
+        if held is not None and held.large:
+            # Read with its cas, so the next time it is past max_age no value travels.
+            epoch = self.store.server_epoch(key)  # type: ignore[attr-defined]  # Cluster
+            value, cas = self.store.gets(key)
+            if cas is None:
+                return default
+            table.fill(name, value, ticket, cas=cas, epoch=epoch)
+            return value
+        value = self.store.get(key, _MISS)
+        if value is _MISS:
+            return default
+        table.fill(name, value, ticket)
+        return value
+
+    def _revalidate(self, key: Key, held: Entry) -> bool:
+        """Whether ``held`` is still the item on its server: one ``mg <key> c``, no value.
+
+        A cas is a counter of one server's life: it restarts with the server, so
+        the answer counts only if the server's epoch did not change around it.
+        """
+        store: Any = self.store
+        epoch = store.server_epoch(key)
+        if epoch != held.epoch:
+            return False
+        ticket = self.table.ticket()
+        cas = store.cas_of(key)
+        if cas is None or int(cas) != int(held.cas or 0) or store.server_epoch(key) != epoch:
+            return False
+        return self.table.renew(held, ticket)
+
+    # -- reads that go to the store (what they return is used to write) --
+
+    def gets(self, key: Key) -> tuple[Any, CasToken | None]:
+        return self.store.gets(key)
+
+    def gets_many(self, keys: Iterable[Key]) -> dict[Key, tuple[Any, CasToken]]:
+        return self.store.gets_many(keys)
+
+    def gets_envelope(self, key: Key) -> tuple[Any, CasToken | None]:
+        return self.store.gets_envelope(key)
+
+    def get_many_envelopes(self, keys: Iterable[Key]) -> dict[Key, Any]:
+        return self.store.get_many_envelopes(keys)
+
+    def gets_ttl(self, key: Key) -> tuple[Any, CasToken | None, int | None]:
+        return self.store.gets_ttl(key)
+
+    def ttl(self, key: Key) -> int | None:
+        return self.store.ttl(key)
+
+    def bump(self, key: Key) -> bool:
+        return self.store.bump(key)  # the LRU only: the value stays
+
+    def claim(
+        self, key: Key, recache: int | None, placeholder: Any = None, placeholder_ttl: int = 0
+    ) -> Claimed | None:
+        """The store's stampede tokens where it has them; None sends the stampede
+        reader down its lock-based path."""
+        if not isinstance(self.store, TokenStore):
+            return None
+        return self.store.claim(key, recache, placeholder, placeholder_ttl)
+
+    # -- writes: the copy is dropped once the store answered, or failed --
+
+    def set(self, key: Key, value: Any, expire: int = 0) -> bool:
+        try:
+            return self.store.set(key, value, expire)
+        finally:
+            self._drop(key)
+
+    def set_many(self, values: Mapping[KeyT, Any], expire: int = 0) -> list[KeyT]:
+        try:
+            return self.store.set_many(values, expire)
+        finally:
+            self._drop_many(values)
+
+    def add(self, key: Key, value: Any, expire: int = 0) -> bool:
+        try:
+            return self.store.add(key, value, expire)
+        finally:
+            self._drop(key)
+
+    def append(self, key: Key, value: bytes) -> bool:
+        try:
+            return self.store.append(key, value)
+        finally:
+            self._drop(key)
+
+    def prepend(self, key: Key, value: bytes) -> bool:
+        try:
+            return self.store.prepend(key, value)
+        finally:
+            self._drop(key)
+
+    def cas(self, key: Key, value: Any, cas: CasToken, expire: int = 0) -> bool | None:
+        try:
+            return self.store.cas(key, value, cas, expire)
+        finally:
+            self._drop(key)
+
+    def cas_stale(self, key: Key, value: Any, cas: CasToken, expire: int = 0) -> bool | None:
+        try:
+            if isinstance(self.store, TokenStore):
+                return self.store.cas_stale(key, value, cas, expire)
+            return self.store.cas(key, value, cas, expire)
+        finally:
+            self._drop(key)
+
+    def incr(self, key: Key, delta: int = 1) -> int | None:
+        try:
+            return self.store.incr(key, delta)
+        finally:
+            self._drop(key)
+
+    def decr(self, key: Key, delta: int = 1) -> int | None:
+        try:
+            return self.store.decr(key, delta)
+        finally:
+            self._drop(key)
+
+    def delete(self, key: Key) -> bool:
+        try:
+            return self.store.delete(key)
+        finally:
+            self._drop(key)
+
+    def delete_many(self, keys: Iterable[Key]) -> None:
+        keys = list(keys)
+        try:
+            self.store.delete_many(keys)
+        finally:
+            self._drop_many(keys)
+
+    def touch(self, key: Key, expire: int = 0) -> bool:
+        try:
+            return self.store.touch(key, expire)
+        finally:
+            self._drop(key)  # a negative expire deletes it
+
+    def add_cas(self, key: Key, value: Any, expire: int = 0) -> CasToken | None:
+        try:
+            return self.store.add_cas(key, value, expire)
+        finally:
+            self._drop(key)
+
+    def recas(self, key: Key, value: Any, cas: CasToken, expire: int = 0) -> CasToken | None:
+        try:
+            return self.store.recas(key, value, cas, expire)
+        finally:
+            self._drop(key)
+
+    def delete_cas(self, key: Key, cas: CasToken) -> bool:
+        try:
+            return self.store.delete_cas(key, cas)
+        finally:
+            self._drop(key)
+
+    def exchange(self, key: Key, requests: Any) -> Any:
+        """The store's raw exchange (what it sends is not known here: the copy goes)."""
+        try:
+            return self.store.exchange(key, requests)  # type: ignore[attr-defined]
+        finally:
+            self._drop(key)
+
+    def flush_all(self) -> bool:
+        try:
+            return self.store.flush_all()
+        finally:
+            self.table.clear()
+
+    def close(self) -> None:
+        self.store.close()  # connections only: what is held near stays
+
+    def _drop(self, key: Key) -> None:
+        try:
+            name = near_key(key)
+        except TypeError:  # not a key: the store refused it before any I/O
+            return
+        self.table.invalidate(name)
+
+    def _drop_many(self, keys: Iterable[Key]) -> None:
+        for key in keys:
+            self._drop(key)
