@@ -40,6 +40,14 @@ key (after ``KEY_PREFIX``/``VERSION``; a namespace's key is a
 ``lock_timed_out``
     A caller gave up after ``waited`` seconds.
 
+``write_degraded``
+    A write that could not reach memcached was given up on and its key
+    repaired (``OPTIONS["on_outage"] = "degrade"``, the default): a set or list
+    write (which returned 0; the set or list reads as incomplete until a
+    loader rebuilds it), a namespace invalidation, a counter change, a
+    ``mark_stale`` or a lock release.  ``key`` (the memcached key),
+    ``command`` (``"sadd"``, ``"rpush"``, ``"invalidate_namespace"``...), ``error``.
+
 ``invalidation_failed``
     An ``invalidate_on_change`` receiver could not invalidate a namespace
     after a model change (also logged; the save itself succeeded).  The
@@ -65,6 +73,7 @@ compute_failed = Signal()
 refresh_dropped = Signal()
 lock_waited = Signal()
 lock_timed_out = Signal()
+write_degraded = Signal()
 
 invalidation_failed = Signal()
 

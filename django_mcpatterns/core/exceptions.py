@@ -15,7 +15,8 @@
     │                           and TypeError)
     ├── EncodingError           stored data could not be decoded (also ValueError)
     │   └── WrongTypeError          a set or list operation on a key holding another kind of value
-    ├── IncompleteSetError      a set lost a shard, or awaits its loader: it cannot be read whole
+    ├── IncompleteSetError      a set lost a shard or writes, or awaits its loader: not whole
+    │   └── IncompleteListError     a list lost writes in an outage
     ├── ContentionError         a compare-and-swap kept losing to other writers
     ├── ComputeFailedError      another caller's computation of the key failed moments ago
     ├── LockError               a lock was used in a way its state does not allow
@@ -23,8 +24,11 @@
     │   └── LockTimeoutError        not acquired in time (blocking_timeout, a stampede wait)
     └── ClusterError            a memcached server did not answer as it should
         ├── NodeUnavailableError    the server is unreachable, timed out or marked dead
-        │   └── OutcomeUnknownError     a command left and no reply came: applied or not, unknown
-        │       └── ProtocolError       its reply did not match the request: connection closed
+        │   ├── OutcomeUnknownError     a command left and no reply came: applied or not, unknown
+        │   │   └── ProtocolError       its reply did not match the request: connection closed
+        │   └── LockUnavailableError    a lock whose server cannot be reached (cache.lock)
+        │       └── LockOutcomeUnknownError  an acquire whose reply never came (also
+        │                                    an OutcomeUnknownError)
         └── ServerError             the server answered with an error we did not expect
 
 The Django layer turns :class:`ConfigurationError` into ``ImproperlyConfigured``.
@@ -134,7 +138,14 @@ class LockTimeoutError(LockError):
 
 class IncompleteSetError(McPatternsError):
     """A set cannot be read whole: a shard was evicted and there is no loader to
-    rebuild it, or it is being rebuilt from its loader and was read without one."""
+    rebuild it, writes to it were lost in an outage (``OPTIONS["on_outage"]``),
+    or it is being rebuilt from its loader and was read without one."""
+
+
+class IncompleteListError(IncompleteSetError):
+    """A list lost writes in an outage (``OPTIONS["on_outage"]``): it cannot be read
+    whole until it expires or is deleted.  An :class:`IncompleteSetError`, so one
+    handler serves both."""
 
 
 class ContentionError(McPatternsError):
@@ -196,6 +207,23 @@ class ProtocolError(OutcomeUnknownError):
 
     A reply was read, so the command reached memcached: its outcome is unknown.
     """
+
+
+class LockUnavailableError(NodeUnavailableError):
+    """A lock could not be taken because its server cannot be reached.
+
+    ``cache.lock(...)`` raises it rather than answer "held by someone else";
+    ``django_mcpatterns.middleware.CacheUnavailableMiddleware`` (Flask:
+    ``handle_cache_unavailable(app)``) turns it into a 503.  The internal locks
+    of stampede protection, page guards and fills never raise it: they compute
+    without the lock or serve the stale value.
+    """
+
+
+class LockOutcomeUnknownError(LockUnavailableError, OutcomeUnknownError):
+    """An acquire whose reply never came: the lock may be held now, by this owner,
+    until it lapses at its timeout.  Both a :class:`LockUnavailableError` and an
+    :class:`OutcomeUnknownError`."""
 
 
 class ServerError(ClusterError):

@@ -132,6 +132,15 @@ class Store(Protocol):
 
     def delete_many(self, keys: Iterable[Key]) -> None: ...
 
+    def forget(self, key: Key, marker: bytes | None = None, expire: int = 0) -> bool:
+        """Delete ``key`` now, or before its server serves again; True when done now.
+
+        The repair of a write that could not reach its server: a cluster
+        journals it for the server (docs/failures.md) and never raises for it.
+        ``marker``: store these raw bytes (``expire``) instead of deleting.
+        """
+        ...
+
     def touch(self, key: Key, expire: int = 0) -> bool: ...
 
     def bump(self, key: Key) -> bool:
@@ -254,6 +263,8 @@ class AsyncStore(Protocol):
     async def delete(self, key: Key) -> bool: ...
 
     async def delete_many(self, keys: Iterable[Key]) -> None: ...
+
+    async def forget(self, key: Key, marker: bytes | None = None, expire: int = 0) -> bool: ...
 
     async def touch(self, key: Key, expire: int = 0) -> bool: ...
 

@@ -21,6 +21,11 @@ sender, with keyword arguments.  Each gets ``cache`` (the backend, i.e.
     A caller waited ``waited`` seconds on a lock and got it.
 ``lock_timed_out``
     A caller gave up after ``waited`` seconds.
+``write_degraded``
+    A write that could not reach memcached was given up on and its key
+    repaired (``CACHE_OPTIONS["on_outage"] = "degrade"``, the default): a set or
+    list write (it returned 0), a namespace invalidation, a counter change, a
+    ``mark_stale`` or a lock release: ``command``, ``error``.
 
 ``value_refused`` is sent by the store, not a cache: a stored item was read as
 a miss because it was unsigned or forged under signing, of another serializer,
@@ -46,6 +51,7 @@ compute_failed = _signals.signal("mcpatterns-compute-failed")
 refresh_dropped = _signals.signal("mcpatterns-refresh-dropped")
 lock_waited = _signals.signal("mcpatterns-lock-waited")
 lock_timed_out = _signals.signal("mcpatterns-lock-timed-out")
+write_degraded = _signals.signal("mcpatterns-write-degraded")
 value_refused = _signals.signal("mcpatterns-value-refused")
 
 _BY_EVENT: dict[type, Signal] = signals_by_event(globals())

@@ -8,11 +8,14 @@ the rows match (one multi-set of new tokens) and, for a whole model, deletes
 the registries: a missing registry voids every conjunction result built on it.
 
 Outages: :class:`Journal` is where invalidations that could not be sent wait.
-Stamps are renewed (a new token), registries deleted.  The default keeps
-what failed in process and sends it again with the next invalidation; the
-outage work (``OPTIONS["on_outage"]``) replaces it with the cluster's journal,
-which replays a server's pending writes before that server serves again
-(:func:`set_journal`).
+Stamps are renewed (a new token), registries deleted.  The default,
+:class:`RepairJournal`, hands what could not be sent to the store's journal
+(``Store.forget``, docs/failures.md): a stamp that could not be renewed, and
+every registry to drop, is deleted on its server now or before that server
+serves again, which voids every result built on it just as a renewal does.
+Nothing waits for the next invalidation.  :class:`MemoryJournal` (the seam's
+first journal: kept in process, sent again with the next invalidation) stays
+available to :func:`set_journal`.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from django.db import router
 from django.db.models import Model
 
 from django_mcpatterns.core import stamps
+from django_mcpatterns.core.locks import authoritative
 from django_mcpatterns.core.store import Store
 
 from .reads import SPACE, Reader, reader
@@ -33,6 +37,7 @@ from .reads import SPACE, Reader, reader
 __all__ = [
     "Journal",
     "MemoryJournal",
+    "RepairJournal",
     "chain",
     "invalidate",
     "invalidate_all",
@@ -87,7 +92,31 @@ class MemoryJournal:
                 self.drop.update(dropping_failed)
 
 
-_journal: list[Journal] = [MemoryJournal()]
+class RepairJournal:
+    """The default journal: what could not be sent is repaired before its server serves again.
+
+    ``set_many`` names the stamps it could not renew (a server out, or whose
+    reply never came: renewed or not, unknown); each is deleted through the
+    store's journal (``forget``), which voids what was built on it whichever
+    happened.  ``delete_many`` names nothing, so each registry is dropped with
+    a ``forget`` of its own (a whole-table invalidation drops a few).  An
+    outage never raises into the save that sent the invalidation.
+    """
+
+    def deliver(self, store: Store, renew: Sequence[str], drop: Sequence[str], ttl: int) -> None:
+        try:
+            failed = stamps.renew(store, list(renew), [], ttl)
+        except Exception:
+            logger.warning("ORM stamps not renewed; dropping them instead", exc_info=True)
+            failed = list(renew)
+        for key in (*failed, *drop):
+            try:
+                store.forget(key)
+            except Exception:
+                logger.warning("ORM invalidation of %r not sent", key, exc_info=True)
+
+
+_journal: list[Journal] = [RepairJournal()]
 
 
 def set_journal(journal: Journal) -> None:
@@ -137,8 +166,11 @@ def invalidate(
 
 
 def _registries(read: Reader, keys: list[str]) -> dict[str, stamps.Registry | None]:
+    # Read through the strict view: an unreachable server must read as "unknown" (the
+    # whole table is invalidated), never as "no registry" (its conjunctions left valid).
+    store = authoritative(getattr(read.values, "store", read.values))
     try:
-        return stamps.registries(read.values, keys)
+        return stamps.registries(store, keys)
     except Exception:
         logger.warning("ORM registries not read; invalidating whole tables", exc_info=True)
         return {}

@@ -36,7 +36,9 @@ class AsyncSetMethods(PatternHost):
         """Add members; return how many distinct members were written (Redis: how many were new)."""
         made = self._pattern_key(key, version)
         expire = self._pattern_expire(timeout)
-        return await self.binding.async_sets.sadd(made, *values, expire=expire, loader=loader)
+        return await self.binding.async_sets.sadd(
+            made, *values, expire=expire, loader=loader, report=self._pattern_event
+        )
 
     async def asrem(
         self,
@@ -47,7 +49,10 @@ class AsyncSetMethods(PatternHost):
     ) -> int:
         """Remove members; return how many distinct members were written."""
         made = self._pattern_key(key, version)
-        return await self.binding.async_sets.srem(made, *members, loader=loader)
+        expire = self._pattern_expire(DEFAULT)  # of what is left if the write is lost
+        return await self.binding.async_sets.srem(
+            made, *members, loader=loader, expire=expire, report=self._pattern_event
+        )
 
     async def aspop(
         self,
@@ -77,6 +82,7 @@ class AsyncSetMethods(PatternHost):
             self._pattern_key(destination, version),
             member,
             expire=self._pattern_expire(timeout),
+            report=self._pattern_event,
         )
 
     # -- sets: reads --
@@ -196,7 +202,9 @@ class AsyncSetMethods(PatternHost):
         made = self._pattern_key(destination, version)
         sources = self._made_keys(keys, version)
         expire = self._pattern_expire(timeout)
-        return await self.binding.async_sets.sunionstore(made, *sources, expire=expire)
+        return await self.binding.async_sets.sunionstore(
+            made, *sources, expire=expire, report=self._pattern_event
+        )
 
     async def asinterstore(
         self, dest: Any, *keys: Any, version: int | None = None, timeout: Any = DEFAULT
@@ -204,7 +212,9 @@ class AsyncSetMethods(PatternHost):
         made = self._pattern_key(dest, version)
         sources = self._made_keys(keys, version)
         expire = self._pattern_expire(timeout)
-        return await self.binding.async_sets.sinterstore(made, *sources, expire=expire)
+        return await self.binding.async_sets.sinterstore(
+            made, *sources, expire=expire, report=self._pattern_event
+        )
 
     async def asdiffstore(
         self,
@@ -217,7 +227,9 @@ class AsyncSetMethods(PatternHost):
         made = self._pattern_key(dest, version_dest)
         sources = self._made_keys(keys, version_keys)
         expire = self._pattern_expire(timeout)
-        return await self.binding.async_sets.sdiffstore(made, *sources, expire=expire)
+        return await self.binding.async_sets.sdiffstore(
+            made, *sources, expire=expire, report=self._pattern_event
+        )
 
     # -- lists --
 
@@ -227,7 +239,9 @@ class AsyncSetMethods(PatternHost):
         """Append values; return how many were pushed (Redis: the new length)."""
         made = self._pattern_key(key, version)
         expire = self._pattern_expire(timeout)
-        return await self.binding.async_lists.rpush(made, *values, expire=expire)
+        return await self.binding.async_lists.rpush(
+            made, *values, expire=expire, report=self._pattern_event
+        )
 
     async def alrange(
         self, key: Any, start: int, end: int, version: int | None = None
@@ -239,4 +253,10 @@ class AsyncSetMethods(PatternHost):
 
     async def alrem(self, key: Any, count: int, value: Member, version: int | None = None) -> int:
         """Remove like ``LREM``; return 1 once recorded, 0 for a missing list (Redis: how many)."""
-        return await self.binding.async_lists.lrem(self._pattern_key(key, version), count, value)
+        return await self.binding.async_lists.lrem(
+            self._pattern_key(key, version),
+            count,
+            value,
+            expire=self._pattern_expire(DEFAULT),
+            report=self._pattern_event,
+        )

@@ -37,7 +37,9 @@ class SetMethods(PatternHost):
         """Add members; return how many distinct members were written (Redis: how many were new)."""
         made = self._pattern_key(key, version)
         expire = self._pattern_expire(timeout)
-        return self.binding.sets.sadd(made, *values, expire=expire, loader=loader)
+        return self.binding.sets.sadd(
+            made, *values, expire=expire, loader=loader, report=self._pattern_event
+        )
 
     def srem(
         self,
@@ -48,7 +50,10 @@ class SetMethods(PatternHost):
     ) -> int:
         """Remove members; return how many distinct members were written."""
         made = self._pattern_key(key, version)
-        return self.binding.sets.srem(made, *members, loader=loader)
+        expire = self._pattern_expire(DEFAULT)  # of what is left if the write is lost
+        return self.binding.sets.srem(
+            made, *members, loader=loader, expire=expire, report=self._pattern_event
+        )
 
     def spop(
         self,
@@ -78,6 +83,7 @@ class SetMethods(PatternHost):
             self._pattern_key(destination, version),
             member,
             expire=self._pattern_expire(timeout),
+            report=self._pattern_event,
         )
 
     # -- sets: reads --
@@ -195,7 +201,9 @@ class SetMethods(PatternHost):
         made = self._pattern_key(destination, version)
         sources = self._made_keys(keys, version)
         expire = self._pattern_expire(timeout)
-        return self.binding.sets.sunionstore(made, *sources, expire=expire)
+        return self.binding.sets.sunionstore(
+            made, *sources, expire=expire, report=self._pattern_event
+        )
 
     def sinterstore(
         self, dest: Any, *keys: Any, version: int | None = None, timeout: Any = DEFAULT
@@ -203,7 +211,9 @@ class SetMethods(PatternHost):
         made = self._pattern_key(dest, version)
         sources = self._made_keys(keys, version)
         expire = self._pattern_expire(timeout)
-        return self.binding.sets.sinterstore(made, *sources, expire=expire)
+        return self.binding.sets.sinterstore(
+            made, *sources, expire=expire, report=self._pattern_event
+        )
 
     def sdiffstore(
         self,
@@ -216,7 +226,9 @@ class SetMethods(PatternHost):
         made = self._pattern_key(dest, version_dest)
         sources = self._made_keys(keys, version_keys)
         expire = self._pattern_expire(timeout)
-        return self.binding.sets.sdiffstore(made, *sources, expire=expire)
+        return self.binding.sets.sdiffstore(
+            made, *sources, expire=expire, report=self._pattern_event
+        )
 
     # -- lists --
 
@@ -226,7 +238,7 @@ class SetMethods(PatternHost):
         """Append values; return how many were pushed (Redis: the new length)."""
         made = self._pattern_key(key, version)
         expire = self._pattern_expire(timeout)
-        return self.binding.lists.rpush(made, *values, expire=expire)
+        return self.binding.lists.rpush(made, *values, expire=expire, report=self._pattern_event)
 
     def lrange(self, key: Any, start: int, end: int, version: int | None = None) -> list[Any]:
         return self.binding.lists.lrange(self._pattern_key(key, version), start, end)
@@ -236,4 +248,10 @@ class SetMethods(PatternHost):
 
     def lrem(self, key: Any, count: int, value: Member, version: int | None = None) -> int:
         """Remove like ``LREM``; return 1 once recorded, 0 for a missing list (Redis: how many)."""
-        return self.binding.lists.lrem(self._pattern_key(key, version), count, value)
+        return self.binding.lists.lrem(
+            self._pattern_key(key, version),
+            count,
+            value,
+            expire=self._pattern_expire(DEFAULT),
+            report=self._pattern_event,
+        )

@@ -14,6 +14,7 @@ from types import MappingProxyType
 from typing import TypeVar
 
 from django_mcpatterns.core.locks import LockTimedOut, LockWaited
+from django_mcpatterns.core.outages import WriteDegraded
 from django_mcpatterns.core.stampede import ComputeFailed, Recomputed, RefreshDropped, StaleServed
 
 __all__ = ["SIGNAL_NAMES", "signals_by_event"]
@@ -28,6 +29,7 @@ SIGNAL_NAMES: Mapping[type, str] = MappingProxyType(
         RefreshDropped: "refresh_dropped",
         LockWaited: "lock_waited",
         LockTimedOut: "lock_timed_out",
+        WriteDegraded: "write_degraded",
     }
 )
 

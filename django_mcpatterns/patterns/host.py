@@ -149,12 +149,22 @@ class PatternHost:
     @cached_property
     def _namespaces(self) -> Namespaces:
         store = self.binding.near_store
-        return Namespaces(store, make_key=self._pattern_key, stampede=self._stampede_on)
+        return Namespaces(
+            store,
+            make_key=self._pattern_key,
+            stampede=self._stampede_on,
+            on_event=self._pattern_event,
+        )
 
     @cached_property
     def _anamespaces(self) -> AsyncNamespaces:
         store = self.binding.async_near_store
-        return AsyncNamespaces(store, make_key=self._pattern_key, stampede=self._astampede_on)
+        return AsyncNamespaces(
+            store,
+            make_key=self._pattern_key,
+            stampede=self._astampede_on,
+            on_event=self._pattern_event,
+        )
 
     def _stampede_on(self, store: Store) -> Stampede:
         return Stampede(store, self.stampede_policy, on_event=self._pattern_event)

@@ -89,5 +89,5 @@ def test_the_signal_table_imports_no_framework() -> None:
     )
     assert out == (
         "['compute_failed', 'lock_timed_out', 'lock_waited', 'recomputed', 'refresh_dropped', "
-        "'stale_served']"
+        "'stale_served', 'write_degraded']"
     )

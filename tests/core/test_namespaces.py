@@ -652,11 +652,21 @@ def test_invalidation_is_one_incr_and_a_set_two_requests(
 
 
 def test_invalidating_on_an_unreachable_server_raises() -> None:
-    cluster = Cluster([f"{LOOPBACK}:{free_port()}"])  # nobody listens there
+    options = ClusterOptions(on_outage="raise")
+    cluster = Cluster([f"{LOOPBACK}:{free_port()}"], options)  # nobody listens there
     ns = Namespaces(cluster).namespace("user", 42)
     assert ns.get("k") is None  # reads degrade to misses, as every read does
     with pytest.raises(NodeUnavailableError):
         ns.invalidate()
+
+
+def test_invalidating_on_an_unreachable_server_degrades_and_journals_the_version_key() -> None:
+    cluster = Cluster([f"{LOOPBACK}:{free_port()}"])  # nobody listens there
+    events: list[object] = []
+    ns = Namespaces(cluster, on_event=events.append).namespace("user", 42)
+    assert ns.invalidate() == 0  # on_outage="degrade" (the default): nothing raised
+    assert [type(event).__name__ for event in events] == ["WriteDegraded"]
+    assert cluster.journal() == {cluster.servers[0].node: 1}  # its version key, deleted when back
 
 
 def test_remap_failover_moves_a_namespace_as_a_whole(

@@ -190,15 +190,19 @@ def test_dead_server_fails_open_by_default_and_closed_when_asked() -> None:
         assert open_.hit("k").allowed
         assert not open_.hit("k").allowed
         servers[0].kill()
-        decision = open_.hit("k")
+        decision = open_.hit("fresh")
         assert decision.allowed
         assert decision.degraded
+        # The local fallback: at most the limit per process and window, seeded with what the
+        # server counted last ("k" was used up before the kill), never everything.
+        assert not open_.hit("fresh").allowed
+        assert not open_.hit("k").allowed
         refused = closed.hit("k")
         assert not refused.allowed
         assert refused.degraded
         assert refused.retry_after > 0
         strict = RateLimiter(cluster.strict(), "1/m")  # the raising view: still no raise
-        assert strict.hit("k").allowed
+        assert strict.hit("other").allowed
         cluster.close()
     finally:
         stop_all(servers)

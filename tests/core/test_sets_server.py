@@ -27,6 +27,7 @@ from django_mcpatterns.core.cluster import Cluster
 from django_mcpatterns.core.exceptions import NodeUnavailableError
 from django_mcpatterns.core.memory import MemoryStore
 from django_mcpatterns.core.options import ClusterOptions
+from django_mcpatterns.core.outages import WriteDegraded
 from django_mcpatterns.core.sets import (
     SHARD_TTL_MARGIN,
     AppendLists,
@@ -132,8 +133,9 @@ def test_a_lost_creation_race_costs_one_more_append(one: tuple[CountingStore, Wi
 # -- an unreachable server ----------------------------------------------------------
 
 
-def unreachable() -> tuple[AppendSets, AppendLists]:
-    cluster = Cluster([f"127.0.0.1:{free_port()}"], ClusterOptions(retry_attempts=1))
+def unreachable(on_outage: str = "degrade") -> tuple[AppendSets, AppendLists]:
+    options = ClusterOptions(retry_attempts=1, on_outage=on_outage)
+    cluster = Cluster([f"127.0.0.1:{free_port()}"], options)
     return AppendSets(cluster), AppendLists(cluster)
 
 
@@ -149,9 +151,29 @@ WRITES: dict[str, Callable[[AppendSets, AppendLists], object]] = {
 def test_writes_to_an_unreachable_server_raise_at_once(write: str) -> None:
     # An unreachable server answers like a missing item: writers use the strict
     # view, so a lost write says why instead of retrying as if it were contended.
-    sets, lists = unreachable()
+    sets, lists = unreachable(on_outage="raise")
     with pytest.raises(NodeUnavailableError):
         WRITES[write](sets, lists)
+    assert sets.store.journal() == {sets.store.servers[0].node: 1}  # repaired when back
+
+
+@pytest.mark.parametrize("write", list(WRITES))
+def test_writes_to_an_unreachable_server_degrade_to_0_and_journal_a_repair(write: str) -> None:
+    # OPTIONS["on_outage"] = "degrade", the default: no error reaches the caller, the
+    # write says 0, and the collection is replaced by an incomplete one when the server is back.
+    sets, lists = unreachable()
+    events: list[WriteDegraded] = []
+    report = events.append
+    degraded = {
+        "sadd": lambda: sets.sadd("s", "a", report=report),
+        "srem": lambda: sets.srem("s", "a", report=report),
+        "rpush": lambda: lists.rpush("l", "a", report=report),
+        "lrem": lambda: lists.lrem("l", 0, "a", report=report),
+    }
+    assert degraded[write]() == 0
+    assert [event.command for event in events] == [write]
+    assert isinstance(events[0].error, NodeUnavailableError)
+    assert sets.store.journal() == {sets.store.servers[0].node: 1}
 
 
 def test_reads_of_an_unreachable_server_degrade() -> None:

@@ -119,7 +119,8 @@ def test_dead_server_never_raises_into_the_view() -> None:
                 return HttpResponse("ok")
 
             servers[0].kill()
-            assert [open_view(factory.get("/")).status_code for _ in range(3)] == [200] * 3
+            # fail="open" decides alone meanwhile: the limit per process, never everything.
+            assert [open_view(factory.get("/")).status_code for _ in range(3)] == [200, 429, 429]
             refused = asyncio.run(closed_view(factory.get("/")))
             assert refused.status_code == 429
             assert int(refused["Retry-After"]) >= 1

@@ -8,6 +8,7 @@ the old rows under the new version.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -147,7 +148,11 @@ def test_disconnect(cache: Any) -> None:
 
 @pytest.fixture
 def unreachable() -> Iterator[None]:
-    entry = {"BACKEND": CLUSTER_BACKEND, "LOCATION": f"{LOOPBACK}:{free_port()}"}
+    entry = {
+        "BACKEND": CLUSTER_BACKEND,
+        "LOCATION": f"{LOOPBACK}:{free_port()}",
+        "OPTIONS": {"on_outage": "raise"},
+    }
     with override_settings(CACHES={"default": entry}):
         yield
 
@@ -172,7 +177,12 @@ def test_a_stopped_server_never_makes_save_fail_it_logs_and_signals(
     entry = {
         "BACKEND": CLUSTER_BACKEND,
         "LOCATION": stopped_server.spec,
-        "OPTIONS": {"raise_errors": raise_errors, "timeout": 1, "connect_timeout": 1},
+        "OPTIONS": {
+            "raise_errors": raise_errors,
+            "timeout": 1,
+            "connect_timeout": 1,
+            "on_outage": "raise",
+        },
     }
     failures: list[dict[str, Any]] = []
 
@@ -205,6 +215,59 @@ def test_a_stopped_server_never_makes_save_fail_it_logs_and_signals(
     assert all(f["cache"] == "default" for f in failures)
     assert all(isinstance(f["error"], NodeUnavailableError) for f in failures)
     assert caplog.text.count("could not invalidate") == 6
+
+
+@pytest.mark.usefixtures("reset_shared_stores")
+@pytest.mark.parametrize("atomic", [False, True], ids=["autocommit", "atomic"])
+def test_a_stopped_server_degrades_invalidations_to_repairs_and_signals_them(
+    connect: Any, stopped_server: MemcachedServer, atomic: bool
+) -> None:
+    # OPTIONS["on_outage"] = "degrade", the default: the invalidations are not failures but
+    # repairs, sent as write_degraded; the namespaces' version keys are deleted once it is back.
+    entry = {
+        "BACKEND": CLUSTER_BACKEND,
+        "LOCATION": stopped_server.spec,
+        "OPTIONS": {"timeout": 1, "connect_timeout": 1, "retry_timeout": 0.1},
+    }
+    degraded: list[dict[str, Any]] = []
+    failed: list[dict[str, Any]] = []
+
+    def on_degraded(sender: Any, **kwargs: Any) -> None:
+        degraded.append(kwargs)
+
+    def on_failed(sender: Any, **kwargs: Any) -> None:
+        failed.append(kwargs)
+
+    signals.write_degraded.connect(on_degraded)
+    signals.invalidation_failed.connect(on_failed)
+    try:
+        with override_settings(CACHES={"default": entry}):
+            connect(Article, lambda article: [("author", article.author_id), "articles"])
+            cache = caches["default"]
+            author = cache.namespace("author", 7)
+            author.set("titles", ["old"])
+            stopped_server.pause()
+            try:
+                if atomic:
+                    with transaction.atomic():
+                        Article.objects.create(org_id=1, author_id=7, title="first")
+                else:
+                    Article.objects.create(org_id=1, author_id=7, title="first")
+                assert cache.store.journal() == {stopped_server.spec: 2}
+            finally:
+                stopped_server.resume()
+            deadline = time.monotonic() + 10  # once its retry wait is over: a request, or
+            while cache.store.journal() and time.monotonic() < deadline:  # the repair thread
+                author.get("titles")
+                time.sleep(0.01)
+            assert cache.store.journal() == {}
+            assert author.get("titles") is None  # invalidated after all: never read stale
+    finally:
+        signals.write_degraded.disconnect(on_degraded)
+        signals.invalidation_failed.disconnect(on_failed)
+    assert Article.objects.count() == 1
+    assert failed == []
+    assert [d["command"] for d in degraded] == ["invalidate_namespace"] * 2
 
 
 @pytest.mark.usefixtures("unreachable", "reset_shared_stores")

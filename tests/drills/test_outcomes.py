@@ -55,9 +55,12 @@ def cluster_through(
     clock: FakeClock,
     retry_timeout: float = 1.0,
     protocol: Literal["meta", "text"] = "meta",
+    on_outage: str = "degrade",
 ) -> Cluster:
     specs = [proxy.spec, *(server.spec for server in servers[1:])]
-    options = ClusterOptions(timeout=TIMEOUT, retry_timeout=retry_timeout, protocol=protocol)
+    options = ClusterOptions(
+        timeout=TIMEOUT, retry_timeout=retry_timeout, protocol=protocol, on_outage=on_outage
+    )
     return Cluster(specs, options, clock=clock)
 
 
@@ -214,7 +217,9 @@ LOCK_STEPS = {
 def test_a_lock_release_whose_reply_is_lost_is_unknown(
     proxied: Proxy, memcached_3: list[MemcachedServer], protocol: Literal["meta", "text"]
 ) -> None:
-    cluster = cluster_through(proxied, memcached_3, FakeClock(), protocol=protocol)
+    cluster = cluster_through(
+        proxied, memcached_3, FakeClock(), protocol=protocol, on_outage="raise"
+    )
     key = key_on(cluster, proxied.spec, "lock")
     lock = Lock(cluster, key, timeout=30)
     assert lock.acquire(blocking=False)
@@ -223,6 +228,22 @@ def test_a_lock_release_whose_reply_is_lost_is_unknown(
         lock.release()  # freed on the server, but the caller cannot know
     assert proxied.withheld == 1
     assert Cluster([memcached_3[0].spec]).get(key) is None  # it was
+
+
+@pytest.mark.parametrize("protocol", ["meta", "text"])
+def test_a_lock_release_whose_reply_is_lost_does_not_raise_when_degrading(
+    proxied: Proxy, memcached_3: list[MemcachedServer], protocol: Literal["meta", "text"]
+) -> None:
+    cluster = cluster_through(proxied, memcached_3, FakeClock(), protocol=protocol)
+    key = key_on(cluster, proxied.spec, "lock")
+    events: list[object] = []
+    lock = Lock(cluster, key, timeout=30, on_event=events.append)
+    assert lock.acquire(blocking=False)
+    proxied.withhold(LOCK_STEPS[protocol]["release"])
+    lock.release()  # on_outage="degrade": logged and reported; it lapses if it was not freed
+    assert [type(event).__name__ for event in events] == ["WriteDegraded"]
+    assert proxied.withheld == 1
+    assert Cluster([memcached_3[0].spec]).get(key) is None
 
 
 @pytest.mark.parametrize("protocol", ["meta", "text"])

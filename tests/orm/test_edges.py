@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 import pytest
 from django.conf import settings
+from django.core.cache import caches
 from django.core.exceptions import ImproperlyConfigured
 from django.db import connection
 from django.test import override_settings
@@ -15,7 +17,7 @@ from django.test.utils import CaptureQueriesContext
 from django_mcpatterns.orm import audit, observe, orm_stale_hit, queryset
 from django_mcpatterns.orm.conf import parse
 from tests.django.conftest import CLUSTER_BACKEND
-from tests.harness import free_port
+from tests.harness import free_port, memcached_cluster
 from tests.orm.shop.models import Category, Product
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -117,3 +119,34 @@ def test_reads_inside_atomic_on_sqlite_are_served_not_filled(shop: Any) -> None:
 def test_bad_settings_name_what_is_valid(raw: dict[str, Any], message: str) -> None:
     with pytest.raises(ImproperlyConfigured, match=message.replace("[", r"\[").replace("]", r"\]")):
         parse(raw)
+
+
+def test_an_invalidation_lost_in_a_stall_is_repaired_before_the_server_serves_again(
+    orm_hooks: None,
+) -> None:
+    # The journal seam (RepairJournal, the default): a stamp that could not be renewed is
+    # deleted on its server before that server serves this process again.  The first
+    # journal (MemoryJournal) kept it for the next invalidation, and meanwhile served the
+    # result cached before the write.
+    with memcached_cluster(1) as servers:
+        entry = {
+            "BACKEND": CLUSTER_BACKEND,
+            "LOCATION": [servers[0].spec],
+            "OPTIONS": {"timeout": 0.5, "retry_timeout": 0.05},
+        }
+        with override_settings(CACHES={"default": entry}, MCPATTERNS_ORM={"cache": "default"}):
+            c = Category.objects.create(name="c")
+            p = Product.objects.create(name="p", category=c, price=1)
+            assert Product.objects.filter(category=c).cache().get().price == 1  # cached
+            servers[0].pause()
+            try:
+                p.price = 2
+                p.save()  # its invalidation times out: journaled, no error
+            finally:
+                servers[0].resume()
+            store = caches["default"].store
+            deadline = time.monotonic() + 10
+            while store.journal() and time.monotonic() < deadline:
+                time.sleep(0.01)  # the repair thread, or the next request there
+            assert store.journal() == {}
+            assert Product.objects.filter(category=c).cache().get().price == 2

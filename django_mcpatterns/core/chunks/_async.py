@@ -271,6 +271,10 @@ class AsyncChunkedStore:
     async def delete_many(self, keys: Iterable[Key]) -> None:
         await self.store.delete_many(keys)
 
+    async def forget(self, key: Key, marker: bytes | None = None, expire: int = 0) -> bool:
+        """The manifest (or value) goes; its chunks are named by nothing, and expire."""
+        return await self.store.forget(key, marker, expire)
+
     async def touch(self, key: Key, expire: int = 0) -> bool:
         """Renew ``key``'s TTL; a chunked value's chunks with it (a "never" is 30 days).
 

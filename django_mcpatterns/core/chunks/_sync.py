@@ -272,6 +272,10 @@ class ChunkedStore:
     def delete_many(self, keys: Iterable[Key]) -> None:
         self.store.delete_many(keys)
 
+    def forget(self, key: Key, marker: bytes | None = None, expire: int = 0) -> bool:
+        """The manifest (or value) goes; its chunks are named by nothing, and expire."""
+        return self.store.forget(key, marker, expire)
+
     def touch(self, key: Key, expire: int = 0) -> bool:
         """Renew ``key``'s TTL; a chunked value's chunks with it (a "never" is 30 days).
 

@@ -48,7 +48,7 @@ from functools import partial
 from time import perf_counter_ns
 from typing import Any, TypeVar
 
-from ..protocol.plans import MISS, Call, Each, FanOut, HomeToken, Plan, install
+from ..protocol.plans import MISS, Call, Each, FanOut, Forget, HomeToken, Plan, install
 from ..protocol.replies import not_supported, refused_in
 from ..protocol.wire import Get, Request, Value, Version
 from ..store import AsyncLeaseStore, AsyncStore, AsyncTokenStore, Store
@@ -167,6 +167,8 @@ class AsyncCluster(Driver, AsyncStore, AsyncTokenStore, AsyncLeaseStore):
             return await self._drive(self.router.each(op, self._strict_view))
         if kind is HomeToken:
             return await self._drive(self.router.home_token(op.kb, op.token))
+        if kind is Forget:
+            return await self._drive(self.router.forget(op))
         raise TypeError(f"not an op: {op!r}")
 
     # -- the round-trip primitive --
@@ -231,7 +233,7 @@ class AsyncCluster(Driver, AsyncStore, AsyncTokenStore, AsyncLeaseStore):
                 node, channel, request, exc, admission, sent, loud, started, failed, observed
             )
         if node.health.failures:
-            answered(node, self.shared.observer)
+            answered(node, self.shared.observer, admission)
         if decode is None:
             refused = refused_in(node.name, request, reply)  # type: ignore[arg-type]
             if refused is not None:  # memcached < 1.6 answered ERROR to a meta command
@@ -284,7 +286,7 @@ class AsyncCluster(Driver, AsyncStore, AsyncTokenStore, AsyncLeaseStore):
                 del pending[0]
             while queued:  # 2. ...then await every reply
                 i, target, channel, waiters, read, started = queued[0]
-                node, request, _, decode = target
+                node, request, admission, decode = target
                 replied = False
                 try:
                     if read is None:  # written as it is: its replies (one's, alone)
@@ -303,7 +305,7 @@ class AsyncCluster(Driver, AsyncStore, AsyncTokenStore, AsyncLeaseStore):
                     await self._settle(target, channel, exc, True, loud, started, errors, replied)
                 else:
                     if node.health.failures:
-                        answered(node, self.shared.observer)
+                        answered(node, self.shared.observer, admission)
                 del queued[0]
         except asyncio.CancelledError as exc:
             if observer is not None:  # sent: every queued server's; not sent: the pending

@@ -37,7 +37,7 @@ from time import perf_counter_ns
 from typing import Any, TypeVar
 
 from ..observe import Observer, Sink
-from ..protocol.plans import MISS, Call, Each, FanOut, HomeToken, Plan, install
+from ..protocol.plans import MISS, Call, Each, FanOut, Forget, HomeToken, Plan, install
 from ..protocol.replies import not_supported, refused_in
 from ..protocol.wire import Version
 from ..registry import Registry
@@ -150,6 +150,8 @@ class Cluster(Driver, Store, TokenStore, LeaseStore):
             return self._drive(self.router.each(op, self._strict_view))
         if kind is HomeToken:
             return self._drive(self.router.home_token(op.kb, op.token))
+        if kind is Forget:
+            return self._drive(self.router.forget(op))
         raise TypeError(f"not an op: {op!r}")
 
     # -- the round-trip primitive --
@@ -194,7 +196,7 @@ class Cluster(Driver, Store, TokenStore, LeaseStore):
             )
         if observer is not None:
             observer.request(node.name, request, reply, started)
-        self._done(node, client)
+        self._done(node, client, admission)
         if decode is None:
             refused = refused_in(node.name, request, reply)  # type: ignore[arg-type]
             if refused is not None:  # memcached < 1.6 answered ERROR to a meta command
@@ -234,7 +236,7 @@ class Cluster(Driver, Store, TokenStore, LeaseStore):
         clients = [client for _, _, client, _ in pending]
         ready = answering(clients, self.options.timeout) if together else clients
         for i, target, client, started in pending:  # 2. ...then read every reply
-            node, request, _, decode = target
+            node, request, admission, decode = target
             batch = request if isinstance(request, tuple) else (request,)
             replied = False
             try:
@@ -249,7 +251,7 @@ class Cluster(Driver, Store, TokenStore, LeaseStore):
             except BaseException as exc:
                 self._settle(target, client, exc, True, loud, started, errors, replied)
             else:
-                self._done(node, client)
+                self._done(node, client, admission)
         if errors:
             raise errors[0]
         return results
@@ -325,11 +327,11 @@ class Cluster(Driver, Store, TokenStore, LeaseStore):
             return None
         return not_supported(node.name, refused, "closed the connection on")
 
-    def _done(self, node: Node, client: Connection) -> None:
+    def _done(self, node: Node, client: Connection, admission: Admission) -> None:
         """Return a connection after a complete exchange and record the server's answer."""
         node.pool.release(client)
         if node.health.failures:
-            answered(node, self.shared.observer)
+            answered(node, self.shared.observer, admission)
 
     # -- views, listeners, introspection --
 
@@ -377,6 +379,15 @@ class Cluster(Driver, Store, TokenStore, LeaseStore):
         observer = self.shared.observe()
         observer.add(sink)
         return observer
+
+    def repair(self) -> list[str]:
+        """Replay now the journal of each server that owes repairs and may be contacted.
+
+        Return the servers still owing (:mod:`.journal`); the repair thread
+        (:mod:`.repairs`) calls this, and so may a management command.
+        """
+        self._drive(self.router.repair())
+        return sorted(self.shared.journal.dirty)
 
     def close(self) -> None:
         """Close idle connections.  Node health and busy connections are kept."""

@@ -12,8 +12,9 @@ Waits and probes
     (its operations fail at once instead of each waiting for a timeout).  When
     the wait is over exactly one operation, the *probe*, is let through; the
     others keep failing fast until it answers (the server is up again) or
-    fails (the next wait starts).  Any answer ends the wait: also a late reply
-    to a request sent before the failure, which proves the server answers.
+    fails (the next wait starts).  The drivers end the wait only on an answer
+    to a request admitted since the failure (:meth:`NodeHealth.current`): a
+    reply to one admitted before may have been read before the failure.
 Dead
     ``retry_attempts`` consecutive failures (the one that took the server out,
     then each failed probe) make it *dead*.  A dead server is probed with a
@@ -28,6 +29,14 @@ One :class:`NodeHealth` per server is shared by every thread of the process
 child starts from its parent's view (:meth:`NodeHealth.after_fork`).  Time and
 randomness come from an injected ``clock`` and ``rng`` so the rules are tested
 deterministically.
+
+Held
+    A server this process owes repairs to (writes it missed, journaled in
+    :mod:`.journal`) is *held*: ``open`` is None and :meth:`admit` refuses,
+    so nothing reaches it but the journal's replay (:meth:`repairing`), which
+    lifts the hold once the server deleted what it missed.  While held, a
+    failing server is probed at least every :data:`HELD_WAIT` seconds, so the
+    repair lands within about a second of the server answering again.
 """
 
 from __future__ import annotations
@@ -35,15 +44,25 @@ from __future__ import annotations
 import random
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
-__all__ = ["JITTER", "Admission", "EventKind", "HealthSnapshot", "NodeEvent", "NodeHealth", "State"]
+__all__ = [
+    "HELD_WAIT",
+    "JITTER",
+    "Admission",
+    "EventKind",
+    "HealthSnapshot",
+    "NodeEvent",
+    "NodeHealth",
+    "State",
+]
 
-EventKind = Literal["failure", "dead", "revived"]
+EventKind = Literal["failure", "dead", "revived", "recovered"]
 State = Literal["up", "failing", "dead"]
 
 JITTER = 0.25  # a dead server's waits are shortened by up to this fraction
+HELD_WAIT = 1.0  # the longest wait between probes of a server this process owes repairs to
 _MAX_DOUBLINGS = 60  # any timeout times 2.0**60 is past any dead_timeout, and still a float
 
 
@@ -68,13 +87,19 @@ class NodeEvent:
     ``kind`` is ``"failure"`` for every failure counted (one per stall or
     outage, then one per failed probe; see the module docstring), ``"dead"``
     when the server reaches ``retry_attempts`` consecutive failures and
-    ``"revived"`` when a dead server answers again.  ``error`` is the exception
-    behind a failure.
+    ``"revived"`` when a dead server answers again.  ``"recovered"``, a failing
+    or dead server answering again, goes to the health's ``back`` hook only.
+    ``error`` is the exception behind a failure; ``failures`` the consecutive
+    failures counted, this one included (1: the failure that took the server
+    out); ``down`` the seconds since that first failure, for ``"revived"`` and
+    ``"recovered"``.
     """
 
     node: str
     kind: EventKind
     error: BaseException | None = None
+    failures: int = field(default=0, compare=False)
+    down: float = field(default=0.0, compare=False)
 
 
 @dataclass(frozen=True)
@@ -97,9 +122,12 @@ class NodeHealth:
 
     __slots__ = (
         "_attempts",
+        "_back",
         "_clock",
         "_dead_timeout",
+        "_down_since",
         "_epoch",
+        "_held",
         "_last_error",
         "_lock",
         "_probing",
@@ -122,6 +150,7 @@ class NodeHealth:
         clock: Callable[[], float],
         report: Callable[[NodeEvent], object],
         rng: Callable[[], float] = random.random,
+        back: Callable[[NodeEvent], object] | None = None,
     ) -> None:
         self.node = node
         self.failures = 0
@@ -130,12 +159,15 @@ class NodeHealth:
         self._retry_at = 0.0
         self._probing = False
         self._last_error: str | None = None
+        self._held = False
+        self._down_since = 0.0
         self._attempts = retry_attempts
         self._retry_timeout = retry_timeout
         self._dead_timeout = dead_timeout
         self._clock = clock
         self._rng = rng
         self._report = report
+        self._back = back
         self._lock = threading.Lock()
 
     @property
@@ -156,10 +188,50 @@ class NodeHealth:
         with self._lock:
             if self.open is not None:
                 return self.open
-            if self._probing or self._clock() < self._retry_at:
-                return None
-            self._probing = True
-            return Admission(self._epoch, probe=True)
+            if self._held:
+                return None  # only the journal's replay may use it (repairing)
+            return self._probe()
+
+    def repairing(self) -> Admission | None:
+        """Leave to replay the journal on a held server: :meth:`admit`, ignoring the hold.
+
+        An answering server admits every replayer at once (deletes are
+        idempotent); a failing one only its probe, once its wait is over.
+        """
+        admission = self.open
+        if admission is not None:
+            return admission
+        with self._lock:
+            if self.open is not None:
+                return self.open
+            if not self.failures:
+                return Admission(self._epoch)
+            return self._probe()
+
+    def _probe(self) -> Admission | None:
+        if self._probing or self._clock() < self._retry_at:
+            return None
+        self._probing = True
+        return Admission(self._epoch, probe=True)
+
+    def hold(self, held: bool) -> None:
+        """Hold the server (``held``: it owes repairs, see the module docstring), or release it."""
+        with self._lock:
+            self._held = held
+            if held:
+                self.open = None
+                if self.failures:  # probe it soon, whatever its back-off says
+                    self._retry_at = min(self._retry_at, self._clock() + HELD_WAIT)
+            elif not self.failures:
+                self.open = Admission(self._epoch)
+
+    def current(self, admission: Admission) -> bool:
+        """Whether ``admission`` was given since the latest recorded failure."""
+        return admission.epoch == self._epoch
+
+    @property
+    def held(self) -> bool:
+        return self._held
 
     def succeeded(self) -> None:
         """Record an answer from a failing or dead server: it is up again.
@@ -168,13 +240,17 @@ class NodeHealth:
         later still belongs to that failure.
         """
         with self._lock:
+            failures = self.failures
             was_dead = self.dead
             self.failures = 0
             self._retry_at = 0.0
             self._probing = False
-            self.open = Admission(self._epoch)
+            self.open = None if self._held else Admission(self._epoch)
+            down = self._clock() - self._down_since
         if was_dead:
-            self._report(NodeEvent(self.node, "revived"))
+            self._report(NodeEvent(self.node, "revived", failures=failures, down=max(down, 0.0)))
+        if failures and self._back is not None:
+            self._back(NodeEvent(self.node, "recovered", failures=failures, down=max(down, 0.0)))
 
     def failed(self, error: BaseException, admission: Admission) -> None:
         """Record a connection failure or timeout of an operation admitted with ``admission``.
@@ -192,12 +268,17 @@ class NodeHealth:
             self.open = None
             # Of a failing server, only the probe is admitted in the current epoch.
             self._probing = False
-            self._retry_at = self._clock() + self._wait()
+            now = self._clock()
+            if self.failures == 1:
+                self._down_since = now
+            wait = self._wait()
+            self._retry_at = now + (min(wait, HELD_WAIT) if self._held else wait)
             self._last_error = f"{type(error).__name__}: {error}"
             now_dead = self.dead
-        self._report(NodeEvent(self.node, "failure", error))
+            failures = self.failures
+        self._report(NodeEvent(self.node, "failure", error, failures))
         if now_dead and not was_dead:
-            self._report(NodeEvent(self.node, "dead", error))
+            self._report(NodeEvent(self.node, "dead", error, failures))
 
     def released(self) -> None:
         """End a probe that reached no verdict (e.g. its value could not be serialised)."""

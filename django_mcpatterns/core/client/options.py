@@ -21,6 +21,7 @@ from ..exceptions import ConfigurationError
 from ..ketama import VARIANTS
 from ..keys import LONG_KEYS
 from ..observe import check_installed
+from ..outages import ON_OUTAGE
 from ..values.layout import LARGE_VALUES
 from ..values.serde import SerdeOptions
 from ..values.serializers import DEFAULT_SERIALIZER
@@ -117,6 +118,12 @@ class ClusterOptions:
     raise_errors
         Raise :class:`~.exceptions.NodeUnavailableError` into callers instead
         of degrading to misses and failed writes.
+    on_outage
+        ``"degrade"`` (default): set and list writes, namespace
+        invalidations, counter changes, ``mark_stale`` and lock releases never
+        raise for an unreachable server; what they could not write is repaired
+        before the server serves again (:mod:`..outages`).  ``"raise"``: they
+        raise :class:`~.exceptions.NodeUnavailableError`, as before.
     serializer, signed, signing_key, signing_keys
         How values are encoded and whether they are signed: see
         :class:`~.serializers.SerdeOptions` (the keys never show in ``repr``).
@@ -172,6 +179,7 @@ class ClusterOptions:
     max_pool_size: int | None = None
     pool_idle_timeout: float = 0.0
     raise_errors: bool = False
+    on_outage: str = "degrade"
     # Which protocol the servers are spoken to in (PROTOCOLS).
     protocol: Literal["meta", "text"] = "meta"
     serializer: str = DEFAULT_SERIALIZER
@@ -226,6 +234,7 @@ class ClusterOptions:
                 f"option 'raise_errors' must be True or False, not {self.raise_errors!r}",
                 option="raise_errors",
             )
+        _check_choice("on_outage", self.on_outage, ON_OUTAGE)
         object.__setattr__(self, "migrate_from", check_migrate_from(self.migrate_from, self.ketama))
         _check_choice("long_keys", self.long_keys, LONG_KEYS)
         _check_choice("large_values", self.large_values, LARGE_VALUES)

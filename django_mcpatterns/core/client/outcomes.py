@@ -79,9 +79,18 @@ def judge(
     return exc
 
 
-def answered(node: Node, observer: Observer | None) -> None:
-    """A round trip was answered: a failing server is up again (any answer proves it)."""
-    if node.health.failures:
+def answered(node: Node, observer: Observer | None, admission: Admission) -> None:
+    """A round trip admitted with ``admission`` was answered: a failing server may be up again.
+
+    Only an answer to a request admitted since the latest failure (a probe)
+    proves it: one admitted before may have been read before the failure and
+    judged after it (another thread's), which would end an outage that goes
+    on, and log it back and out again.  Idle connections are dropped first:
+    one a request released after the failure may predate the outage (a
+    killed server's), and would fail again.
+    """
+    if node.health.failures and node.health.current(admission):
+        node.drop_idle()
         node.health.succeeded()
         if observer is not None:
             observer.server_state(node.name, True)

@@ -28,17 +28,15 @@ What each command does (:func:`fate`)
         replicated prefixes.
 
 A copy that missed a write or a delete (dead, timed out, stalled) is recorded in
-the process's :class:`Journal` and deleted there before that server serves a
-read again (docs/replication.md).
+the process's :class:`~.journal.Journal` and deleted there before that server
+serves a read again (docs/replication.md).
 """
 
 from __future__ import annotations
 
 import enum
-import logging
 import re
-import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,12 +44,7 @@ from ..exceptions import ConfigurationError
 from ..protocol.meta import MetaArithmetic, MetaDelete, MetaGet, MetaSet
 from ..protocol.plans import CopyToken
 from ..protocol.wire import DELETED, STORED, TOUCHED, Delete, Get, Incr, MetaReply, Request, Store
-
-logger = logging.getLogger("django_mcpatterns.replicas")
-
-# Entries for one server past which a warning is logged (once per server and process):
-# each is a key's bytes, so this many are a few tens of MB at most.
-JOURNAL_WARNING = 100_000
+from .journal import Journal
 
 __all__ = [
     "CopyToken",
@@ -215,80 +208,6 @@ def check_replicate(replicate: object) -> dict[str, int]:
             )
         checked[prefix] = copies
     return checked
-
-
-class Journal:
-    """The keys each server missed a write or a delete of, in this process.
-
-    A replica that was dead, stalled or timing out while a replicated key was
-    written (or a server whose keys went to the gutter meanwhile) may still
-    hold the old value.  Its keys are recorded here and deleted on that server
-    (:meth:`due`, then :meth:`replayed` once the deletes were answered) before
-    it serves a read again.  Lost with the process: a process that dies with
-    entries leaves those copies as they were until their TTL
-    (docs/replication.md).
-
-    ``dirty`` is read without the lock on the hot path: the names of the
-    servers that have entries.
-    """
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._entries: dict[str, dict[bytes, int]] = {}
-        self._seq = 0
-        self.dirty: frozenset[str] = frozenset()
-        self._warned: set[str] = set()
-        self.recorded = 0  # entries ever recorded (status page, tests)
-        self.replayed_count = 0  # deletes ever replayed
-
-    def missed(self, node: str, keys: Iterable[bytes]) -> None:
-        """Record that ``node`` missed a write or a delete of ``keys``."""
-        with self._lock:
-            entries = self._entries.setdefault(node, {})
-            for key in keys:
-                self._seq += 1
-                entries[key] = self._seq
-                self.recorded += 1
-            if entries and node not in self.dirty:
-                self.dirty = self.dirty | {node}
-            crowded = len(entries) > JOURNAL_WARNING and node not in self._warned
-            if crowded:
-                self._warned.add(node)
-        if crowded:
-            logger.warning(
-                "%s has missed writes of %d keys, kept until it answers again: "
-                "a server down this long is better removed from LOCATION",
-                node,
-                len(entries),
-            )
-
-    def due(self, node: str) -> dict[bytes, int]:
-        """A snapshot of ``node``'s entries, to delete there before it serves."""
-        with self._lock:
-            return dict(self._entries.get(node, {}))
-
-    def replayed(self, node: str, done: Mapping[bytes, int]) -> None:
-        """Forget the entries of ``done`` that nobody recorded again since the snapshot."""
-        with self._lock:
-            entries = self._entries.get(node)
-            if entries is None:
-                return
-            for key, seq in done.items():
-                if entries.get(key) == seq:
-                    del entries[key]
-                    self.replayed_count += 1
-            if not entries:
-                del self._entries[node]
-                self.dirty = self.dirty - {node}
-
-    def pending(self) -> dict[str, int]:
-        """How many keys each server still has to delete."""
-        with self._lock:
-            return {node: len(entries) for node, entries in self._entries.items()}
-
-    def after_fork(self) -> None:
-        """A forked child inherits the parent's entries (its copies are as stale) and a new lock."""
-        self._lock = threading.Lock()
 
 
 # -- what a home's reply means for the copies (routes.py's plans) ---------------

@@ -28,11 +28,11 @@ from ..values.layout import CHUNK_PREFIX
 from .gutter import allowed as gutter_allows
 from .gutter import clamp
 from .health import Admission
+from .journal import Journal, admit
 from .node import Node
 from .ops import FAILED, UNROUTED, Decode, NodePlan, Parallel, Refuse, Requests, Run, Target
 from .replicas import (
     Fate,
-    Journal,
     ReplicaPolicy,
     changed,
     copy_tokens,
@@ -43,9 +43,7 @@ from .replicas import (
     request_key,
 )
 
-__all__ = ["REPLAY_BATCH", "Routes"]
-
-REPLAY_BATCH = 500  # deletes per write when a server replays the writes it missed
+__all__ = ["Routes"]
 
 Plan = NodePlan
 
@@ -64,6 +62,7 @@ class Routes:
         gutter_nodes: Mapping[str, Node],
         gutter_ttl: int,
         rng: Callable[[], float],
+        journal: Journal,
     ) -> None:
         self.ring = ring
         self.nodes = nodes
@@ -74,7 +73,7 @@ class Routes:
         self.gutter_set = frozenset(gutter_nodes.values())
         self.gutter_ttl = gutter_ttl
         self.rng = rng
-        self.journal = Journal()
+        self.journal = journal
 
     # -- decisions without I/O --
 
@@ -151,23 +150,8 @@ class Routes:
     # -- plans --
 
     def admit(self, node: Node) -> Plan:
-        """Leave to use ``node`` (NodeHealth.admit), after deleting the writes it missed."""
-        admission = node.health.admit()
-        if admission is not None and node.name in self.journal.dirty:
-            admission = yield from self.replay(node, admission)
-        return admission
-
-    def replay(self, node: Node, admission: Admission) -> Plan:
-        """Delete on ``node`` the keys it missed writes of; None when that failed."""
-        due = self.journal.due(node.name)
-        keys = list(due)
-        for start in range(0, len(keys), REPLAY_BATCH):
-            batch = tuple(Delete(kb) for kb in keys[start : start + REPLAY_BATCH])
-            if (yield Run(node, batch, None, admission)) is FAILED:
-                return None
-            admission = node.health.open or admission
-        self.journal.replayed(node.name, due)
-        return node.health.admit()
+        """Leave to use ``node`` (NodeHealth.admit), after it replayed the writes it missed."""
+        return (yield from admit(self.journal, node))
 
     def single(
         self, ring: bytes, request: Requests, decode: Decode, failed: Any, strict: bool

@@ -32,10 +32,11 @@ from typing import Any
 from ..exceptions import CommandNotSupportedError, NodeUnavailableError
 from ..ketama import Continuum
 from ..keys import Key, Routed
-from ..protocol.plans import Call, Each, Exchange, FanOut
+from ..protocol.plans import Call, Each, Exchange, FanOut, Forget
 from ..protocol.wire import Get
 from .gutter import clamp
 from .health import Admission
+from .journal import Journal, admit
 from .node import Node
 from .ops import FAILED, UNROUTED, NodePlan, Parallel, Refuse, Run, Target
 from .replicas import request_key
@@ -57,6 +58,7 @@ class Router:
         locate: Callable[[bytes], str],
         remap: bool,
         routes: Routes | None,
+        journal: Journal,
     ) -> None:
         self.ring = ring
         self.nodes = nodes
@@ -64,6 +66,7 @@ class Router:
         self.locate = locate  # the ring's server for a key's ring bytes (remembered)
         self.remap = remap
         self.routes = routes
+        self.journal = journal
 
     def copies(self, kb: bytes, ring: bytes) -> int:
         """How many servers hold the key (1: not replicated)."""
@@ -205,10 +208,12 @@ class Router:
         node = self.nodes[self.locate(ring)]
         admission = node.health.open
         if admission is None:
-            picked = self.pick(ring, node, {})
-            if picked is None:
-                return (yield Refuse(node, failed, request))
-            node, admission = picked
+            admission = yield from admit(self.journal, node)  # repaired first, if it owes any
+            if admission is None:
+                picked = self.pick(ring, node, {node: None}) if self.remap else None
+                if picked is None:
+                    return (yield Refuse(node, failed, request))
+                node, admission = picked
         result = yield Run(node, request, decode, admission, loud=True)
         return failed if result is FAILED else result
 
@@ -226,10 +231,10 @@ class Router:
         if not given:
             return []
         owners = None
+        for name in self.journal.dirty:  # servers that missed writes repair them first
+            yield from admit(self.journal, self.nodes[name])
         everywhere: dict[bytes, bytes] = {}
         if routes is not None:
-            for name in routes.journal.dirty:  # servers that missed writes delete them first
-                yield from routes.admit(self.nodes[name])
             owners = routes.spread(given) if op.spread else None
             if op.write:
                 everywhere = routes.replicated_keys(given)
@@ -371,7 +376,7 @@ class Router:
             nodes = [*self.nodes.values(), *(self.gutter_nodes.values() if op.gutter else ())]
         found: dict[str, Any] = {}
         for node in nodes:
-            admission = node.health.admit()
+            admission = yield from admit(self.journal, node)
             try:
                 if admission is None:
                     result = yield Refuse(node, op.failed, op.request)
@@ -388,11 +393,36 @@ class Router:
             found[node.name] = result
         return found
 
+    def repair(self) -> NodePlan:
+        """Replay the journal of every server that owes repairs and may be contacted now."""
+        for name in list(self.journal.dirty):
+            yield from admit(self.journal, self.nodes[name])
+
+    def forget(self, op: Forget) -> NodePlan:
+        """Run ``op``'s repair on its key's server now, or journal it there (True: now)."""
+        kb, ring, routes = op.kb, op.ring, self.routes
+        if routes is not None and routes.copies(kb, ring) > 1:  # every copy, journaled as it goes
+            result = yield from routes.single(ring, op.request, _landed, FAILED, False)
+            return result is True
+        node = self.nodes[self.locate(ring)]
+        admission = node.health.open
+        if admission is None:
+            admission = yield from admit(self.journal, node)
+        if admission is not None and (yield Run(node, op.request, _landed, admission)) is True:
+            return True
+        self.journal.record(node.name, kb, op.request)
+        return False
+
     def home_token(self, kb: bytes, token: Any) -> NodePlan:
         """The home's cas token while it holds the item a copy's token came with, else None."""
         if self.routes is None:
             return None
         return (yield from self.routes.home_token(kb, token))
+
+
+def _landed(reply: Any) -> bool:
+    """Any reply: the server ran the request (deleted, not found, stored)."""
+    return True
 
 
 def _one(exchange: Exchange[Any], kb: bytes, reply: Any) -> Any:

@@ -24,19 +24,22 @@ from ..keys import Key, placed
 from ..observe import Observer, build_observer
 from ..protocol.commands import StoreCommands
 from ..protocol.decoding import Decoders
+from ..protocol.wire import Stats
 from ..values.envelope import with_envelopes
 from ..values.refusals import ValueRefused
 from . import epochs
 from .health import HealthSnapshot, NodeEvent, NodeHealth
+from .journal import Journal
 from .node import Node, watch_forks
 from .ops import Requests
 from .options import ClusterOptions
 from .outcomes import Listeners, unavailable
+from .repairs import Epoch, epoch_of, repairer, restarted
 from .replicas import ReplicaPolicy
 from .routes import Routes
 from .routing import Router, remembered
 from .servers import Server, as_servers
-from .transport import SocketOptions
+from .transport import SocketOptions, answer
 
 __all__ = ["Driver", "Shared"]
 
@@ -69,6 +72,9 @@ class Shared:
         self.servers = as_servers(servers)
         self.options = options
         self.node_listeners: Listeners[NodeEvent] = Listeners("on_node_event")
+        self.restart_listeners: Listeners[str] = Listeners("on_restart")
+        self.epochs: dict[str, Epoch] = {}  # each server's (pid, start time), once read
+        self._checks: dict[str, float | None] = {}  # epochs to read: outage length, or None
         self.refused_listeners: Listeners[ValueRefused] = Listeners("on_value_refused")
         self.serde = with_envelopes(
             serde if serde is not None else options.serde_options.build(self.refused_listeners)
@@ -95,6 +101,11 @@ class Shared:
         # With one server every key maps to it: skip the hash on the hot path.
         only = self.servers[0].node
         locate = remembered(self.ring.get_node) if len(self.servers) > 1 else lambda ring: only
+        # What each server missed, repaired before it serves again (journal.py): a server
+        # with entries is held, so the hot path skips it.
+        self.journal = Journal()
+        self.journal.hold = self._hold
+        watch_forks(self.journal)
         # Replicated keys and the gutter pool (replicas.py, gutter.py): off unless configured.
         self.gutter_nodes: dict[str, Node] = {}
         routes = None
@@ -110,10 +121,12 @@ class Shared:
                 gutter_nodes=self.gutter_nodes,
                 gutter_ttl=options.gutter_ttl,
                 rng=rng,
+                journal=self.journal,
             )
-            watch_forks(routes.journal)
         remap = options.failover == "remap"
-        self.router = Router(self.ring, self.nodes, self.gutter_nodes, locate, remap, routes)
+        self.router = Router(
+            self.ring, self.nodes, self.gutter_nodes, locate, remap, routes, self.journal
+        )
         self.routes = routes
         self.sync: Any = None
         self.twin: Any = None
@@ -140,6 +153,7 @@ class Shared:
             clock=self._clock,
             report=self.report,
             rng=self._rng,
+            back=self._back,
         )
         return Node(
             server, health, self._socket_options, options.max_pool_size, options.pool_idle_timeout
@@ -157,6 +171,53 @@ class Shared:
             self.gutter_nodes[server.node] = self._node(server)
         return _ring(servers, self.options.ketama, names=False)
 
+    # -- outages: the journal's holds, servers back, epochs (repairs.py) --
+
+    def _hold(self, name: str, held: bool) -> None:
+        node = self.nodes.get(name)
+        if node is not None:
+            node.health.hold(held)
+            if held:
+                repairer().wake(self)
+
+    def _back(self, event: NodeEvent) -> None:
+        """A failing server answered again: logged once, and its epoch read in the background."""
+        logger.warning(
+            "memcached server %s is back (unavailable for %.1fs)", event.node, event.down
+        )
+        if event.node in self.nodes:
+            if not self._checks and not self.epochs:  # the first outage: read the others' too
+                self._checks.update(dict.fromkeys(self.nodes))
+            self._checks[event.node] = event.down
+            repairer().wake(self)
+
+    def repair_round(self) -> bool:
+        """The repairer's round: replay the journals that may be, read the epochs asked for.
+
+        Return whether work is left (a server still owes repairs).
+        """
+        if self.journal.dirty:
+            self.sync_view().repair()
+        checks, self._checks = self._checks, {}
+        for name, down in checks.items():
+            self._read_epoch(name, down)
+        return bool(self.journal.dirty or self._checks)
+
+    def _read_epoch(self, name: str, down: float | None) -> None:
+        """Read ``name``'s epoch (``down``: it was out that long; None: just remember it)."""
+        epoch, uptime = epoch_of(answer(self.nodes[name].connect_aside(), Stats()))
+        if epoch is None:
+            return  # down again, or a proxy that does not pass stats
+        known = self.epochs.get(name)
+        self.epochs[name] = epoch
+        if down is not None and restarted(known, epoch, uptime, down):
+            logger.warning(
+                "memcached server %s restarted (up %ds): everything it held is gone", name, uptime
+            )
+            if self.observer is not None:
+                self.observer.event("node_restarted")
+            self.restart_listeners(name)
+
     def observe(self) -> Observer:
         """The observer, made now if instrumentation is off (a sink is being added)."""
         if self.observer is None:
@@ -168,12 +229,22 @@ class Shared:
             self.observer.event("value_refused")
 
     def report(self, event: NodeEvent) -> None:
-        """A node event: logged, observed, told to the listeners."""
-        if event.kind == "dead":
-            logger.warning("memcached server %s is dead: %s", event.node, event.error)
-        elif event.kind == "revived":
-            logger.info("memcached server %s is back", event.node)
-        else:
+        """A node event: logged, observed, told to the listeners.
+
+        An outage is logged once when it starts (the failure that takes the
+        server out) and once when it ends (:meth:`_back`), as warnings, which
+        Python shows without any logging configuration; the rest at INFO or DEBUG.
+        """
+        if event.kind == "failure" and event.failures == 1:
+            logger.warning(
+                "memcached server %s is unavailable (%s): its operations fail fast until "
+                "it answers again",
+                event.node,
+                event.error,
+            )
+        elif event.kind == "dead":
+            logger.info("memcached server %s is dead: %s", event.node, event.error)
+        elif event.kind == "failure":
             logger.debug("memcached server %s failed: %r", event.node, event.error)
         observer = self.observer
         if observer is not None:
@@ -257,8 +328,10 @@ class Driver(StoreCommands):
         *,
         on_node_event: Callable[[NodeEvent], object] | None = None,
         on_value_refused: Callable[[ValueRefused], object] | None = None,
+        on_restart: Callable[[str], object] | None = None,
     ) -> None:
-        """Also tell these of node events and of items the default serde refuses.
+        """Also tell these of node events, of items the default serde refuses, and of
+        servers that restarted empty (``on_restart(node)``, see :mod:`.repairs`).
 
         Listeners add up, each once however often it is given (compared with
         ``==``: pass the same function, not a new ``partial`` each time); a
@@ -268,6 +341,8 @@ class Driver(StoreCommands):
             self.shared.node_listeners.add(on_node_event)
         if on_value_refused is not None:
             self.shared.refused_listeners.add(on_value_refused)
+        if on_restart is not None:
+            self.shared.restart_listeners.add(on_restart)
 
     def health(self) -> dict[str, HealthSnapshot]:
         """Return every server's health, by node."""
@@ -284,5 +359,9 @@ class Driver(StoreCommands):
         return self.ring.get_nodes(ring, self.router.copies(kb, ring))
 
     def journal(self) -> dict[str, int]:
-        """Return how many keys each server still has to delete before it serves (replicas.py)."""
-        return self._routes.journal.pending() if self._routes is not None else {}
+        """Return how many keys each server still has to repair before it serves (journal.py)."""
+        return self.shared.journal.pending()
+
+    def epochs(self) -> dict[str, tuple[int, int]]:
+        """Each server's epoch as last read, ``(pid, start time)`` (:mod:`.repairs`)."""
+        return dict(self.shared.epochs)

@@ -176,8 +176,14 @@ class CachedCounter:
         self._void()  # after the take-back: voids fills based on the stray exit
 
     def _void(self) -> None:
+        """Delete the cached count: now, or before its server serves again (its journal).
+
+        The repair of a change that could not be applied: never a replay of it
+        (docs/failures.md), so the count is exact once reloaded.
+        """
         try:
-            self.store.delete(self.key)
+            if not self.store.forget(self.key):
+                logger.info("counter %r: its server is out; it is dropped when back", self.key)
         except McPatternsError as exc:
             logger.warning("counter %r not invalidated (%s)", self.key, exc)
 

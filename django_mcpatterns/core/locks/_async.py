@@ -9,6 +9,7 @@ round trips and its owners are described in :mod:`django_mcpatterns.core.locks`.
 from __future__ import annotations
 
 import functools
+import logging
 import random
 import time
 from collections.abc import Callable
@@ -28,8 +29,10 @@ from django_mcpatterns.core.exceptions import (
     LockError,
     LockNotOwnedError,
     LockTimeoutError,
+    NodeUnavailableError,
 )
 from django_mcpatterns.core.keys import Key, placed
+from django_mcpatterns.core.outages import WriteDegraded, degrades
 from django_mcpatterns.core.store import AsyncStore, CasToken
 
 from ._model import (
@@ -50,6 +53,8 @@ from ._model import (
 )
 
 __all__ = ["AsyncLock", "async_strict_view", "rewrite_owned"]
+
+logger = logging.getLogger("django_mcpatterns.locks")
 
 
 def async_strict_view(store: AsyncStore) -> AsyncStore:
@@ -117,6 +122,7 @@ class AsyncLock:
         self.blocking_timeout = blocking_timeout
         self.backoff = backoff or Backoff()
         self._store = authoritative(store)
+        self._degrade = degrades(store)  # a release whose server is out: logged, not raised
         self._clock = clock
         self._sleep = sleep
         self._rng = rng
@@ -200,6 +206,9 @@ class AsyncLock:
         held by another owner now, is left alone) and :class:`LockError` when this
         owner never acquired it.  The owner forgets the lock in every case.
         ``token``: release for the owner of that token, from any thread or task.
+        A server that cannot be reached leaves the lock to lapse at its timeout:
+        logged and reported (``OPTIONS["on_outage"] = "degrade"``, the default) or
+        raised as :class:`NodeUnavailableError` (``"raise"``).
         """
         hold = self._owners.current()
         token = self._held(hold, "release", token)
@@ -208,7 +217,13 @@ class AsyncLock:
             hold.token = hold.cas = None
         # Run to its end even if this task is cancelled meanwhile: text memcached deletes
         # by cas in two requests, and a release left halfway holds the lock until it lapses.
-        await async_finish_then_undo(self._let_go(hold, token, cas), _released)
+        try:
+            await async_finish_then_undo(self._let_go(hold, token, cas), _released)
+        except NodeUnavailableError as exc:
+            if not self._degrade:
+                raise
+            logger.warning("lock %r not released (%s): it lapses at its timeout", self.key, exc)
+            emit(self._on_event, WriteDegraded(self.key, "release", exc))
 
     async def _let_go(self, hold: Hold, token: bytes, cas: CasToken | None) -> bool:
         """Delete the lock item (by cas, else by the token); True: it went by cas."""

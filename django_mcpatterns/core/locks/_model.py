@@ -19,7 +19,13 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Literal, Protocol, TypeVar, cast, runtime_checkable
 
-from ..exceptions import ConfigurationError, NodeUnavailableError
+from ..exceptions import (
+    ConfigurationError,
+    LockOutcomeUnknownError,
+    LockUnavailableError,
+    NodeUnavailableError,
+    OutcomeUnknownError,
+)
 from ..keys import Key
 from ..store import MAX_RELATIVE_EXPIRE, AsyncStore, Store
 
@@ -181,9 +187,10 @@ def new_token() -> bytes:
 
 class Reaching:
     """``with Reaching(key, action):`` names the lock and the action in an unreachable
-    server's error, keeping its class (a release whose reply was lost stays an
-    :class:`~django_mcpatterns.core.exceptions.OutcomeUnknownError`).  A class, not a generator: it
-    wraps every request of a lock."""
+    server's error: :class:`~django_mcpatterns.core.exceptions.LockUnavailableError` when
+    taking or reading the lock, else keeping its class (a release whose reply was
+    lost stays an :class:`~django_mcpatterns.core.exceptions.OutcomeUnknownError`).
+    A class, not a generator: it wraps every request of a lock."""
 
     __slots__ = ("action", "key")
 
@@ -201,7 +208,13 @@ class Reaching:
         traceback: TracebackType | None,
     ) -> None:
         if isinstance(exc, NodeUnavailableError):
-            raise type(exc)(
+            # Taking or reading a lock: LockUnavailableError (a 503 for the middleware).
+            # Releasing or extending it keeps the class: an unknown outcome matters there.
+            error: type[NodeUnavailableError] = type(exc)
+            if self.action in ("acquire", "inspect"):
+                unknown = isinstance(exc, OutcomeUnknownError)
+                error = LockOutcomeUnknownError if unknown else LockUnavailableError
+            raise error(
                 f"cannot {self.action} lock {self.key!r}, its server is unreachable: {exc}",
                 node=exc.node,
             ) from exc

@@ -79,6 +79,9 @@ class AsyncMemoryStore:
     async def bump(self, key: Key) -> bool:
         return self.sync.bump(key)
 
+    async def forget(self, key: Key, marker: bytes | None = None, expire: int = 0) -> bool:
+        return self.sync.forget(key, marker, expire)
+
     async def delete_many(self, keys: Iterable[Key]) -> None:
         self.sync.delete_many(keys)
 

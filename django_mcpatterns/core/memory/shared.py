@@ -7,6 +7,7 @@ from typing import Any
 
 from ..exceptions import ConfigurationError
 from ..keys import LONG_KEYS
+from ..outages import ON_OUTAGE
 from ..registry import Registry
 from ..values.layout import LARGE_VALUES
 from ..values.refusals import ValueRefused
@@ -23,7 +24,13 @@ __all__ = [
 
 # What an embedded cache's OPTIONS may hold: the store's sizes, and how values are encoded.
 MEMORY_OPTIONS = ("max_bytes", "max_item_size")
-EMBEDDED_OPTIONS = (*MEMORY_OPTIONS, *SerdeOptions.NAMES, "long_keys", "large_values")
+EMBEDDED_OPTIONS = (
+    *MEMORY_OPTIONS,
+    *SerdeOptions.NAMES,
+    "long_keys",
+    "large_values",
+    "on_outage",  # accepted (a configuration shared with production): nothing here fails
+)
 
 
 def memory_options(options: Mapping[str, Any]) -> dict[str, int]:
@@ -42,7 +49,8 @@ def memory_options(options: Mapping[str, Any]) -> dict[str, int]:
             option=unknown[0],
             choices=EMBEDDED_OPTIONS,
         )
-    for name, choices in (("long_keys", LONG_KEYS), ("large_values", LARGE_VALUES)):
+    checked = (("long_keys", LONG_KEYS), ("large_values", LARGE_VALUES), ("on_outage", ON_OUTAGE))
+    for name, choices in checked:
         if options.get(name, choices[0]) not in choices:
             raise ConfigurationError(
                 f"invalid value {options[name]!r} for option {name!r}; valid choices: "

@@ -213,6 +213,14 @@ class MemoryStore(ItemTable):
         with self._lock:
             return self._live(raw, self._now()) is not None and self._discard(raw)
 
+    def forget(self, key: Key, marker: bytes | None = None, expire: int = 0) -> bool:
+        """Delete ``key`` (or store ``marker`` there): an embedded store is always reachable."""
+        if marker is None:
+            self.delete(key)
+        else:
+            self.set(key, bytes(marker), expire)
+        return True
+
     def delete_many(self, keys: Iterable[Key]) -> None:
         raws = [placed(key)[0] for key in keys]
         with self._lock:

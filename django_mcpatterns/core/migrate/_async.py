@@ -227,6 +227,14 @@ class AsyncMigratingStore(AsyncStore):
         gone = await self.old.delete(key)
         return await self.new.delete(key) or gone
 
+    async def forget(self, key: Key, marker: bytes | None = None, expire: int = 0) -> bool:
+        """A repair: on the other ring too when the key moves (its old ring first, as delete)."""
+        if not self.placement.moved(key):
+            return await self.primary.forget(key, marker, expire)
+        self.tally.add("invalidations")
+        gone = await self.secondary.forget(key)
+        return await self.primary.forget(key, marker, expire) and gone
+
     async def delete_cas(self, key: Key, cas: CasToken) -> bool:
         deleted = await self.primary.delete_cas(key, cas)
         if deleted:

@@ -228,6 +228,14 @@ class MigratingStore(Store):
         gone = self.old.delete(key)
         return self.new.delete(key) or gone
 
+    def forget(self, key: Key, marker: bytes | None = None, expire: int = 0) -> bool:
+        """A repair: on the other ring too when the key moves (its old ring first, as delete)."""
+        if not self.placement.moved(key):
+            return self.primary.forget(key, marker, expire)
+        self.tally.add("invalidations")
+        gone = self.secondary.forget(key)
+        return self.primary.forget(key, marker, expire) and gone
+
     def delete_cas(self, key: Key, cas: CasToken) -> bool:
         deleted = self.primary.delete_cas(key, cas)
         if deleted:

@@ -15,10 +15,15 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
 from django_mcpatterns.core.concurrency import Compute
-from django_mcpatterns.core.exceptions import ContentionError, ValueTooLargeError
+from django_mcpatterns.core.exceptions import (
+    ContentionError,
+    NodeUnavailableError,
+    ValueTooLargeError,
+)
 from django_mcpatterns.core.keys import Key, Routed, key_bytes
 from django_mcpatterns.core.leases import PLACEHOLDER, fill_missing
 from django_mcpatterns.core.locks import strict_view
+from django_mcpatterns.core.outages import WriteDegraded, degrades
 from django_mcpatterns.core.stampede import Fetched, Stampede, StampedePolicy
 from django_mcpatterns.core.store import CasToken, Store
 from django_mcpatterns.core.values.envelope import STALE, Envelope, Serde, with_envelopes
@@ -56,7 +61,9 @@ class Namespaces:
     store's (default: its ``serde`` attribute; the inner value of a tagged item
     goes through it, so serializers, signing and envelopes apply); ``clock`` (Unix
     seconds) seeds new versions and dates written values; ``stampede(store)``
-    builds the :class:`~django_mcpatterns.core.stampede.Stampede` that ``get_or_compute`` runs on.
+    builds the :class:`~django_mcpatterns.core.stampede.Stampede` that ``get_or_compute`` runs on;
+    ``on_event`` hears of invalidations given up on
+    (:class:`~django_mcpatterns.core.outages.WriteDegraded`).
 
     The keys derived for a namespace (ids and version keys: percent-encoding
     and the host's key rule) are remembered for the last
@@ -64,7 +71,7 @@ class Namespaces:
     ``cache.namespace(...)`` on every use.
     """
 
-    __slots__ = ("_paths", "clock", "make_key", "serde", "stampede", "store")
+    __slots__ = ("_paths", "clock", "degrade", "make_key", "on_event", "serde", "stampede", "store")
 
     def __init__(
         self,
@@ -74,8 +81,11 @@ class Namespaces:
         serde: Serde | None = None,
         clock: Callable[[], float] = time.time,
         stampede: Callable[[Store], Stampede] = Stampede,
+        on_event: Callable[[WriteDegraded], object] | None = None,
     ) -> None:
         self.store = store
+        self.on_event = on_event
+        self.degrade = degrades(store)
         self.make_key = make_key
         self.serde = with_envelopes(serde or getattr(store, "serde", None), clock=clock)
         self.clock = clock
@@ -302,11 +312,30 @@ class Namespace:
     def invalidate(self) -> int:
         """Invalidate every key of this namespace and of those nested in it; return the version.
 
-        One ``incr``.  Raise :class:`~django_mcpatterns.core.exceptions.NodeUnavailableError` when
-        the namespace's server cannot be reached.
+        One ``incr``.  When the namespace's server cannot take it, the version
+        key is deleted there, now or before the server serves again (its
+        journal): the namespace's values are never read as current afterwards.
+        Then 0 is returned (``OPTIONS["on_outage"] = "degrade"``, the default),
+        or :class:`~django_mcpatterns.core.exceptions.NodeUnavailableError` raised (``"raise"``).
         """
-        store = strict_view(self._ctx.store)
         key = self._version_keys[-1]
+        try:
+            return self._bump(key)
+        except NodeUnavailableError as exc:
+            context = self._ctx
+            context.store.forget(key)
+            if not context.degrade:
+                raise
+            logger.warning("namespace %r not invalidated now (%s): repaired later", key, exc)
+            if context.on_event is not None:
+                try:
+                    context.on_event(WriteDegraded(key, "invalidate_namespace", exc))
+                except Exception:
+                    logger.exception("write_degraded receiver failed")
+            return 0
+
+    def _bump(self, key: Routed) -> int:
+        store = strict_view(self._ctx.store)
         for _ in range(INVALIDATE_ATTEMPTS):
             bumped = store.incr(key, 1)
             if bumped is not None:

@@ -31,7 +31,7 @@ from .decoding import (
 )
 from .leasing import NOT_LEASING, LeasedFetch, lease_answer, lease_requests, leased
 from .meta import MetaDelete, MetaGet, MetaSet
-from .plans import Call, Each, FanOut, Plan, command, immediately, then
+from .plans import Call, Each, FanOut, Forget, Plan, command, immediately, then
 from .replies import (
     bumped_meta,
     bumped_text,
@@ -215,6 +215,25 @@ class StoreCommands:
     def delete(self, key: Key) -> Plan[bool]:
         kb, ring = placed(key)
         return Call(ring, Delete(kb), deleted, False)
+
+    @command
+    def forget(self, key: Key, marker: bytes | None = None, expire: int = 0) -> Plan[bool]:
+        """Delete ``key`` now, or, when its server cannot be used, before it serves again.
+
+        The repair of a write that could not reach its server (docs/failures.md):
+        the server's journal holds it, and the server runs it before this process
+        sends it anything else.  ``marker``: store these raw bytes (flags 0,
+        ``expire``) instead of deleting, for an item that must read as
+        incomplete (a set or list that lost writes).  Return True when it was
+        done now, False when it was journaled; never raises for the server.
+        """
+        kb, ring = placed(key)
+        if marker is None:
+            request: Request[Any] = Delete(kb)
+        else:  # raw bytes, as sets and lists store theirs
+            data, flags = encoded(self.serde, kb, bytes(marker))
+            request = Store("set", kb, data, flags, expire_time(expire))
+        return then(Forget(ring, kb, request), bool)
 
     @command
     def touch(self, key: Key, expire: int = 0) -> Plan[bool]:

@@ -5,7 +5,7 @@ written once for both drivers:
 
 * a :class:`Call`, one round trip to the server of a key (most commands), or
 * a generator that yields *ops* (:class:`Call`, :class:`FanOut`,
-  :class:`HomeToken`, :class:`Each`) and receives each op's result, for a
+  :class:`HomeToken`, :class:`Each`, :class:`Forget`) and receives each op's result, for a
   command of several steps (a text ``delete_cas``: ``gets``, then ``cas``).
 
 Nothing here does I/O.  A driver runs a plan with :meth:`Runs.run`: the sync
@@ -47,6 +47,7 @@ __all__ = [
     "Each",
     "Exchange",
     "FanOut",
+    "Forget",
     "HomeToken",
     "Plan",
     "Runs",
@@ -170,6 +171,21 @@ class HomeToken:
         self.token = token
 
 
+class Forget:
+    """Run ``request`` (a ``delete`` of ``kb``, or a ``set`` that replaces it) on the key's
+    server now, or journal it there: the server runs it before it serves again.
+
+    The result is True when it ran now, False when it was journaled.
+    """
+
+    __slots__ = ("kb", "request", "ring")
+
+    def __init__(self, ring: bytes, kb: bytes, request: Request[Any]) -> None:
+        self.ring = ring
+        self.kb = kb
+        self.request = request
+
+
 class Each(Generic[R]):
     """``request`` on every server, one after another (``gutter``: the gutter pool's too,
     or ``only_gutter``: its servers instead); one result per server, by node name.
@@ -198,7 +214,7 @@ class Each(Generic[R]):
         self.tolerant = tolerant
 
 
-Op: TypeAlias = "Call[Any] | FanOut[Any] | HomeToken | Each[Any]"
+Op: TypeAlias = "Call[Any] | FanOut[Any] | HomeToken | Each[Any] | Forget"
 Plan: TypeAlias = "Call[R] | Generator[Any, Any, R]"
 
 

@@ -11,8 +11,9 @@ from django_mcpatterns.core.exceptions import ConfigurationError, McPatternsErro
 from django_mcpatterns.core.keys import Routed, placed, shorten
 from django_mcpatterns.core.store import AsyncStore
 
-from ._async_tally import tally, untally
+from ._async_tally import async_restore, tally, untally
 from ._model import DEFAULT_SLOTS, Decision, FailMode, Rate, Window, parse_rate
+from ._model_fallback import FALLBACK
 
 __all__ = ["AsyncRateLimiter"]
 
@@ -22,10 +23,12 @@ logger = logging.getLogger("django_mcpatterns.ratelimit")
 class AsyncRateLimiter:
     """Decide attempts against ``rate`` for keys of one store.
 
-    ``fail="open"`` (the default) admits when the store cannot be asked,
-    ``"closed"`` refuses; either way nothing is raised (the decision says
-    ``degraded``).  ``clock`` returns seconds (``time.time``): every client of a
-    limiter must share it, so wall clocks in step across hosts.
+    ``fail="open"`` (the default) decides alone when the store cannot be
+    asked: at most ``limit`` per process and window, seeded with the counts the
+    store last answered (``_model_fallback.py``); ``"closed"`` refuses.
+    Either way nothing is raised (the decision says ``degraded``).  ``clock``
+    returns seconds (``time.time``): every client of a limiter must share it,
+    so wall clocks in step across hosts.
     """
 
     def __init__(
@@ -47,6 +50,7 @@ class AsyncRateLimiter:
         self.window = Window(parse_rate(rate), slots)
         self.fail = fail
         self.clock = clock
+        self._suffix = f"|{self.window.rate}|{slots}"  # the fallback's name for a key
 
     async def hit(self, key: str | bytes, cost: int = 1) -> Decision:
         """Count an attempt of ``cost`` units under ``key``; return the decision.
@@ -68,13 +72,21 @@ class AsyncRateLimiter:
         # A name near 250 bytes: its slots' keys take their digest form (keys.py).
         slot = Routed(shorten(current.encode()), route)
         olds = [Routed(shorten(old.encode()), route) for old in older]
+        alone = name + self._suffix
+        if FALLBACK.owes(alone):  # admitted alone while its server was out: give it back first
+            owed = FALLBACK.take(alone, window, now)
+            if not await async_restore(self.store, name, route, owed, window.exptime(now)):
+                FALLBACK.give_back(alone, owed)
         try:
             total, counts = await tally(self.store, slot, olds, cost, window.exptime(now))
         except McPatternsError as exc:
             logger.warning("rate limit %r not decided (%s): failing %s", name, exc, self.fail)
             total, counts = None, []
         if total is None:
+            if self.fail == "open":
+                return FALLBACK.decide(window, alone, cost, now)
             return self._degraded()
+        FALLBACK.seen(alone, window.slot(now), total, counts)
         decision = window.decide(total, counts, cost, now)
         if not decision.allowed and cost:
             await untally(self.store, slot, cost)

@@ -27,14 +27,15 @@ from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from django_mcpatterns.core.exceptions import McPatternsError
-from django_mcpatterns.core.keys import Key, Routed
+from django_mcpatterns.core.keys import Key, Routed, shorten
 from django_mcpatterns.core.options import ClusterOptions
 from django_mcpatterns.core.store import Store
 from django_mcpatterns.core.wire import Request
 
 from ._model import CREATE, Tally, counts_of, tally_batch, tally_replies
+from ._model_fallback import Owed
 
-__all__ = ["Exchanger", "tally", "untally"]
+__all__ = ["Exchanger", "restore", "tally", "untally"]
 
 
 @runtime_checkable
@@ -66,3 +67,24 @@ def untally(store: Store, current: Routed, cost: int) -> None:
     """Take back a refused decision's ``cost`` (best effort: left over, it only errs strict)."""
     with contextlib.suppress(McPatternsError):
         store.decr(current, cost)
+
+
+def restore(store: Store, name: str, route: bytes, owed: Owed, expire: int) -> bool:
+    """Give back what the fallback decided alone (``_model_fallback.py``); False: not now.
+
+    Each slot gets its local admissions added; one the server lost (it
+    restarted empty) is created with what was seen plus them (``add``: the
+    first process back restores it, the others add theirs).
+    """
+    try:
+        for slot, (seen, alone) in sorted(owed.items()):
+            key = Routed(shorten(f"{name}:{slot}".encode()), route)
+            if alone and store.incr(key, alone) is not None:
+                continue
+            if store.add(key, b"%d" % (seen + alone), expire):
+                continue
+            if alone and store.incr(key, alone) is None:
+                return False  # the server is out again
+    except McPatternsError:
+        return False
+    return True

@@ -16,10 +16,11 @@ from django_mcpatterns.core.exceptions import (
     CollectionTooLargeError,
     EncodingError,
     IncompleteSetError,
+    NodeUnavailableError,
 )
 from django_mcpatterns.core.keys import PlainKey, key_bytes
 
-from ._async_append import AsyncAppendCollections
+from ._async_append import AsyncAppendCollections, Report
 from ._model import ReadRewrite
 from ._model_layout import (
     ADD,
@@ -66,40 +67,84 @@ class AsyncAppendSets(AsyncAppendCollections):
     # -- writes --------------------------------------------------------------
 
     async def sadd(
-        self, key: PlainKey, *members: Member, expire: int = 0, loader: AsyncLoader | None = None
+        self,
+        key: PlainKey,
+        *members: Member,
+        expire: int = 0,
+        loader: AsyncLoader | None = None,
+        report: Report | None = None,
     ) -> int:
         """Add members; return the number of distinct members written.
 
         A missing set is created (with ``expire``), unless it is loader-backed:
-        a writer never creates those, since the set would look complete.
+        a writer never creates those, since the set would look complete.  A
+        write its server could not take returns 0 (``OPTIONS["on_outage"]``:
+        see :mod:`._async_append`, "Unreachable servers"; ``report`` hears of it).
         """
         unique = unique_members(members)
         if unique:
+            kb = key_bytes(key)
             creating = None if loader is not None else expire
-            await self._modify(key_bytes(key), set_records(ADD, unique), creating, loader)
+            try:
+                await self._modify(kb, set_records(ADD, unique), creating, loader)
+            except NodeUnavailableError as exc:
+                return await self._lost_set(kb, "sadd", exc, expire, report)
         return len(unique)
 
-    async def srem(self, key: PlainKey, *members: Member, loader: AsyncLoader | None = None) -> int:
-        """Remove members; return the number of distinct members written."""
+    async def srem(
+        self,
+        key: PlainKey,
+        *members: Member,
+        loader: AsyncLoader | None = None,
+        expire: int = 0,
+        report: Report | None = None,
+    ) -> int:
+        """Remove members; return the number of distinct members written.
+
+        ``expire``: the exptime of the incomplete set left in its place when
+        the write cannot be made (0 when its server cannot take it, see :meth:`sadd`).
+        """
         unique = unique_members(members)
         if unique:
-            await self._modify(key_bytes(key), set_records(REMOVE, unique), None, loader)
+            kb = key_bytes(key)
+            try:
+                await self._modify(kb, set_records(REMOVE, unique), None, loader)
+            except NodeUnavailableError as exc:
+                return await self._lost_set(kb, "srem", exc, expire, report)
         return len(unique)
 
     async def smove(
-        self, source: PlainKey, destination: PlainKey, member: Member, *, expire: int = 0
+        self,
+        source: PlainKey,
+        destination: PlainKey,
+        member: Member,
+        *,
+        expire: int = 0,
+        report: Report | None = None,
     ) -> bool:
         """Move ``member``: one read of ``source``, then two appends (not atomic).
 
         The member is added to ``destination`` first, so a crash between the two
-        appends leaves it in both sets, never in neither.
+        appends leaves it in both sets, never in neither.  A set whose write
+        could not be made reads as incomplete afterwards (see :meth:`sadd`).
         """
         src, dst = key_bytes(source), key_bytes(destination)
         if member not in await self._members(src, None, 0, only=check_members([member])):
             return False
-        await self.sadd(dst, member, expire=expire)
-        await self.srem(src, member)
+        await self.sadd(dst, member, expire=expire, report=report)
+        await self.srem(src, member, expire=expire, report=report)
         return True
+
+    async def _lost_set(
+        self,
+        kb: bytes,
+        command: str,
+        error: NodeUnavailableError,
+        expire: int,
+        report: Report | None,
+    ) -> int:
+        self._layouts.forget(kb)
+        return await self._lost(kb, SET, command, error, expire, report)
 
     async def spop(
         self,
@@ -187,14 +232,23 @@ class AsyncAppendSets(AsyncAppendCollections):
         sets = await self._many(keys)
         return sets[0].difference(*sets[1:]) if sets else set()
 
-    async def sunionstore(self, destination: PlainKey, *keys: PlainKey, expire: int = 0) -> int:
-        return await self._store_result(destination, await self.sunion(*keys), expire)
+    async def sunionstore(
+        self, destination: PlainKey, *keys: PlainKey, expire: int = 0, report: Report | None = None
+    ) -> int:
+        members = await self.sunion(*keys)
+        return await self._store_result(destination, members, expire, "sunionstore", report)
 
-    async def sinterstore(self, destination: PlainKey, *keys: PlainKey, expire: int = 0) -> int:
-        return await self._store_result(destination, await self.sinter(*keys), expire)
+    async def sinterstore(
+        self, destination: PlainKey, *keys: PlainKey, expire: int = 0, report: Report | None = None
+    ) -> int:
+        members = await self.sinter(*keys)
+        return await self._store_result(destination, members, expire, "sinterstore", report)
 
-    async def sdiffstore(self, destination: PlainKey, *keys: PlainKey, expire: int = 0) -> int:
-        return await self._store_result(destination, await self.sdiff(*keys), expire)
+    async def sdiffstore(
+        self, destination: PlainKey, *keys: PlainKey, expire: int = 0, report: Report | None = None
+    ) -> int:
+        members = await self.sdiff(*keys)
+        return await self._store_result(destination, members, expire, "sdiffstore", report)
 
     # -- the write path --------------------------------------------------------
 
@@ -294,7 +348,8 @@ class AsyncAppendSets(AsyncAppendCollections):
             if view is None:
                 return set()
             raise IncompleteSetError(
-                f"set {kb!r} is being rebuilt from its loader: read it with the loader"
+                f"set {kb!r} is incomplete (it lost writes in an outage, or is being rebuilt "
+                "from its loader): read it with its loader, or delete it"
             )
         if view is None:
             placeholder = self._new_header(SET, expire, pending=True)
@@ -495,13 +550,27 @@ class AsyncAppendSets(AsyncAppendCollections):
         root = header.with_(shards=len(shards), generation=generation, snapshot=0).pack()
         return root, shards
 
-    async def _store_result(self, destination: PlainKey, members: set[Member], expire: int) -> int:
+    async def _store_result(
+        self,
+        destination: PlainKey,
+        members: set[Member],
+        expire: int,
+        command: str,
+        report: Report | None,
+    ) -> int:
         """Replace ``destination`` by ``members`` (the ``*store`` commands); empty: delete it.
 
         The shards the destination had are deleted once its root certainly no
-        longer names them; an unknown outcome raises and leaves them to expire.
+        longer names them; an unknown outcome leaves them to expire, and the
+        destination is repaired as any write its server could not take (:meth:`sadd`).
         """
         kb = key_bytes(destination)
+        try:
+            return await self._replace(kb, members, expire)
+        except NodeUnavailableError as exc:
+            return await self._lost_set(kb, command, exc, expire, report)
+
+    async def _replace(self, kb: bytes, members: set[Member], expire: int) -> int:
         self._layouts.forget(kb)
         replaced = await self._named_shards(kb)
         if not members:

@@ -19,10 +19,14 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
-from django_mcpatterns.core.exceptions import CollectionTooLargeError
+from django_mcpatterns.core.exceptions import (
+    CollectionTooLargeError,
+    IncompleteListError,
+    NodeUnavailableError,
+)
 from django_mcpatterns.core.keys import PlainKey, key_bytes
 
-from ._async_append import AsyncAppendCollections
+from ._async_append import AsyncAppendCollections, Report
 from ._model import ReadRewrite
 from ._model_layout import (
     LIST,
@@ -54,8 +58,14 @@ class AsyncAppendLists(AsyncAppendCollections):
         self._last_stamp = 0
         self._stamp_lock = threading.Lock()
 
-    async def rpush(self, key: PlainKey, *values: Member, expire: int = 0) -> int:
-        """Append values (creating the list with ``expire``); return how many were pushed."""
+    async def rpush(
+        self, key: PlainKey, *values: Member, expire: int = 0, report: Report | None = None
+    ) -> int:
+        """Append values (creating the list with ``expire``); return how many were pushed.
+
+        A write its server could not take returns 0 and leaves the list
+        incomplete (``OPTIONS["on_outage"]``, :mod:`._async_append`).
+        """
         listed = check_members(values)
         if listed:
             stamp = self._stamp()
@@ -67,12 +77,26 @@ class AsyncAppendLists(AsyncAppendCollections):
             def fold(view: ListView) -> None:
                 view.pushes += [(stamp, value) for value in listed]
 
-            await self._modify(kb, push_records(stamp, listed), create, expire, fold, prepend=False)
+            records = push_records(stamp, listed)
+            try:
+                await self._modify(kb, records, create, expire, fold, prepend=False)
+            except NodeUnavailableError as exc:
+                return await self._lost(kb, LIST, "rpush", exc, expire, report)
         return len(listed)
 
-    async def lrem(self, key: PlainKey, count: int, value: Member) -> int:
+    async def lrem(
+        self,
+        key: PlainKey,
+        count: int,
+        value: Member,
+        *,
+        expire: int = 0,
+        report: Report | None = None,
+    ) -> int:
         """Remove like Redis ``LREM`` (``count`` > 0 from the head, < 0 from the tail,
-        0 all); return 1 once the removal is recorded, 0 when the list is missing."""
+        0 all); return 1 once the removal is recorded, 0 when the list is missing
+        (or its server could not take the write: see :meth:`rpush`; ``expire`` is
+        then the exptime of the incomplete list left in its place)."""
         check_members([value])
         stamp = self._stamp()
 
@@ -80,7 +104,11 @@ class AsyncAppendLists(AsyncAppendCollections):
             view.removals.append(Removal(stamp, count, value))
 
         record = removal_record(stamp, count, value)
-        return int(await self._modify(key_bytes(key), record, None, 0, fold, prepend=True))
+        kb = key_bytes(key)
+        try:
+            return int(await self._modify(kb, record, None, 0, fold, prepend=True))
+        except NodeUnavailableError as exc:
+            return await self._lost(kb, LIST, "lrem", exc, expire, report)
 
     async def lrange(self, key: PlainKey, start: int, end: int) -> list[Member]:
         """Values from ``start`` to ``end`` inclusive; negative indexes count from the end."""
@@ -132,6 +160,11 @@ class AsyncAppendLists(AsyncAppendCollections):
         view = await self._read(kb)
         if view is None:
             return []
+        if view.header.pending:
+            raise IncompleteListError(
+                f"list {kb!r} lost writes in an outage: it reads whole again once it "
+                "expires or is deleted"
+            )
         items = view.items()
         if view.removals:
             assert view.data is not None

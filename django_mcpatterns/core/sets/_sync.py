@@ -17,6 +17,7 @@ from django_mcpatterns.core.exceptions import (
     CollectionTooLargeError,
     EncodingError,
     IncompleteSetError,
+    NodeUnavailableError,
 )
 from django_mcpatterns.core.keys import PlainKey, key_bytes
 
@@ -44,7 +45,7 @@ from ._model_views import (
     replay,
     unique_members,
 )
-from ._sync_append import AppendCollections
+from ._sync_append import AppendCollections, Report
 
 __all__ = ["AppendSets"]
 
@@ -67,40 +68,84 @@ class AppendSets(AppendCollections):
     # -- writes --------------------------------------------------------------
 
     def sadd(
-        self, key: PlainKey, *members: Member, expire: int = 0, loader: Loader | None = None
+        self,
+        key: PlainKey,
+        *members: Member,
+        expire: int = 0,
+        loader: Loader | None = None,
+        report: Report | None = None,
     ) -> int:
         """Add members; return the number of distinct members written.
 
         A missing set is created (with ``expire``), unless it is loader-backed:
-        a writer never creates those, since the set would look complete.
+        a writer never creates those, since the set would look complete.  A
+        write its server could not take returns 0 (``OPTIONS["on_outage"]``:
+        see :mod:`._async_append`, "Unreachable servers"; ``report`` hears of it).
         """
         unique = unique_members(members)
         if unique:
+            kb = key_bytes(key)
             creating = None if loader is not None else expire
-            self._modify(key_bytes(key), set_records(ADD, unique), creating, loader)
+            try:
+                self._modify(kb, set_records(ADD, unique), creating, loader)
+            except NodeUnavailableError as exc:
+                return self._lost_set(kb, "sadd", exc, expire, report)
         return len(unique)
 
-    def srem(self, key: PlainKey, *members: Member, loader: Loader | None = None) -> int:
-        """Remove members; return the number of distinct members written."""
+    def srem(
+        self,
+        key: PlainKey,
+        *members: Member,
+        loader: Loader | None = None,
+        expire: int = 0,
+        report: Report | None = None,
+    ) -> int:
+        """Remove members; return the number of distinct members written.
+
+        ``expire``: the exptime of the incomplete set left in its place when
+        the write cannot be made (0 when its server cannot take it, see :meth:`sadd`).
+        """
         unique = unique_members(members)
         if unique:
-            self._modify(key_bytes(key), set_records(REMOVE, unique), None, loader)
+            kb = key_bytes(key)
+            try:
+                self._modify(kb, set_records(REMOVE, unique), None, loader)
+            except NodeUnavailableError as exc:
+                return self._lost_set(kb, "srem", exc, expire, report)
         return len(unique)
 
     def smove(
-        self, source: PlainKey, destination: PlainKey, member: Member, *, expire: int = 0
+        self,
+        source: PlainKey,
+        destination: PlainKey,
+        member: Member,
+        *,
+        expire: int = 0,
+        report: Report | None = None,
     ) -> bool:
         """Move ``member``: one read of ``source``, then two appends (not atomic).
 
         The member is added to ``destination`` first, so a crash between the two
-        appends leaves it in both sets, never in neither.
+        appends leaves it in both sets, never in neither.  A set whose write
+        could not be made reads as incomplete afterwards (see :meth:`sadd`).
         """
         src, dst = key_bytes(source), key_bytes(destination)
         if member not in self._members(src, None, 0, only=check_members([member])):
             return False
-        self.sadd(dst, member, expire=expire)
-        self.srem(src, member)
+        self.sadd(dst, member, expire=expire, report=report)
+        self.srem(src, member, expire=expire, report=report)
         return True
+
+    def _lost_set(
+        self,
+        kb: bytes,
+        command: str,
+        error: NodeUnavailableError,
+        expire: int,
+        report: Report | None,
+    ) -> int:
+        self._layouts.forget(kb)
+        return self._lost(kb, SET, command, error, expire, report)
 
     def spop(
         self,
@@ -186,14 +231,23 @@ class AppendSets(AppendCollections):
         sets = self._many(keys)
         return sets[0].difference(*sets[1:]) if sets else set()
 
-    def sunionstore(self, destination: PlainKey, *keys: PlainKey, expire: int = 0) -> int:
-        return self._store_result(destination, self.sunion(*keys), expire)
+    def sunionstore(
+        self, destination: PlainKey, *keys: PlainKey, expire: int = 0, report: Report | None = None
+    ) -> int:
+        members = self.sunion(*keys)
+        return self._store_result(destination, members, expire, "sunionstore", report)
 
-    def sinterstore(self, destination: PlainKey, *keys: PlainKey, expire: int = 0) -> int:
-        return self._store_result(destination, self.sinter(*keys), expire)
+    def sinterstore(
+        self, destination: PlainKey, *keys: PlainKey, expire: int = 0, report: Report | None = None
+    ) -> int:
+        members = self.sinter(*keys)
+        return self._store_result(destination, members, expire, "sinterstore", report)
 
-    def sdiffstore(self, destination: PlainKey, *keys: PlainKey, expire: int = 0) -> int:
-        return self._store_result(destination, self.sdiff(*keys), expire)
+    def sdiffstore(
+        self, destination: PlainKey, *keys: PlainKey, expire: int = 0, report: Report | None = None
+    ) -> int:
+        members = self.sdiff(*keys)
+        return self._store_result(destination, members, expire, "sdiffstore", report)
 
     # -- the write path --------------------------------------------------------
 
@@ -293,7 +347,8 @@ class AppendSets(AppendCollections):
             if view is None:
                 return set()
             raise IncompleteSetError(
-                f"set {kb!r} is being rebuilt from its loader: read it with the loader"
+                f"set {kb!r} is incomplete (it lost writes in an outage, or is being rebuilt "
+                "from its loader): read it with its loader, or delete it"
             )
         if view is None:
             placeholder = self._new_header(SET, expire, pending=True)
@@ -494,13 +549,27 @@ class AppendSets(AppendCollections):
         root = header.with_(shards=len(shards), generation=generation, snapshot=0).pack()
         return root, shards
 
-    def _store_result(self, destination: PlainKey, members: set[Member], expire: int) -> int:
+    def _store_result(
+        self,
+        destination: PlainKey,
+        members: set[Member],
+        expire: int,
+        command: str,
+        report: Report | None,
+    ) -> int:
         """Replace ``destination`` by ``members`` (the ``*store`` commands); empty: delete it.
 
         The shards the destination had are deleted once its root certainly no
-        longer names them; an unknown outcome raises and leaves them to expire.
+        longer names them; an unknown outcome leaves them to expire, and the
+        destination is repaired as any write its server could not take (:meth:`sadd`).
         """
         kb = key_bytes(destination)
+        try:
+            return self._replace(kb, members, expire)
+        except NodeUnavailableError as exc:
+            return self._lost_set(kb, command, exc, expire, report)
+
+    def _replace(self, kb: bytes, members: set[Member], expire: int) -> int:
         self._layouts.forget(kb)
         replaced = self._named_shards(kb)
         if not members:

@@ -15,9 +15,17 @@ Missing or full
 Unreachable servers
     A server that cannot be reached would answer like a missing item, and a
     write would retry and fail as if it lost races.  Writers use the store's
-    strict view (:func:`~django_mcpatterns.core.locks.authoritative`) instead and raise
-    :class:`~django_mcpatterns.core.exceptions.NodeUnavailableError` at once, as locks do; reads
-    still degrade to the empty answer of a missing collection.
+    strict view (:func:`~django_mcpatterns.core.locks.authoritative`) instead, so
+    they know at once; reads still degrade to the empty answer of a missing
+    collection.  A write that could not be made is repaired (``OPTIONS["on_outage"]``,
+    :mod:`django_mcpatterns.core.outages`): the collection is replaced, now or
+    before its server serves again, by an empty *pending* item, which reads
+    as :class:`~django_mcpatterns.core.exceptions.IncompleteSetError` (a list's:
+    ``IncompleteListError``) until a loader rebuilds it, and never as a
+    silently shorter collection.  Under ``"degrade"`` (the default) the write
+    returns 0 and reports :class:`~django_mcpatterns.core.outages.WriteDegraded`;
+    under ``"raise"`` it raises
+    :class:`~django_mcpatterns.core.exceptions.NodeUnavailableError`.
 Concurrent appends during a rewrite
     A rewrite (compaction, pop, growth) is a ``cas``.  When it loses to appends
     made since its read, the item still starts with what was read, so the
@@ -52,6 +60,7 @@ Written once
 
 from __future__ import annotations
 
+import logging
 import random
 import time
 from collections.abc import Callable
@@ -64,12 +73,18 @@ from django_mcpatterns.core.exceptions import (
     ValueTooLargeError,
 )
 from django_mcpatterns.core.locks import authoritative
+from django_mcpatterns.core.outages import WriteDegraded, degrades
 from django_mcpatterns.core.store import MAX_RELATIVE_EXPIRE, CasToken, Store
 
 from ._model import Carry, SetOptions
 from ._model_layout import Header
 
-__all__ = ["AppendCollections"]
+__all__ = ["AppendCollections", "Report"]
+
+logger = logging.getLogger("django_mcpatterns.sets")
+
+Report = Callable[[WriteDegraded], object]
+"""Who hears of a degraded write (the cache's ``write_degraded`` signal)."""
 
 
 class AppendCollections:
@@ -85,6 +100,7 @@ class AppendCollections:
     ) -> None:
         self.store = store
         self._writer = authoritative(store)  # see "Unreachable servers"
+        self._degrade = degrades(store)
         self.options = options if options is not None else SetOptions.for_store(store)
         self._clock = clock
         # Nonces and shard generations must differ between processes, even ones
@@ -245,6 +261,32 @@ class AppendCollections:
                 raise doubt from doubt.__cause__
             raise
         return (current, token) if isinstance(current, bytes) else (None, None)
+
+    def _lost(
+        self,
+        key: bytes,
+        kind: bytes,
+        command: str,
+        error: NodeUnavailableError,
+        expire: int,
+        report: Report | None,
+    ) -> int:
+        """A write that could not reach its server: the collection repaired, then 0 or raise.
+
+        The item becomes an empty pending one of ``kind`` (``expire``), now or
+        through its server's journal (see "Unreachable servers").
+        """
+        marker = self._new_header(kind, expire, pending=True).pack()
+        self.store.forget(key, marker, expire)
+        if not self._degrade:
+            raise error
+        logger.warning("%s of %r not written (%s): it reads as incomplete", command, key, error)
+        if report is not None:
+            try:
+                report(WriteDegraded(key, command, error))
+            except Exception:
+                logger.exception("write_degraded receiver failed")
+        return 0
 
     def _contention(self, key: bytes, what: str) -> ContentionError:
         return ContentionError(

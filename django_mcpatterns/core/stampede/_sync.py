@@ -28,6 +28,7 @@ from django_mcpatterns.core.exceptions import (
     ComputeFailedError,
     EncodingError,
     LockTimeoutError,
+    NodeUnavailableError,
 )
 from django_mcpatterns.core.keys import Key
 from django_mcpatterns.core.leases import PLACEHOLDER
@@ -38,7 +39,9 @@ from django_mcpatterns.core.locks import (
     emit,
     exptime_for,
     new_token,
+    strict_view,
 )
+from django_mcpatterns.core.outages import WriteDegraded
 from django_mcpatterns.core.store import CasToken, Claimed, Store, TokenStore
 from django_mcpatterns.core.values.envelope import Envelope
 
@@ -168,9 +171,23 @@ class Stampede(StampedeSteps):
         The next :meth:`get_or_compute` recomputes it (one caller) while the
         others are served the old value: an invalidation without a stampede.
         Return False when there is no envelope to mark (a miss, or a plain value).
+        When its server cannot be reached the key is deleted there instead, now
+        or before the server serves again (its journal: ``OPTIONS["on_outage"]``),
+        reported as :class:`~django_mcpatterns.core.outages.WriteDegraded`, and
+        False returned: the old value is never served as fresh afterwards.
         """
+        try:
+            return self._mark_stale(key)
+        except NodeUnavailableError as exc:
+            self.store.forget(key)
+            logger.warning("mark_stale of %r not sent (%s): the key is dropped", key, exc)
+            emit(self._on_event, WriteDegraded(key, "mark_stale", exc))
+            return False
+
+    def _mark_stale(self, key: Key) -> bool:
+        reader = strict_view(self.store)  # an unreachable server is not "no value"
         for _ in range(MARK_STALE_ATTEMPTS):
-            found, cas = self.store.gets_envelope(key)
+            found, cas = reader.gets_envelope(key)
             if type(found) is not Envelope or cas is None or found.pending:
                 return False
             now = self._clock()

@@ -53,6 +53,11 @@ class Command(CacheCommand):
             version = namespace.invalidate()
         except NodeUnavailableError as exc:
             raise CommandError(f"namespace not invalidated: {exc}") from exc
+        if not version:  # degraded (OPTIONS["on_outage"]): a command cannot wait to repair it
+            raise CommandError(
+                "namespace not invalidated: its server cannot be reached (run the command "
+                "again once it answers)"
+            )
         path = [list(level) for level in namespace.path]
         if options["json"]:
             self.print_json({"cache": alias, "namespace": path, "version": version})

@@ -1,0 +1,109 @@
+"""``CacheUnavailableMiddleware``: a lock whose server is down answers 503 with Retry-After.
+
+Sync and async views, on a cluster whose only server nobody listens on (so
+``cache.lock(...)`` raises ``LockUnavailableError``); other errors stay 500s.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+
+import pytest
+from asgiref.sync import iscoroutinefunction
+from django.core.cache import cache
+from django.http import HttpRequest, HttpResponse
+from django.test import AsyncClient, Client, override_settings
+from django.urls import path
+
+from django_mcpatterns.core.exceptions import LockUnavailableError, NodeUnavailableError
+from django_mcpatterns.middleware import CacheUnavailableMiddleware
+from tests.django.conftest import CLUSTER_BACKEND
+from tests.harness import LOOPBACK, free_port
+
+MIDDLEWARE = ["django_mcpatterns.middleware.CacheUnavailableMiddleware"]
+
+
+def locked_view(request: HttpRequest) -> HttpResponse:
+    with cache.lock("middleware:lock", timeout=5):
+        return HttpResponse("done")
+
+
+async def async_locked_view(request: HttpRequest) -> HttpResponse:
+    async with cache.lock("middleware:lock", timeout=5):
+        return HttpResponse("done")
+
+
+def broken_view(request: HttpRequest) -> HttpResponse:
+    raise ValueError("not the cache's")
+
+
+def unavailable_view(request: HttpRequest) -> HttpResponse:
+    raise NodeUnavailableError("down", node="x")
+
+
+urlpatterns = [
+    path("locked/", locked_view),
+    path("async-locked/", async_locked_view),
+    path("broken/", broken_view),
+    path("unavailable/", unavailable_view),
+]
+
+
+@pytest.fixture
+def down() -> Iterator[None]:
+    entry = {"BACKEND": CLUSTER_BACKEND, "LOCATION": f"{LOOPBACK}:{free_port()}"}
+    with override_settings(CACHES={"default": entry}, MIDDLEWARE=MIDDLEWARE, ROOT_URLCONF=__name__):
+        yield
+
+
+@pytest.mark.usefixtures("down", "reset_shared_stores")
+@pytest.mark.parametrize("url", ["/locked/", "/unavailable/"])
+def test_a_sync_view_whose_cache_is_down_answers_503_with_retry_after(url: str) -> None:
+    response = Client(raise_request_exception=False).get(url)
+    assert response.status_code == 503
+    assert response["Retry-After"] == "1"
+
+
+@pytest.mark.usefixtures("down", "reset_shared_stores")
+def test_an_async_view_whose_lock_server_is_down_answers_503() -> None:
+    async def fetch() -> HttpResponse:
+        answer: HttpResponse = await AsyncClient(raise_request_exception=False).get(
+            "/async-locked/"
+        )
+        return answer
+
+    response = asyncio.run(fetch())
+    assert response.status_code == 503
+    assert response["Retry-After"] == "1"
+
+
+@pytest.mark.usefixtures("down", "reset_shared_stores")
+def test_retry_after_follows_the_setting_and_other_errors_stay_500() -> None:
+    client = Client(raise_request_exception=False)
+    with override_settings(MCPATTERNS_RETRY_AFTER=7):
+        assert client.get("/locked/")["Retry-After"] == "7"
+    assert client.get("/broken/").status_code == 500
+
+
+@pytest.mark.usefixtures("down", "reset_shared_stores")
+def test_without_the_middleware_the_lock_error_is_a_500() -> None:
+    # What the middleware is for (and what the issue's drill saw: 500s from cache.lock).
+    with override_settings(MIDDLEWARE=[]):
+        response = Client(raise_request_exception=False).get("/locked/")
+    assert response.status_code == 500
+    with override_settings(MIDDLEWARE=[]), pytest.raises(LockUnavailableError):
+        Client().get("/locked/")
+
+
+def test_the_middleware_runs_in_the_request_s_own_mode() -> None:
+    async def async_get_response(request: HttpRequest) -> HttpResponse:
+        return HttpResponse()
+
+    def get_response(request: HttpRequest) -> HttpResponse:
+        return HttpResponse()
+
+    assert CacheUnavailableMiddleware.sync_capable
+    assert CacheUnavailableMiddleware.async_capable
+    assert iscoroutinefunction(CacheUnavailableMiddleware(async_get_response))
+    assert not iscoroutinefunction(CacheUnavailableMiddleware(get_response))
