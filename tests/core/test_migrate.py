@@ -499,8 +499,8 @@ class _Dump:
 
     address = ("127.0.0.1", 1)
 
-    def __init__(self, chunks: list[bytes]) -> None:
-        self.chunks = chunks
+    def __init__(self, chunks: list[bytes | None]) -> None:
+        self.chunks = chunks  # None: a read that timed out
         self.sent: list[bytes] = []
 
     def connect(self) -> _Dump:
@@ -510,7 +510,10 @@ class _Dump:
         self.sent.append(data)
 
     def recv(self, size: int) -> bytes:
-        return self.chunks.pop(0) if self.chunks else b""
+        chunk = self.chunks.pop(0) if self.chunks else b""
+        if chunk is None:  # the socket's I/O timeout (SO_RCVTIMEO): EAGAIN
+            raise BlockingIOError(11, "Resource temporarily unavailable")
+        return chunk
 
 
 @given(
@@ -579,3 +582,13 @@ def test_chunked_values_migrate_too(five, protocol):
         assert after.values.get_many(list(big)) == {}
     finally:
         reset_shared_clusters()
+
+
+def test_metadump_waits_through_timeouts_then_gives_up_naming_the_server():
+    from django_mcpatterns.core.migrate.warm import DUMP_WAITS, WarmError, metadump
+
+    slow = [None, b"key=a exp=-1 size=1\n", *[None] * DUMP_WAITS, b"key=b exp=-1 size=2\nEND\r\n"]
+    assert [e.key for page in metadump(_Dump(slow)) for e in page] == [b"a", b"b"]
+    stuck = [b"key=a exp=-1 size=1\n", *[None] * (DUMP_WAITS + 1)]
+    with pytest.raises(WarmError, match="sent no more of its metadump"):
+        list(metadump(_Dump(stuck)))
