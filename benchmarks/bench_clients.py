@@ -57,6 +57,7 @@ from clients import (
 )
 from rounds import Figure, Sample, interleave, ratio, timed
 
+from django_mcpatterns.core.protocol import compiled
 from tests.harness import memcached_cluster
 
 
@@ -281,7 +282,11 @@ def conditions(short: bool = False) -> str:
     except OSError:
         memcached = "memcached ?"
     cores = os.cpu_count()
-    return f"Python {sys.version.split()[0]}, {memcached} (-t 1) on loopback, {cores} cores, {load}"
+    path = "compiled" if compiled.COMPILED else f"pure Python ({compiled.why_pure})"
+    return (
+        f"Python {sys.version.split()[0]}, {memcached} (-t 1) on loopback, {cores} cores, {load}"
+        f"\nours: the {path} hot path"
+    )
 
 
 def print_configs(configs: dict[str, str]) -> None:

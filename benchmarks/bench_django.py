@@ -35,6 +35,7 @@ from rounds import Figure, Sample, interleave, ratio, timed  # noqa: E402
 from syscalls import CountingError, Counts, PerOp, breakdown, find_counter, total  # noqa: E402
 
 from django_mcpatterns.backend import KetamaMemcacheCache  # noqa: E402
+from django_mcpatterns.core.protocol import compiled  # noqa: E402
 from tests.harness import memcached_cluster  # noqa: E402
 
 
@@ -161,6 +162,8 @@ def print_table(rows: list[Any], peers: list[str], counted_by: str | None) -> No
         " (25th-75th percentile)."
     )
     print(f"System calls counted with {counted_by}." if counted_by else "System calls: -")
+    path = "compiled" if compiled.COMPILED else f"pure Python ({compiled.why_pure})"
+    print(f"ours: KetamaMemcacheCache, the {path} hot path.")
     header = f"{'servers':>7}  {'operation':<14} {'ours µs':>8} {'cpu':>6} {'sys':>5}"
     for name in peers:
         header += f" | {name + ' µs':>19} {'cpu':>6} {'sys':>5} {'ratio':>17} {'cpu':>5}"

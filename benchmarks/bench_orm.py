@@ -9,16 +9,27 @@ counted on both sides:
 
 * ``uncached``: ``.nocache()``, the query itself;
 * ``warm``: ``.cache()``, a hit (one ``gets_many`` of the result and its stamps);
-* ``cold``: ``.cache()`` right after a write to that category (its stamp
-  renewed, the result void): the query, the placeholder lease and the fill;
-  ``cold-cas``: the same with ``MCPATTERNS_ORM["lease"] = "cas"`` (the read's
-  cas is the lease: no placeholder, no stampede protection).
+* ``cold``: ``.cache()`` of a result not in the cache (never read, evicted or
+  expired; its stamps there): the read, the query and the fill;
+* ``invalidated``: ``.cache()`` right after a write to that category (its
+  stamp renewed, the cached result void): the read, the query, the lease and
+  the fill;
 
-Then: round trips and keys per warm read, the hit ratio of queries that
+each miss with the three ``MCPATTERNS_ORM["lease"]`` modes: ``meta`` (the
+default: memcached's own lease, taken by the read with ``mg <key> ... N<ttl>``),
+``placeholder`` (text mode's: an added placeholder, swapped in or given back)
+and ``cas`` (the read's cas is the lease: no stampede protection).  Each case
+is timed on the wall clock and in this thread's CPU (``time.thread_time``): a
+miss's wall overhead moves with the machine's load (each round trip waits to be
+scheduled), the CPU it adds much less.  The load average is printed before and
+after.
+
+Then: round trips per read counted on the wire (a recording proxy before
+memcached: warm, and each miss in each mode), the hit ratio of queries that
 writes to other rows cannot change, the cost of a ``bulk_update`` of 10,000
 rows (stamps deleted), and the consistency auditor's findings over sampled hits.
 Reference: django-cachalot publishes a 7x average speed-up and a 10% first-hit
-penalty (table-level invalidation).  Targets here: warm >= 5x, cold <= +10%,
+penalty (table-level invalidation).  Targets here: warm >= 5x, cold (leased) <= +10%,
 unaffected-query hit ratio >= 0.8, stale hits found by the auditor 0.
 
     python benchmarks/bench_orm.py [--rounds 21] [--ops 20] [--products 50000]
@@ -27,6 +38,7 @@ unaffected-query hit ratio >= 0.8, stale hits found by the auditor 0.
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import statistics
 import sys
@@ -96,35 +108,56 @@ def page(category: Any, cached: bool) -> list[Any]:
     return list(qs[:20])
 
 
-def timed(fn: Callable[[], object], ops: int, before: Callable[[], object] | None = None) -> float:
-    """Median seconds per call of ``fn`` (``before`` runs untimed ahead of each call)."""
-    times = []
-    for _ in range(ops):
+Times = tuple[float, float]
+"""Median seconds per call: wall clock, and this thread's CPU (``time.thread_time``)."""
+
+
+def timed(fn: Callable[[], object], ops: int, before: Callable[[], object] | None = None) -> Times:
+    """Median wall and CPU seconds per call of ``fn`` (``before`` runs untimed ahead of each).
+
+    The first call is not counted: it may make what the later ones reuse.
+    """
+    walls, cpus = [], []
+    for i in range(ops + 1):
         if before is not None:
             before()
+        cpu = time.thread_time()
         start = time.perf_counter()
         fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+        wall = time.perf_counter() - start
+        if i:
+            walls.append(wall)
+            cpus.append(time.thread_time() - cpu)
+    return statistics.median(walls), statistics.median(cpus)
 
 
-def speed(cats: list[Any], rounds: int, ops: int) -> dict[str, list[float]]:
+LEASES = ("meta", "placeholder", "cas")
+"""MCPATTERNS_ORM["lease"]: memcached's own lease taken by the read (the default), an
+added placeholder (text mode's), the read's cas (no stampede protection)."""
+
+
+def _lease(mode: str) -> Any:
+    from django.test import override_settings
+
+    return override_settings(MCPATTERNS_ORM={**settings.MCPATTERNS_ORM, "lease": mode})
+
+
+def speed(cats: list[Any], rounds: int, ops: int) -> dict[str, list[Times]]:
+    """Per round, the median of ``ops`` reads of each case, the cases in a shuffled order."""
     from django_mcpatterns.core import stamps
     from django_mcpatterns.orm.reads import reader
 
-    hot, cold = cats[0], cats[1]
-    page(hot, True)
+    category = cats[1]
+    page(category, True)
     read = reader()
-    cold_stamps = [k for k in _plan(cold).stamps if ":c:" in k]
+    plan = _plan(category)
+    conjunctions = [k for k in plan.stamps if ":c:" in k]
 
-    def write_to_cold() -> None:  # what a save of a product of that category does
-        stamps.renew(read.values, cold_stamps, [], 3600)
+    def forget() -> None:  # a result never read, evicted or expired; its stamps are there
+        read.values.delete(plan.key)
 
-    def cold_cas() -> float:
-        from django.test import override_settings
-
-        with override_settings(MCPATTERNS_ORM={**settings.MCPATTERNS_ORM, "lease": "cas"}):
-            return timed(lambda: page(cold, True), ops, before=write_to_cold)
+    def write() -> None:  # what a save of a product of that category does
+        stamps.renew(read.values, conjunctions, [], 3600)
 
     def select_1() -> None:
         from django.db import connection
@@ -133,16 +166,26 @@ def speed(cats: list[Any], rounds: int, ops: int) -> dict[str, list[float]]:
             cursor.execute("SELECT 1")
             cursor.fetchall()
 
+    def case(before: Callable[[], object], mode: str) -> Callable[[], Times]:
+        def run() -> Times:
+            with _lease(mode):
+                reader()  # this mode's reader made before the clock starts
+                return timed(lambda: page(category, True), ops, before=before)
+
+        return run
+
     read.values.set("bench:probe", b"1")
-    cases: dict[str, Callable[[], float]] = {
+    cases: dict[str, Callable[[], Times]] = {
         "memcached get": lambda: timed(lambda: read.values.get("bench:probe"), ops),
         "SELECT 1": lambda: timed(select_1, ops),
-        "uncached": lambda: timed(lambda: page(hot, False), ops),
-        "warm": lambda: timed(lambda: page(hot, True), ops),
-        "cold": lambda: timed(lambda: page(cold, True), ops, before=write_to_cold),
-        "cold-cas": cold_cas,
+        "uncached": lambda: timed(lambda: page(category, False), ops),
+        "warm": lambda: timed(lambda: page(category, True), ops),
     }
-    results: dict[str, list[float]] = {name: [] for name in cases}
+    for mode in LEASES:
+        suffix = "" if mode == "meta" else f"-{mode}"
+        cases[f"cold{suffix}"] = case(forget, mode)
+        cases[f"invalidated{suffix}"] = case(write, mode)
+    results: dict[str, list[Times]] = {name: [] for name in cases}
     rng = random.Random(2)
     for _ in range(rounds):
         order = list(cases)
@@ -163,32 +206,42 @@ def _plan(category: Any) -> Any:
     return planned.plan
 
 
-def round_trips(cats: list[Any]) -> tuple[int, int]:
-    """Store calls and keys of one warm read (a counting proxy around the reader's store)."""
+def round_trips(cats: list[Any], server: Any) -> dict[str, int]:
+    """Round trips on the wire per read, counted by a recording proxy before memcached."""
+    from django.test import override_settings
+
+    from django_mcpatterns.core import stamps
+    from django_mcpatterns.orm import reads
     from django_mcpatterns.orm.reads import reader
+    from tests.drills.proxy import Proxy
 
-    read = reader()
-    calls: list[tuple[str, int]] = []
-    store = read.values
+    category = cats[2]
+    counted: dict[str, int] = {}
+    with Proxy(server.port) as proxy:
+        location = {"BACKEND": settings.CACHES["default"]["BACKEND"], "LOCATION": [proxy.spec]}
+        with override_settings(CACHES={"default": location}):
+            reads.reset()  # readers bound to the proxied cache from here on
+            page(category, True)  # its stamps and scheme exist from here on
+            plan = _plan(category)
+            conjunctions = [k for k in plan.stamps if ":c:" in k]
 
-    class Counting:
-        def __getattr__(self, name: str) -> Any:
-            method = getattr(store, name)
+            def trips(name: str, before: Callable[[], object]) -> None:
+                before()
+                proxy.forget()
+                page(category, True)
+                counted[name] = proxy.round_trips
 
-            def counted(*args: Any, **kwargs: Any) -> Any:
-                keys = args[0] if args and isinstance(args[0], list) else [args[0]] if args else []
-                calls.append((name, len(keys)))
-                return method(*args, **kwargs)
-
-            return counted
-
-    page(cats[0], True)
-    read.values = Counting()  # type: ignore[assignment]
-    try:
-        page(cats[0], True)
-    finally:
-        read.values = store
-    return len(calls), sum(n for _, n in calls)
+            trips("warm", lambda: None)
+            for mode in LEASES:
+                with _lease(mode):
+                    values = reader().values
+                    trips(f"cold ({mode})", lambda v=values: v.delete(plan.key))
+                    trips(
+                        f"invalidated ({mode})",
+                        lambda v=values: stamps.renew(v, conjunctions, [], 3600),
+                    )
+        reads.reset()
+    return counted
 
 
 def hit_ratio(cats: list[Any]) -> tuple[float, int, int]:
@@ -272,6 +325,45 @@ def audit(cats: list[Any], samples: int) -> dict[str, int]:
     return observe.totals()
 
 
+def report(
+    results: dict[str, list[Times]], before: tuple[float, ...], after: tuple[float, ...]
+) -> None:
+    """Each case against the uncached read, paired round by round: wall and CPU."""
+    wall = {name: [w for w, _ in times] for name, times in results.items()}
+    cpu = {name: [c for _, c in times] for name, times in results.items()}
+    print(
+        f"conditions: load average {before[0]:.1f} before, {after[0]:.1f} after "
+        f"({os.cpu_count()} cores); a memcached get "
+        f"{statistics.median(wall.pop('memcached get')) * 1e6:.0f} us, a PostgreSQL "
+        f"SELECT 1 {statistics.median(wall.pop('SELECT 1')) * 1e6:.0f} us (medians)"
+    )
+
+    def ratio(name: str) -> float:
+        """The median over rounds of this case's wall time over the uncached read's."""
+        return statistics.median(t / u for u, t in zip(wall["uncached"], wall[name], strict=True))
+
+    def added(name: str) -> float:
+        """The median over rounds of the CPU this case adds to the uncached read's, in us."""
+        pairs = zip(cpu["uncached"], cpu[name], strict=True)
+        return statistics.median(t - u for u, t in pairs) * 1e6
+
+    print(f"  {'case':23} {'wall us/read':>12} {'/uncached':>9} {'CPU us/read':>11} {'added':>6}")
+    for name in wall:
+        if name in ("memcached get", "SELECT 1"):
+            continue
+        print(
+            f"  {name:23} {statistics.median(wall[name]) * 1e6:12.0f} {ratio(name):9.2f} "
+            f"{statistics.median(cpu[name]) * 1e6:11.0f} {added(name):+6.0f}"
+        )
+    print(f"warm speed-up {1 / ratio('warm'):.1f}x (target >= {SPEEDUP_TARGET}x; cachalot: 7x)")
+    for kind, what in (("cold", "a result not cached"), ("invalidated", "after a write")):
+        names = {m: kind + ("" if m == "meta" else f"-{m}") for m in LEASES}
+        overheads = ", ".join(f"{m} {100 * (ratio(n) - 1):+.1f}%" for m, n in names.items())
+        cpus = ", ".join(f"{m} {added(n):+.0f}" for m, n in names.items())
+        print(f"{kind}-miss overhead ({what}): wall {overheads}; CPU us added {cpus}")
+    print("(target <= +10% for a cold miss, leased; cachalot: +10% first hit, no lease)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=21)
@@ -290,33 +382,14 @@ def main() -> None:
                 f"PostgreSQL 15 + memcached 1.6 on loopback; {args.products} products in "
                 f"{args.categories} categories; {args.rounds} rounds x {args.ops} ops, interleaved"
             )
+            loaded = os.getloadavg()
             results = speed(cats, args.rounds, args.ops)
-            probes = {name: results.pop(name) for name in ("memcached get", "SELECT 1")}
+            report(results, loaded, os.getloadavg())
+            counted = round_trips(cats, servers[0])
             print(
-                "conditions: a memcached get "
-                f"{statistics.median(probes['memcached get']) * 1e6:.0f} us, a PostgreSQL "
-                f"SELECT 1 {statistics.median(probes['SELECT 1']) * 1e6:.0f} us (medians)"
+                "round trips on the wire per read: "
+                + ", ".join(f"{name} {n}" for name, n in counted.items())
             )
-            uncached = results["uncached"]
-            for name, times in results.items():
-                ratios = [u / t for u, t in zip(uncached, times, strict=True)]
-                print(
-                    f"  {name:9} median {statistics.median(times) * 1e6:8.0f} us/read, "
-                    f"uncached/this {statistics.median(ratios):5.2f}x"
-                )
-            warm = statistics.median(u / w for u, w in zip(uncached, results["warm"], strict=True))
-            cold = statistics.median(c / u for u, c in zip(uncached, results["cold"], strict=True))
-            cas = statistics.median(
-                c / u for u, c in zip(uncached, results["cold-cas"], strict=True)
-            )
-            print(f"warm speed-up {warm:.1f}x (target >= {SPEEDUP_TARGET}x; cachalot: 7x average)")
-            print(
-                f"cold-miss overhead {100 * (cold - 1):+.1f}% with a placeholder lease "
-                f"(stampede protection), {100 * (cas - 1):+.1f}% with lease='cas' "
-                "(target <= +10%; cachalot: +10%)"
-            )
-            calls, keys = round_trips(cats)
-            print(f"warm read: {calls} store call(s) ({keys} keys in one multi-get)")
             ratio, n_queries, n_writes = hit_ratio(cats)
             print(
                 f"hit ratio of {n_queries} unaffected queries after {n_writes} writes to other "

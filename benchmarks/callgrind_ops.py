@@ -142,6 +142,10 @@ def under_callgrind(plan: dict[str, Any], out: Path) -> dict[str, float]:
 def report(runs: list[dict[str, float]], ops: int, compare: Path | None) -> None:
     before: dict[str, float] = {}
     print(f"Instructions per operation (callgrind Ir, client process, user space); {ops} ops")
+    from django_mcpatterns.core.protocol import compiled  # as the inner process: same environment
+
+    path = "compiled" if compiled.COMPILED else f"pure Python ({compiled.why_pure})"
+    print(f"ours: the {path} hot path")
     if compare:
         earlier = json.loads(compare.read_text())
         old_runs = earlier["runs"]

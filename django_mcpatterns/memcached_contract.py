@@ -24,8 +24,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from django.core.cache.backends.base import (
@@ -35,7 +34,7 @@ from django.core.cache.backends.base import (
     memcache_key_warnings,
 )
 
-from .core.exceptions import InvalidKeyError, ValueTooLargeError
+from .core.exceptions import InvalidKeyError
 from .core.keys import key_bytes, shorten
 from .core.store import MAX_RELATIVE_EXPIRE
 from .patterns import DEFAULT, PatternHost
@@ -43,11 +42,10 @@ from .patterns import DEFAULT, PatternHost
 __all__ = [
     "MISSING",
     "MemcachedContract",
-    "Stored",
     "as_given",
     "counted",
     "made_values",
-    "size_limited",
+    "too_large",
 ]
 
 logger = logging.getLogger("django_mcpatterns.backend")
@@ -128,24 +126,10 @@ class MemcachedContract(PatternHost, BaseCache):
         return {self.make_and_validate_key(key, version=version): key for key in keys}
 
 
-class Stored:
-    """What a write answered: False until the store says otherwise."""
-
-    stored: bool = False
-
-
-@contextmanager
-def size_limited(key: str) -> Iterator[Stored]:
-    """Answer False (logged) for a value over memcached's item size limit, as Django does.
-
-    A sync context manager, so a sync call and an awaited one share it.
-    """
-    outcome = Stored()
-    try:
-        yield outcome
-    except ValueTooLargeError:
-        logger.warning("value for cache key %r is over the item size limit", key)
-        outcome.stored = False
+def too_large(key: str) -> bool:
+    """A write of a value over memcached's item size limit answers False (logged), as Django's."""
+    logger.warning("value for cache key %r is over the item size limit", key)
+    return False
 
 
 def as_given(found: Mapping[Any, Any], key_map: Mapping[Any, Any]) -> dict[Any, Any]:

@@ -43,9 +43,11 @@ if [ ! -x .venv/bin/python ]; then
     fi
 fi
 
-# Reinstall only when the project's dependencies, the extras or the pip arguments change.
+# Reinstall only when the project's dependencies, the compiled hot path's sources
+# (src/speedups/, built by the install where a C compiler exists), the extras or the pip
+# arguments change.
 extras=$1; shift
-hash=$(sha1sum pyproject.toml | cut -c1-12)
+hash=$(cat pyproject.toml setup.py src/speedups/* | sha1sum | cut -c1-12)
 stamp=".venv/.installed-$hash-$(echo "$*" | sha1sum | cut -c1-8)-${extras//,/-}"
 if [ ! -f "$stamp" ]; then
     step "installing django-mcpatterns[$extras]${*:+ ($*)} into .venv (pip; again only when pyproject.toml or these change)"

@@ -16,13 +16,14 @@ from typing import Any
 
 from django.core.cache.backends.base import DEFAULT_TIMEOUT
 
+from django_mcpatterns.core.exceptions import ValueTooLargeError
 from django_mcpatterns.memcached_contract import (
     MISSING,
     MemcachedContract,
     as_given,
     counted,
     made_values,
-    size_limited,
+    too_large,
 )
 
 
@@ -41,9 +42,10 @@ class CacheMethods(MemcachedContract):
         self, key: Any, value: Any, timeout: Any = DEFAULT_TIMEOUT, version: Any = None
     ) -> bool:
         key, expire = self._write_args(key, timeout, version)
-        with size_limited(key) as outcome:
-            outcome.stored = self.binding.near_values.add(key, value, expire)
-        return outcome.stored
+        try:
+            return self.binding.near_values.add(key, value, expire)
+        except ValueTooLargeError:
+            return too_large(key)
 
     def get(self, key: Any, default: Any = None, version: Any = None) -> Any:
         key = self.make_and_validate_key(key, version=version)
@@ -60,11 +62,13 @@ class CacheMethods(MemcachedContract):
         """
         key, expire = self._write_args(key, timeout, version)
         values = self.binding.near_values
-        with size_limited(key) as outcome:
-            outcome.stored = values.set(key, value, expire)
-        if not outcome.stored:
+        try:  # not a context manager: the hot path of every write
+            stored = values.set(key, value, expire)
+        except ValueTooLargeError:
+            stored = too_large(key)
+        if not stored:
             values.delete(key)
-        return outcome.stored
+        return stored
 
     def touch(self, key: Any, timeout: Any = DEFAULT_TIMEOUT, version: Any = None) -> bool:
         key, expire = self._write_args(key, timeout, version)

@@ -96,6 +96,15 @@ def placed(key: Key) -> tuple[bytes, bytes]:
 
     Raise as :func:`key_bytes` does for an invalid key.
     """
+    if (  # key_bytes's hot path, inlined: one call less per command
+        key.__class__ is str
+        and 0 < len(key) <= MAX_KEY_LENGTH
+        and key.isascii()
+        and key.isprintable()
+        and " " not in key
+    ):
+        raw = key.encode()
+        return raw, raw
     if isinstance(key, Routed):
         return key_bytes(key.key), key.route
     raw = key_bytes(key)

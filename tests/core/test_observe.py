@@ -553,3 +553,29 @@ def test_replicated_writes_are_counted_on_every_replica_sync_and_async(
     for spec in specs:
         assert commands(found, server=spec, command="set", outcome="stored") == 2, spec
         assert commands(found, server=spec, command="delete", outcome="deleted") == 1, spec
+
+
+def test_the_counted_round_trip_metrics_expose_what_prometheus_clients_own_do() -> None:
+    """One process counts round trips in plain numbers (cheaper); the exposition is the
+    one prometheus_client's Counter and Histogram give (its multiprocess mode uses them)."""
+    from django_mcpatterns.core.observe.metrics import BUCKETS
+    from django_mcpatterns.core.observe.trips import Counted, Shared
+
+    texts = []
+    for kind in (Counted, Shared):
+        registry = CollectorRegistry()
+        trips = kind(registry, BUCKETS)
+        hit = trips.children("c", "s1", "get", (("get", "hit", 1),))
+        miss = trips.children("c", "s1", "get", (("get", "miss", 1),))
+        batch = trips.children("c", "s2", "ms+gets", (("ms", "stored", 3), ("gets", "hit", 2)))
+        for nanoseconds in (30_000, 100_000, 100_001, 250_000, 3_000_000_000, 0):
+            trips.record(hit, nanoseconds)
+        trips.record(miss, 5_000)
+        trips.record(batch, 777_777)
+        lines = generate_latest(registry).decode().splitlines()
+        texts.append(sorted(line for line in lines if "_created" not in line))
+    assert texts[0] == texts[1]
+    assert (
+        'mcpatterns_command_seconds_bucket{cache="c",command="get",le="0.0001",server="s1"} 3.0'
+        in texts[0]
+    )

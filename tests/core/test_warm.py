@@ -75,8 +75,9 @@ def test_the_copies_keep_their_ttls_and_a_second_run_copies_nothing(rings):
         rings.old.set(key, {"n": i}, 600 + 10 * (i % 50))
     rings.old.set("forever", "no expiry", 0)
     moved = rings.moved()
+    forever = rings.old.router.locate(b"forever") != rings.new.router.locate(b"forever")
     stats = Warmer(rings.new, rings.old).run()
-    assert stats.copied == len(moved) + (rings.moved("forever", 1) == ["forever:0"])
+    assert stats.copied == len(moved) + forever
     assert stats.in_place == N + 1 - stats.copied
     assert stats.failed == stats.lost == stats.gone == 0
     assert rings.new.get_many(keys) == {key: {"n": i} for i, key in enumerate(keys)}
@@ -87,7 +88,7 @@ def test_the_copies_keep_their_ttls_and_a_second_run_copies_nothing(rings):
         assert abs(left_old - left_new) <= 5
     again = Warmer(rings.new, rings.old).run()
     assert again.copied == 0
-    assert again.present == len(moved)
+    assert again.present == len(moved) + forever
 
 
 def test_pattern_state_stays_on_the_old_ring(rings):

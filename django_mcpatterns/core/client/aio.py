@@ -127,7 +127,7 @@ class AsyncCluster(Driver, AsyncStore, AsyncTokenStore, AsyncLeaseStore):
             admission = node.health.open
             if admission is not None:  # the hot path: a healthy server, nothing to route
                 return self._trip(
-                    node, plan.request, plan.decode, plan.failed, admission, miss=True
+                    node, plan.request, plan.decode, plan.failed, admission, True, True
                 )
         return self._routed(plan)
 

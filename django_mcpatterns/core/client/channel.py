@@ -48,7 +48,7 @@ from collections import deque
 from collections.abc import Sequence
 from typing import Any
 
-from ..protocol.reader import Reader
+from ..protocol.compiled import Reader, encode
 from ..protocol.wire import NEED_DATA, ErrorReply, Get, Request, Value
 from . import epochs
 from .transport import (
@@ -140,9 +140,7 @@ class Batch(_Item):
 
 
 def _encode(requests: Sequence[Request[Any]]) -> bytes:
-    if len(requests) == 1:
-        return requests[0].encode()
-    return b"".join([request.encode() for request in requests])
+    return encode(requests)
 
 
 class Channel(asyncio.Protocol):
@@ -226,7 +224,12 @@ class Channel(asyncio.Protocol):
     ) -> asyncio.Future[Batch | ErrorReply]:
         """:meth:`fetch` of one key (the hot path of ``get``); ``read``: the caller's request."""
         batch = self._in_flight.get(kb)
-        if batch is None or not batch.joinable(cas):
+        # batch.joinable(cas), inlined: the hot path of every get
+        if (
+            batch is None
+            or (cas and not batch.cas)
+            or (batch.sent_under >= 0 and batch.sent_under != completed[0])
+        ):
             batch = self._open_batch
             if batch is None:
                 batch = self._open_batch = Batch(read)

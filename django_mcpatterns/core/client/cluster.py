@@ -37,6 +37,7 @@ from time import perf_counter_ns
 from typing import Any, TypeVar
 
 from ..observe import Observer, Sink
+from ..protocol.compiled import encode
 from ..protocol.plans import MISS, Call, Each, FanOut, Forget, HomeToken, Plan, install
 from ..protocol.replies import not_supported, refused_in
 from ..protocol.wire import Version
@@ -179,7 +180,8 @@ class Cluster(Driver, Store, TokenStore, LeaseStore):
             if not armed[0]:
                 forked()  # forked without Python's at-fork hooks (uWSGI's)
             client = node.pool.get()
-            client.connect()
+            if client.sock is None:
+                client.connect()
             sent = True
             if decode is None:
                 reply: Any = client.exchange(request)  # type: ignore[arg-type]
@@ -196,7 +198,9 @@ class Cluster(Driver, Store, TokenStore, LeaseStore):
             )
         if observer is not None:
             observer.request(node.name, request, reply, started)
-        self._done(node, client, admission)
+        node.pool.release(client)  # self._done(node, client, admission), inlined
+        if node.health.failures:
+            answered(node, self.shared.observer, admission)
         if decode is None:
             refused = refused_in(node.name, request, reply)  # type: ignore[arg-type]
             if refused is not None:  # memcached < 1.6 answered ERROR to a meta command
@@ -225,10 +229,8 @@ class Cluster(Driver, Store, TokenStore, LeaseStore):
                 client = node.pool.get()
                 client.connect()
                 sent = True
-                if type(request) is tuple:
-                    client.send(b"".join([r.encode() for r in request]))
-                else:
-                    client.send(request.encode())  # type: ignore[union-attr]
+                batch = request if isinstance(request, tuple) else (request,)
+                client.send(encode(batch))
             except BaseException as exc:
                 self._settle(target, client, exc, sent, loud, started, errors)
             else:

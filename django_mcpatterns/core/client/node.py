@@ -182,9 +182,8 @@ class Node:
 
         A closed connection reconnects on its next use.
         """
-        with self._lock:
-            for client in self.pool.free:
-                client.close()
+        for client in self.pool.take_idle():
+            client.close()
 
     def __repr__(self) -> str:
         return f"<node {self.name}>"

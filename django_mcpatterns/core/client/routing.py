@@ -32,6 +32,7 @@ from typing import Any
 from ..exceptions import CommandNotSupportedError, NodeUnavailableError
 from ..ketama import Continuum
 from ..keys import Key, Routed
+from ..protocol.compiled import grouped
 from ..protocol.plans import Call, Each, Exchange, FanOut, Forget
 from ..protocol.wire import Get
 from .gutter import clamp
@@ -59,11 +60,14 @@ class Router:
         remap: bool,
         routes: Routes | None,
         journal: Journal,
+        known: dict[bytes, str] | None = None,
     ) -> None:
         self.ring = ring
         self.nodes = nodes
         self.gutter_nodes = gutter_nodes
         self.locate = locate  # the ring's server for a key's ring bytes (remembered)
+        self.known = known if known is not None else {}  # what locate remembers
+        self.only = next(iter(nodes)) if len(nodes) == 1 else None
         self.remap = remap
         self.routes = routes
         self.journal = journal
@@ -115,12 +119,12 @@ class Router:
         skipped: dict[Node, list[bytes]] = defaultdict(list)
         granted: dict[Node, Admission] = {}  # one admission per server contacted
         admitted: dict[Node, Admission | None] = {}  # what failing servers said (pick)
-        owned: dict[str, list[bytes]] = defaultdict(list)
-        locate = self.locate
-        for kb, key in given.items():
-            if everywhere and kb in everywhere:
-                continue
-            owned[locate(key.route if type(key) is Routed else kb)].append(kb)
+        if everywhere:  # replicated writes: to each replica, below
+            given = {kb: key for kb, key in given.items() if kb not in everywhere}
+        if self.only is not None:  # one server: every key is its
+            owned = {self.only: list(given)}
+        else:
+            owned = grouped(given, self.locate, self.known)
         if owners:  # replicated keys: the replica chosen for this read instead
             owned = _reassigned(owned, owners)
         for name, kbs in owned.items():
@@ -466,16 +470,20 @@ def _reassigned(
     return moved
 
 
-def remembered(ring_node: Callable[[bytes], str]) -> Callable[[bytes], str]:
+def remembered(
+    ring_node: Callable[[bytes], str], routes: dict[bytes, str] | None = None
+) -> Callable[[bytes], str]:
     """``ring_node``, remembered: the server of the bytes a key is placed by.
 
     Hot keys come back all the time and their server never changes (the
     cluster's ring is fixed), so they skip the MD5 and the ring search: a dict
     lookup instead.  The ring bytes are a plain key's own or a route
     (:func:`~..keys.placed`), and the ring maps bytes, whichever they are.  Past
-    :data:`ROUTES_KEPT` entries the memory starts over.
+    :data:`ROUTES_KEPT` entries the memory starts over.  ``routes``: the dict it
+    remembers in (read directly by :meth:`Router.group`).
     """
-    routes: dict[bytes, str] = {}
+    if routes is None:
+        routes = {}
 
     def locate(ring: bytes) -> str:
         node = routes.get(ring)

@@ -100,7 +100,10 @@ class Shared:
         self.refused_listeners.add(self._observe_refused)
         # With one server every key maps to it: skip the hash on the hot path.
         only = self.servers[0].node
-        locate = remembered(self.ring.get_node) if len(self.servers) > 1 else lambda ring: only
+        known: dict[bytes, str] = {}  # the servers locate remembers
+        locate = (
+            remembered(self.ring.get_node, known) if len(self.servers) > 1 else lambda ring: only
+        )
         # What each server missed, repaired before it serves again (journal.py): a server
         # with entries is held, so the hot path skips it.
         self.journal = Journal()
@@ -125,7 +128,7 @@ class Shared:
             )
         remap = options.failover == "remap"
         self.router = Router(
-            self.ring, self.nodes, self.gutter_nodes, locate, remap, routes, self.journal
+            self.ring, self.nodes, self.gutter_nodes, locate, remap, routes, self.journal, known
         )
         self.routes = routes
         self.sync: Any = None

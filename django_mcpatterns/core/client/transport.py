@@ -7,6 +7,11 @@ requests at once and reads their replies through a :class:`~.wire.Reader`;
 whatever the reader refuses raises :class:`~.exceptions.ProtocolError`, and a
 connection that raised is never used again (the caller closes it).
 
+Where the compiled hot path is built (:mod:`..protocol.compiled`), a plain
+blocking socket's exchanges run in C on its descriptor: encode, send, receive
+and a get's parse with the GIL released once, answering as the Python code
+below does (which runs for TLS, stand-in socket modules, and without it).
+
 A :class:`Pool` holds one server's connections; which process owns a pool
 (fork safety) is the node's business (:mod:`.node`).
 """
@@ -28,7 +33,7 @@ from types import ModuleType
 from typing import Any, Protocol, TypeVar
 
 from ..exceptions import ProtocolError
-from ..protocol.reader import Reader
+from ..protocol.compiled import COMPILED, ConnectionClosedError, Reader, encode
 from ..protocol.wire import NEED_DATA, ErrorReply, Request
 from . import epochs
 
@@ -59,10 +64,6 @@ _stamps = itertools.count(1)
 def stamp_completed() -> None:
     """Note that a request was answered (a write, maybe): fetches sent before are not shared."""
     completed[0] = next(_stamps)  # next() is atomic: threads never share a stamp
-
-
-class ConnectionClosedError(ConnectionError):
-    """The server closed the connection before its reply was complete."""
 
 
 class Keepalive(Protocol):
@@ -97,13 +98,14 @@ class Connection:
     never used again.
     """
 
-    __slots__ = ("address", "options", "reader", "sock", "timeout")
+    __slots__ = ("address", "fd", "options", "reader", "sock", "timeout")
 
     def __init__(self, address: str | tuple[str, int], options: SocketOptions) -> None:
         self.address = address
         self.options = options
         self.timeout = options.timeout
         self.sock: Any = None  # a socket, an SSLSocket or a test's stand-in
+        self.fd = -1  # the socket's descriptor when the compiled path does its I/O
         self.reader = Reader()
 
     def __repr__(self) -> str:
@@ -137,13 +139,20 @@ class Connection:
             raise
         self.sock = sock
         self.reader = Reader()
+        # The compiled I/O needs a plain blocking socket (the kernel bounds each call).
+        plain = COMPILED and s is socket and options.tls_context is None
+        self.fd = sock.fileno() if plain and sock.gettimeout() is None else -1
         epochs.opened(self.address)
         return sock
 
     def send(self, data: bytes) -> None:
         """Write a batch of encoded requests (:func:`~.wire.encode`)."""
         try:
-            _send_all(self.connect(), data, self._deadline())
+            sock = self.connect()
+            if self.fd >= 0:
+                self.reader.send(self.fd, data, self.timeout)
+            else:
+                _send_all(sock, data, self._deadline())
         except BlockingIOError as exc:
             raise _timed_out(exc) from exc
 
@@ -159,6 +168,13 @@ class Connection:
         if sock is None:
             raise ConnectionClosedError("the connection is closed")
         reader = self.reader
+        if self.fd >= 0:
+            try:
+                compiled: list[Any] = reader.receive(self.fd, requests, self.timeout)
+            except BlockingIOError as exc:
+                raise _timed_out(exc) from exc
+            completed[0] = next(_stamps)  # stamp_completed(), inlined
+            return compiled
         replies: list[Any] = []
         deadline = self._deadline()
         try:
@@ -176,13 +192,20 @@ class Connection:
 
     def exchange(self, requests: Sequence[Request[Any]]) -> list[Any]:
         """Send ``requests`` in one write and return their replies."""
-        self.send(b"".join([request.encode() for request in requests]))
+        self.send(encode(requests))
         return self.receive(requests)
 
     def request(self, request: Request[T]) -> T | ErrorReply:
         """Send one request and return its reply: the hot path of single-key commands."""
         sock = self.sock or self.connect()
         timeout = self.timeout
+        if self.fd >= 0:  # the compiled exchange, the GIL released once
+            try:
+                compiled: T | ErrorReply = self.reader.request(self.fd, request, timeout)
+            except BlockingIOError as exc:
+                raise _timed_out(exc) from exc
+            completed[0] = next(_stamps)
+            return compiled
         deadline = time.monotonic() + timeout if timeout else None
         try:
             data = request.encode()
@@ -213,6 +236,7 @@ class Connection:
     def close(self) -> None:
         """Close the socket (this process's descriptor only: nothing is sent)."""
         sock, self.sock = self.sock, None
+        self.fd = -1
         if sock is not None:
             with contextlib.suppress(OSError):
                 sock.close()
@@ -307,6 +331,12 @@ class Pool:
     busy at once (then ``RuntimeError``: the caller degrades, the server is not
     to blame).  A connection comes back through :meth:`release` after a
     complete exchange, or :meth:`destroy` when it may be mid-reply.
+
+    Without a size limit or an idle timeout (the defaults) a checkout takes no
+    lock: each step is one atomic operation on a deque or a dict (atomic under
+    the GIL, and thread-safe on free-threaded Python too), so threads sharing
+    a cluster never queue on the pool.  :meth:`take_idle` empties it the same
+    way, so a connection is either checked out or closed, never both.
     """
 
     def __init__(
@@ -325,22 +355,24 @@ class Pool:
         self._clock = clock
         self._free: deque[tuple[Connection, float]] = deque()
         self._used: dict[Connection, None] = {}  # insertion-ordered set
+        self._unlocked = max_size is None and not idle_timeout
 
     @property
     def free(self) -> tuple[Connection, ...]:
-        return tuple(connection for connection, _ in self._free)
+        return tuple(connection for connection, _ in tuple(self._free))
 
     @property
     def used(self) -> tuple[Connection, ...]:
         return tuple(self._used)
 
     def get(self) -> Connection:
-        with self._lock:
-            free = self._free
-            if free and not self._idle_timeout:  # the hot path: an idle connection, no expiry
-                connection = free.popleft()[0]
-                self._used[connection] = None
-                return connection
+        if self._unlocked:  # the hot path: atomic steps, no lock
+            try:
+                connection = self._free.popleft()[0]
+            except IndexError:
+                connection = self._make()
+            self._used[connection] = None
+            return connection
         stale: list[Connection] = []
         with self._lock:
             try:
@@ -366,14 +398,31 @@ class Pool:
         return connection
 
     def release(self, connection: Connection) -> None:
+        if self._unlocked:
+            if self._used.pop(connection, 0) is None:
+                self._free.append((connection, 0.0))
+            return
         with self._lock:
             if self._used.pop(connection, 0) is None:
                 self._free.append((connection, self._clock() if self._idle_timeout else 0.0))
 
     def destroy(self, connection: Connection) -> None:
-        with self._lock:
+        if self._unlocked:
             self._used.pop(connection, None)
+        else:
+            with self._lock:
+                self._used.pop(connection, None)
         connection.close()
+
+    def take_idle(self) -> list[Connection]:
+        """Remove and return the idle connections (for closing): none is checked out meanwhile."""
+        taken: list[Connection] = []
+        with self._lock:
+            while True:
+                try:
+                    taken.append(self._free.popleft()[0])
+                except IndexError:
+                    return taken
 
 
 def answer(connection: Connection, request: Request[Any]) -> Any:

@@ -38,9 +38,10 @@ import weakref
 from collections import Counter as Occurrences
 from typing import Any
 
-from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge
 
 from .records import BaseSink, RoundTrip
+from .trips import Counted, Shared
 
 __all__ = ["BUCKETS", "PrometheusSink"]
 
@@ -67,19 +68,9 @@ class _Families:
     """The four metric families, registered once in one registry."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
-        self.commands = Counter(
-            "mcpatterns_commands",
-            "memcached commands sent, by server, command and outcome",
-            ("cache", "server", "command", "outcome"),
-            registry=registry,
-        )
-        self.seconds = Histogram(
-            "mcpatterns_command_seconds",
-            "Time from sending a request to its last reply, by server and command",
-            ("cache", "server", "command"),
-            buckets=BUCKETS,
-            registry=registry,
-        )
+        # One process: plain counts collected on a scrape; multiprocess mode: its files.
+        shared = bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
+        self.trips: Counted | Shared = (Shared if shared else Counted)(registry, BUCKETS)
         self.server_up = Gauge(
             "mcpatterns_server_up",
             "1 while the memcached server answers, 0 while it is failing or dead",
@@ -160,10 +151,11 @@ os.register_at_fork(after_in_child=_after_fork)
 class PrometheusSink(BaseSink):
     """Counts round trips, times them and follows server health in Prometheus metrics.
 
-    The labelled children a single-command round trip moves are remembered per cache,
-    server and commands with their outcomes: a get costs one dict lookup, an
-    ``inc`` and an ``observe``.  It also answers the status page's per-server
-    counts (:meth:`servers`), read back from the metrics.
+    The children a single-command round trip moves are remembered per cache,
+    server and commands with their outcomes: a get costs one dict lookup and
+    one record (:mod:`.trips`: plain counts under one lock in one process).  It
+    also answers the status page's per-server counts (:meth:`servers`), read
+    back from the metrics.
     """
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
@@ -190,28 +182,18 @@ class PrometheusSink(BaseSink):
         if self._forked:
             self._restore()
         cache, server, operation, commands, nanoseconds, _, _ = trip
+        trips = self._families.trips
         if len(commands) == 1:  # the hot path: remembered (a closed set of series)
             key = (cache, server, commands)
             children = self._children.get(key)
             if children is None:
-                children = self._children[key] = self._labelled(cache, server, operation, commands)
-            counters, timer = children
-            for counter in counters:
-                counter.inc()
+                ((command, result),) = commands
+                children = trips.children(cache, server, operation, ((command, result, 1),))
+                self._children[key] = children
         else:  # a batch: not remembered, its outcomes make too many combinations to keep
-            families = self._families
-            for (command, result), n in Occurrences(commands).items():
-                families.commands.labels(cache, server, command, result).inc(n)
-            timer = families.seconds.labels(cache, server, operation)
-        if nanoseconds:  # nothing was sent to a server in its wait: no time to tell
-            timer.observe(nanoseconds / 1e9)
-
-    def _labelled(
-        self, cache: str, server: str, operation: str, commands: tuple[tuple[str, str], ...]
-    ) -> tuple[tuple[Any, ...], Any]:
-        families = self._families
-        counters = tuple(families.commands.labels(cache, server, c, o) for c, o in commands)
-        return counters, families.seconds.labels(cache, server, operation)
+            counted = [(c, o, n) for (c, o), n in Occurrences(commands).items()]
+            children = trips.children(cache, server, operation, counted)
+        trips.record(children, nanoseconds)
 
     def event(self, cache: str, name: str) -> None:
         if self._forked:
@@ -261,7 +243,8 @@ class PrometheusSink(BaseSink):
         if self._forked:
             self._restore()
         rows: dict[str, dict[str, Any]] = {}
-        for family in self._families.commands.collect():
+        trips = list(self._families.trips.collect())
+        for family in trips[:1]:  # mcpatterns_commands
             for sample in family.samples:
                 labels = sample.labels
                 if not sample.name.endswith("_total") or labels["cache"] != cache:
@@ -272,7 +255,7 @@ class PrometheusSink(BaseSink):
                 row["commands"] += int(sample.value)
                 outcomes = row["outcomes"]
                 outcomes[labels["outcome"]] = outcomes.get(labels["outcome"], 0) + int(sample.value)
-        for family in self._families.seconds.collect():
+        for family in trips[1:]:  # mcpatterns_command_seconds
             for sample in family.samples:
                 labels = sample.labels
                 summed = sample.name.endswith("_sum") and labels["cache"] == cache

@@ -59,6 +59,7 @@ class TraceSink(BaseSink):
         # With the global provider, spans exist only once the application sets one
         # (OpenTelemetry sets it once per process): until then every span is a no-op.
         self._awaiting_provider = provider is None
+        self._seen: tuple[object, bool] = (None, False)  # the last context and its verdict
         # What sampling may look at, made once per server: db.system, server.*.
         self._servers: dict[str, dict[str, Any]] = {}
         for server in servers:
@@ -116,7 +117,15 @@ class TraceSink(BaseSink):
             if isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
                 return True  # the API alone: every span a no-op, so none is made
             self._awaiting_provider = False
-        return _unsampled()
+        # A request's gets run in one context (nothing is attached in a trace sampled
+        # out): its verdict is kept with it, one identity check instead of the API's calls.
+        current = context.get_current()
+        seen = self._seen
+        if seen[0] is current:
+            return seen[1]
+        off = _unsampled(current)
+        self._seen = (current, off)  # one tuple: threads never pair a context with another's
+        return off
 
     def event(self, cache: str, name: str) -> None:
         span = trace.get_current_span()
@@ -145,13 +154,13 @@ class TraceSink(BaseSink):
         span.end()
 
 
-def _unsampled() -> bool:
-    """Whether the current trace was sampled out: its spans' children are not recorded.
+def _unsampled(current: context.Context) -> bool:
+    """Whether the trace of ``current`` was sampled out: its spans' children are not recorded.
 
     The SDK's default sampler (``ParentBased``) drops them; not making them
     saves the SDK's work for every request of an unsampled trace.
     """
-    parent = trace.get_current_span().get_span_context()
+    parent = trace.get_current_span(current).get_span_context()
     return parent.is_valid and not parent.trace_flags.sampled
 
 

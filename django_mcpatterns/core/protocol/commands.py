@@ -21,6 +21,7 @@ from ..exceptions import NeedsMetaProtocolError
 from ..keys import Key, KeyT, placed
 from ..store import CasToken, Claimed, Leased
 from . import steps
+from .compiled import keyed, new_get, new_store
 from .decoding import (
     NO_CAS,
     Decoders,
@@ -49,7 +50,7 @@ from .replies import (
     written,
 )
 from .steps import EXPIRED
-from .wire import Delete, FlushAll, Get, Incr, Request, Stats, Store, StoreCommand, Touch
+from .wire import Delete, FlushAll, Incr, Request, Stats, Store, StoreCommand, Touch
 
 __all__ = ["StoreCommands", "cas_token", "encoded", "expire_time"]
 
@@ -84,35 +85,35 @@ class StoreCommands:
     @command
     def get(self, key: Key, default: Any = None) -> Plan[Any]:
         kb, ring = placed(key)
-        return Call(ring, Get((kb,)), self.decoders.value, default, spread=True)
+        return Call(ring, new_get((kb,), False), self.decoders.value, default, True)  # spread
 
     @command
     def gets(self, key: Key) -> Plan[tuple[Any, CasToken | None]]:
         kb, ring = placed(key)
-        return Call(ring, Get((kb,), cas=True), self.decoders.value_cas, NO_CAS, spread=True)
+        return Call(ring, new_get((kb,), True), self.decoders.value_cas, NO_CAS, True)  # spread
 
     @command
     def gets_envelope(self, key: Key) -> Plan[tuple[Any, CasToken | None]]:
         """``gets`` returning a soft-expiry envelope as an ``Envelope`` (see Store)."""
         kb, ring = placed(key)
-        return Call(ring, Get((kb,), cas=True), self.decoders.envelope_cas, NO_CAS, spread=True)
+        return Call(ring, new_get((kb,), True), self.decoders.envelope_cas, NO_CAS, True)  # spread
 
     @command
     def get_many(self, keys: Iterable[Key]) -> Plan[dict[Key, Any]]:
         """Return the hits only, keyed by the keys as given."""
-        given = {placed(key)[0]: key for key in keys}
+        given = keyed(keys)
         fanned = FanOut(self.decoders.fetch, given, spread=True)
         return then(fanned, lambda parts: hits(parts, given, cas=False))
 
     @command
     def gets_many(self, keys: Iterable[Key]) -> Plan[dict[Key, tuple[Any, CasToken]]]:
-        given = {placed(key)[0]: key for key in keys}
+        given = keyed(keys)
         fanned = FanOut(self.decoders.fetch_cas, given)
         return then(fanned, lambda parts: hits(parts, given, cas=True))
 
     @command
     def get_many_envelopes(self, keys: Iterable[Key]) -> Plan[dict[Key, Any]]:
-        given = {placed(key)[0]: key for key in keys}
+        given = keyed(keys)
         fanned = FanOut(self.decoders.fetch_envelopes, given, spread=True)
         return then(fanned, lambda parts: hits(parts, given, cas=False))
 
@@ -186,13 +187,14 @@ class StoreCommands:
 
     def _store(self, verb: StoreCommand, key: Key, value: Any, expire: int) -> Call[bool]:
         kb, ring = placed(key)
-        data, flags = encoded(self.serde, kb, value)
-        return Call(ring, Store(verb, kb, data, flags, expire_time(expire)), written, False)
+        data, flags = self.decoders.encoded(kb, value)
+        request = new_store(verb, kb, data, flags, expire_time(expire), None)
+        return Call(ring, request, written, False)
 
     @command
     def cas(self, key: Key, value: Any, cas: CasToken, expire: int = 0) -> Plan[bool | None]:
         kb, ring = placed(key)
-        data, flags = encoded(self.serde, kb, value)
+        data, flags = self.decoders.encoded(kb, value)
         exptime = expire_time(expire)
 
         def swap(token: CasToken) -> Call[bool | None]:
@@ -249,9 +251,10 @@ class StoreCommands:
         """
         if isinstance(expire, bool) or not isinstance(expire, int):
             raise ValueError(f"expire must be an integer, not {expire!r}")
-        given = {placed(key)[0]: key for key in values}
+        given = keyed(values)
         # Every value is encoded before anything is sent: one that cannot be raises alone.
-        values_of = {kb: encoded(self.serde, kb, values[key]) for kb, key in given.items()}
+        encode = self.decoders.encoded
+        values_of = {kb: encode(kb, values[key]) for kb, key in given.items()}
         store_many = StoreMany(values_of, expire_time(expire))
         replicated = self.replicated_keys(given)
         if any(kb != ring for kb, ring in replicated.items()):
@@ -261,7 +264,7 @@ class StoreCommands:
 
     @command
     def delete_many(self, keys: Iterable[Key]) -> Plan[None]:
-        given = {placed(key)[0]: key for key in keys}
+        given = keyed(keys)
         return then(FanOut(DeleteMany(), given, write=True), _nothing)
 
     # -- owner primitives: one meta command, or text commands in one write (store.py) --
@@ -297,7 +300,7 @@ class StoreCommands:
     def add_cas(self, key: Key, value: Any, expire: int = 0) -> Plan[CasToken | None]:
         """``add``, returning the new item's cas token (None: not stored)."""
         kb, ring = placed(key)
-        data, flags = encoded(self.serde, kb, value)
+        data, flags = self.decoders.encoded(kb, value)
         if self.text:
             return steps.text_cas(ring, Store("add", kb, data, flags, expire_time(expire)))
         request = MetaSet(
@@ -309,7 +312,7 @@ class StoreCommands:
     def recas(self, key: Key, value: Any, cas: CasToken, expire: int = 0) -> Plan[CasToken | None]:
         """``cas``, returning the new item's cas token (None: not stored)."""
         kb, ring = placed(key)
-        data, flags = encoded(self.serde, kb, value)
+        data, flags = self.decoders.encoded(kb, value)
         text = self.text
 
         def swap(token: CasToken) -> Plan[CasToken | None]:
@@ -367,7 +370,7 @@ class StoreCommands:
         if self.text:
             return StoreCommands.cas.plan(self, key, value, cas, expire)
         kb, ring = placed(key)
-        data, flags = encoded(self.serde, kb, value)
+        data, flags = self.decoders.encoded(kb, value)
 
         def swap_and_mark(token: CasToken) -> Plan[bool | None]:
             swap = _meta_swap(kb, data, flags, cas_token(token), expire)
@@ -442,7 +445,7 @@ def _concatenate(verb: Literal["append", "prepend"], key: Key, value: bytes) -> 
     if not isinstance(value, bytes):
         raise TypeError(f"append/prepend take bytes, not {type(value).__name__}")
     kb, ring = placed(key)
-    return Call(ring, Store(verb, kb, value, 0, 0), stored, False)
+    return Call(ring, new_store(verb, kb, value, 0, 0, None), stored, False)
 
 
 def _delta(delta: int) -> int:

@@ -10,18 +10,20 @@ client's (PHP, Java, pylibmc on the same ring).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from pymemcache.serde import FLAG_BYTES, FLAG_TEXT
+
 from ..exceptions import ProtocolError
-from ..keys import Key
 from ..store import CasToken, Claimed
 from ..values.envelope import STALE, Envelope
 from ..values.refusals import REFUSED, is_refused
+from .compiled import decoded, hits, new_get, new_store
 from .meta import MetaDelete
 from .plans import MISS
 from .replies import cas_stored, first_value, meta_cas, reply_error, written
-from .wire import NOT_STORED, STORED, Delete, ErrorReply, Get, MetaReply, Request, Store, Value
+from .wire import NOT_STORED, STORED, Delete, ErrorReply, MetaReply, Request, Store, Value
 
 __all__ = [
     "NO_CAS",
@@ -31,6 +33,7 @@ __all__ = [
     "Fetch",
     "StoreMany",
     "claimed",
+    "direct_formats",
     "hits",
     "swapped",
     "text_cas_token",
@@ -42,10 +45,25 @@ NO_CAS: tuple[None, None] = (None, None)
 NO_CAS_TTL: tuple[None, None, None] = (None, None, None)
 
 
+def direct_formats(serde: Serde) -> dict[int, Callable[[bytes], Any]]:
+    """The flags a serde decodes with nothing around the format (``ValueSerde.direct_formats``).
+
+    Asked once per cluster: the hot path then decodes a plain ``bytes``, ``str``
+    or ``int`` item in one call instead of the serde's layers; any other serde
+    (one given by the caller) has none.
+    """
+    formats = getattr(serde, "direct_formats", None)
+    return formats() if formats is not None else {}
+
+
 class Decoders:
-    """A serde's reply decoders (``value``, ``value_cas``, ``envelope_cas``) and fetches."""
+    """A serde's reply decoders (``value``, ``value_cas``, ``envelope_cas``) and fetches,
+    and its encoder of values (:meth:`encoded`)."""
 
     __slots__ = (
+        "direct",
+        "direct_bytes",
+        "direct_text",
         "envelope_cas",
         "fetch",
         "fetch_cas",
@@ -57,9 +75,14 @@ class Decoders:
 
     def __init__(self, serde: Serde) -> None:
         self.serde = serde
-        self.fetch = Fetch(serde)
-        self.fetch_cas = Fetch(serde, cas=True)
-        self.fetch_envelopes = Fetch(serde, envelopes=True)
+        self.direct = direct_formats(serde)
+        types = getattr(serde, "direct_types", None)
+        bare = types() if types is not None else frozenset()
+        self.direct_bytes = bytes in bare
+        self.direct_text = str in bare
+        self.fetch = Fetch(serde, direct=self.direct)
+        self.fetch_cas = Fetch(serde, cas=True, direct=self.direct)
+        self.fetch_envelopes = Fetch(serde, envelopes=True, direct=self.direct)
         # Bound once: a plan hands these to its Call on every command.
         self.value = self._value
         self.value_cas = self._value_cas
@@ -72,6 +95,12 @@ class Decoders:
         if not reply:
             return MISS
         item = reply[0]
+        direct = self.direct.get(item.flags)
+        if direct is not None:  # a plain bytes, str or int (the serde adds nothing)
+            try:
+                return direct(item.data)
+            except ValueError:
+                pass  # not what its flags say: the serde refuses it
         value = self.serde.deserialize(item.key, item.data, item.flags)
         # Past its soft expiry, or refused (is_refused, inlined: the hot path): a miss.
         if (
@@ -102,6 +131,25 @@ class Decoders:
         value = self.serde.deserialize_envelope(item.key, item.data, item.flags)
         return NO_CAS if is_refused(value) else (value, item.cas)
 
+    def encoded(self, kb: bytes, value: Any) -> tuple[bytes, int]:
+        """``value`` encoded for ``kb`` (as :func:`.commands.encoded`).
+
+        ``bytes`` as they are and a ``str`` as its UTF-8 when the serde writes
+        them so (``ValueSerde.direct_types``, asked once): the serde's layers
+        are skipped for the commonest values.
+        """
+        kind = type(value)
+        if kind is bytes and self.direct_bytes:
+            return value, FLAG_BYTES
+        if kind is str and self.direct_text:
+            try:
+                return value.encode(), FLAG_TEXT
+            except UnicodeEncodeError:
+                pass  # lone surrogates: the serializer's own format keeps them
+        data, flags = self.serde.serialize(kb, value)  # commands.encoded (which imports this)
+        # Serialisers may return an int's digits as str (pymemcache's serdes do): sent as text.
+        return (data if isinstance(data, bytes) else str(data).encode()), flags
+
     def value_cas_ttl(self, kb: bytes, reply: MetaReply | ErrorReply) -> tuple[Any, Any, Any]:
         """``mg <key> v c t f``: ``(value, cas, ttl)``, or all None on a miss."""
         if isinstance(reply, ErrorReply):
@@ -123,17 +171,27 @@ class Decoders:
 
 
 class Fetch:
-    """``get``/``gets`` of one server's keys; the result is its hits by key, decoded."""
+    """``get``/``gets`` of one server's keys; the result is its hits by key, decoded.
 
-    __slots__ = ("cas", "envelopes", "serde")
+    ``direct``: the serde's :func:`direct_formats`.
+    """
 
-    def __init__(self, serde: Serde, cas: bool = False, envelopes: bool = False) -> None:
+    __slots__ = ("cas", "direct", "envelopes", "serde")
+
+    def __init__(
+        self,
+        serde: Serde,
+        cas: bool = False,
+        envelopes: bool = False,
+        direct: Mapping[int, Callable[[bytes], Any]] | None = None,
+    ) -> None:
         self.serde = serde
         self.cas = cas
         self.envelopes = envelopes  # soft-expiry envelopes as Envelope (get_many_envelopes)
+        self.direct = direct if direct is not None else direct_formats(serde)
 
     def requests(self, kbs: list[bytes]) -> Sequence[Request[Any]]:
-        return (Get(kbs, self.cas),)
+        return (new_get(kbs, self.cas),)
 
     def result(self, replies: list[Any], kbs: list[bytes]) -> dict[bytes, Any]:
         (reply,) = replies
@@ -141,9 +199,7 @@ class Fetch:
             raise reply_error(reply)
         serde = self.serde
         deserialize = serde.deserialize_envelope if self.envelopes else serde.deserialize
-        if self.cas:
-            return {v.key: (deserialize(v.key, v.data, v.flags), v.cas) for v in reply}
-        return {v.key: deserialize(v.key, v.data, v.flags) for v in reply}
+        return decoded(reply, self.direct, deserialize, self.cas)
 
     def failed(self, kbs: list[bytes]) -> dict[bytes, Any]:
         return {}
@@ -166,7 +222,7 @@ class StoreMany:
 
     def requests(self, kbs: list[bytes]) -> Sequence[Request[Any]]:
         values, expire = self.values, self.expire
-        return [Store("set", kb, *values[kb], expire) for kb in kbs]
+        return [new_store("set", kb, *values[kb], expire, None) for kb in kbs]
 
     def result(self, replies: list[Any], kbs: list[bytes]) -> list[bytes]:
         not_stored: list[bytes] = []
@@ -199,24 +255,6 @@ class DeleteMany:
 
     def failed(self, kbs: list[bytes]) -> None:
         return None
-
-
-def hits(parts: list[dict[bytes, Any]], given: Mapping[bytes, Key], cas: bool) -> dict[Key, Any]:
-    """The fetched items by the keys as given; refused ones are misses, left in place.
-
-    An item the serde refused may be another client's (PHP, Java, pylibmc on
-    the same ring): a read never deletes it (serializers.py).
-    """
-    found: dict[Key, Any] = {}
-    for part in parts:
-        for kb, item in part.items():
-            value = item[0] if cas else item
-            # Past its soft expiry (left for get_or_compute), or refused: a miss.
-            if value is STALE or value is REFUSED:
-                continue
-            if type(value) is not Envelope or value.value is not REFUSED:  # is_refused, inlined
-                found[given[kb]] = item
-    return found
 
 
 # -- the replies of multi-request owner primitives ----------------------------------

@@ -178,6 +178,17 @@ class EnvelopeSerde:
             return STALE  # past its timeout: only the stampede reader may serve it
         return self.inner.deserialize(key, value[_HEADER.size :], flags & ~FLAG_ENVELOPE)
 
+    def direct_formats(self) -> dict[int, Callable[[bytes], Any]]:
+        """The inner serde's (``ValueSerde.direct_formats``): flags decoded with nothing around."""
+        formats = getattr(self.inner, "direct_formats", None)
+        found: dict[int, Callable[[bytes], Any]] = formats() if formats is not None else {}
+        return {flags: f for flags, f in found.items() if not flags & FLAG_ENVELOPE}
+
+    def direct_types(self) -> frozenset[type]:
+        """The types the inner serde writes bare (``ValueSerde.direct_types``)."""
+        direct = getattr(self.inner, "direct_types", None)
+        return frozenset(direct()) if direct is not None else frozenset()
+
     def deserialize_envelope(self, key: Any, value: bytes, flags: int) -> Any:
         """An envelope as :class:`Envelope`, fresh or not; any other value as itself."""
         if not flags & FLAG_ENVELOPE:

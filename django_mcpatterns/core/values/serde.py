@@ -32,6 +32,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from pymemcache.serde import FLAG_BYTES, FLAG_INTEGER, FLAG_LONG, FLAG_TEXT
+
 from ..exceptions import ConfigurationError, EncodingError
 from .compression import Compressor, DecompressionError, Decompressors, load_compressor
 from .layout import FLAG_CHUNKED, ChunkManifest, reading_manifests
@@ -130,6 +132,31 @@ class ValueSerde:
             # A custom serializer's own EncodingError is corrupt data too.
             self._refuse(key, flags, getattr(exc, "reason", "corrupt"), str(exc))
             return REFUSED
+
+    def direct_formats(self) -> dict[int, Callable[[bytes], Any]]:
+        """The flags whose data :meth:`deserialize` hands straight to the format, by flags.
+
+        Decided once per store (the hot path then skips the layers): bytes and
+        ints always (never signed nor compressed), text unless values are
+        signed; only for a serializer that keeps the base class's formats.  A
+        decoder that raises (``ValueError``: not what its flags say) leaves the
+        item to :meth:`deserialize`, which refuses it.
+        """
+        if type(self.serializer).deserialize is not Serializer.deserialize:
+            return {}
+        formats: dict[int, Callable[[bytes], Any]] = {FLAG_BYTES: bytes, FLAG_INTEGER: int}
+        if self.signer is None:
+            formats |= {FLAG_TEXT: bytes.decode, FLAG_LONG: int}
+        return {flags: f for flags, f in formats.items() if not flags & self._decompressors.mask}
+
+    def direct_types(self) -> frozenset[type]:
+        """The types :meth:`serialize` writes bare (``bytes`` as they are, ``str`` as its
+        UTF-8 unless signed or compressed): decided once per store, as :meth:`direct_formats`."""
+        if type(self.serializer).serialize is not Serializer.serialize:
+            return frozenset()
+        if self.signer is None and self.compressor is None:
+            return frozenset({bytes, str})
+        return frozenset({bytes})
 
     def refusals(self) -> dict[str, int]:
         """How many items were refused so far, by reason."""

@@ -1,0 +1,217 @@
+"""The compiled hot path, when it is built: one place decides whether it runs.
+
+The protocol layer's hot path exists twice, with the same answers: in Python
+(:class:`~.reader.Reader`, the requests' ``encode`` methods, the sync
+transport's socket calls) and in C (``_speedups``, built from ``src/speedups/``
+where a compiler exists).  The C :class:`Reader` parses as the Python one does
+(a hypothesis test feeds both the same byte streams split at random points)
+and adds the sync transport's I/O on a blocking socket: a request is encoded,
+sent, received and its reply scanned with the GIL released once, so threads
+sharing a cluster overlap there as pylibmc's do.
+
+``DJANGO_MCPATTERNS_PURE_PYTHON=1`` (read at import) runs the pure-Python path
+even where the compiled one is built (CI runs the contract suites on both).
+
+:data:`COMPILED`
+    Whether the compiled path runs in this process.
+:data:`Reader`
+    The reader connections use: the compiled one, else the Python one.
+:func:`encode`
+    The bytes of a batch of requests, written at once.
+:func:`keyed`, :func:`grouped`, :func:`decoded`, :func:`hits`
+    A multi-key command's bookkeeping: its keys' wire bytes, grouped by server,
+    its values by key, then by the keys as given.
+:func:`maker`, :data:`new_get`, :data:`new_store`
+    The hot path's requests made from all their fields, positionally (in C:
+    a frozen dataclass's ``__init__`` sets each field through
+    ``object.__setattr__``, the largest cost of a ``get`` left in Python).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import os
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from types import ModuleType
+from typing import Any, TypeVar
+
+from ..exceptions import ProtocolError
+from ..keys import Key, KeyT, Routed, placed
+from ..values.envelope import STALE, Envelope
+from ..values.refusals import REFUSED
+from . import reader
+from .wire import NEED_DATA, ErrorReply, Get, MetaReply, Request, Store, Value
+from .wire import encode as encode_in_python
+
+__all__ = [
+    "COMPILED",
+    "PURE_SWITCH",
+    "ConnectionClosedError",
+    "Reader",
+    "decoded",
+    "encode",
+    "grouped",
+    "hits",
+    "keyed",
+    "load",
+    "maker",
+    "new_get",
+    "new_store",
+    "why_pure",
+]
+
+PURE_SWITCH = "DJANGO_MCPATTERNS_PURE_PYTHON"
+ABI = 4  # what this module expects of _speedups (its ABI constant)
+
+T = TypeVar("T")
+
+why_pure = ""  # why the pure-Python path runs, when it does
+
+
+class ConnectionClosedError(ConnectionError):
+    """The server closed the connection before its reply was complete.
+
+    Raised by both transports (and the compiled I/O, hence its place here).
+    """
+
+
+def load() -> ModuleType | None:
+    """The compiled module, bound to this package's classes; None where it cannot run."""
+    global why_pure
+    if os.environ.get(PURE_SWITCH, "") not in ("", "0"):
+        why_pure = f"{PURE_SWITCH} is set"
+        return None
+    try:
+        module = importlib.import_module(f"{__package__}._speedups")
+    except ImportError as exc:
+        why_pure = f"not built ({exc})"
+        return None
+    if getattr(module, "ABI", None) != ABI:
+        why_pure = f"built from other sources (ABI {getattr(module, 'ABI', None)}, not {ABI})"
+        return None
+    module.bind(
+        ProtocolError=ProtocolError,
+        ConnectionClosedError=ConnectionClosedError,
+        ErrorReply=ErrorReply,
+        MetaReply=MetaReply,
+        Value=Value,
+        NEED_DATA=NEED_DATA,
+        Get=Get,
+        Store=Store,
+    )
+    return module
+
+
+speedups = load()
+COMPILED = speedups is not None
+Reader: Any = speedups.Reader if speedups is not None else reader.Reader
+
+
+def encode(requests: Sequence[Request[Any]] | Iterable[Request[Any]]) -> bytes:
+    """The bytes of a batch of requests (:func:`.wire.encode`, in C when compiled)."""
+    if speedups is not None:
+        data: bytes = speedups.encode(
+            requests if isinstance(requests, Sequence) else list(requests)
+        )
+        return data
+    return encode_in_python(requests)
+
+
+def keyed(keys: Iterable[KeyT]) -> dict[bytes, KeyT]:
+    """``{wire bytes: key as given}`` of a multi-key command (:func:`~..keys.placed` each)."""
+    if speedups is not None:
+        given: dict[bytes, KeyT] = speedups.keyed(keys, placed)
+        return given
+    return {placed(key)[0]: key for key in keys}
+
+
+def decoded(
+    values: Sequence[Value],
+    direct: Mapping[int, Callable[[bytes], Any]],
+    deserialize: Callable[[Any, bytes, int], Any],
+    cas: bool,
+) -> dict[bytes, Any]:
+    """A get's values by key, decoded: by ``direct[flags]`` (a plain format) where there is
+    one and it accepts the data, else by the serde's ``deserialize``; ``cas``: with tokens."""
+    if speedups is not None and type(direct) is dict:
+        found: dict[bytes, Any] = speedups.decoded(values, direct, deserialize, cas)
+        return found
+    found = {}
+    for v in values:
+        decode = direct.get(v.flags)
+        if decode is None:
+            value = deserialize(v.key, v.data, v.flags)
+        else:
+            try:
+                value = decode(v.data)
+            except ValueError:  # not what its flags say: the serde refuses it
+                value = deserialize(v.key, v.data, v.flags)
+        found[v.key] = (value, v.cas) if cas else value
+    return found
+
+
+def maker(cls: type[T]) -> Callable[..., T]:
+    """A maker of ``cls`` from all its fields, positionally: compiled where ``cls`` is a frozen
+    slots dataclass whose ``__init__`` only stores them, else ``cls`` itself."""
+    names = [field.name for field in dataclasses.fields(cls)]  # type: ignore[arg-type]
+    plain = (
+        speedups is not None
+        and not hasattr(cls, "__post_init__")
+        and all(field.init for field in dataclasses.fields(cls))  # type: ignore[arg-type]
+        and set(names) <= set(getattr(cls, "__slots__", ()))
+    )
+    if speedups is None or not plain:
+        return cls
+    made: Callable[..., T] = speedups.Maker(cls, names)
+    return made
+
+
+new_get: Callable[[Sequence[bytes], bool], Get] = maker(Get)
+new_store: Callable[[Any, bytes, bytes, int, int, bytes | int | None], Store] = maker(Store)
+
+
+def grouped(
+    given: Mapping[bytes, Key], locate: Callable[[bytes], str], known: Mapping[bytes, str]
+) -> dict[str, list[bytes]]:
+    """The wire bytes of ``given``'s keys by server, servers in the order they first come.
+
+    A :class:`~..keys.Routed` key is placed by its route's bytes; ``known`` is the
+    remembered server of ring bytes (:func:`~..client.routing.remembered`), ``locate``
+    the ring's answer for the others.
+    """
+    if speedups is not None and type(given) is dict and type(known) is dict:
+        owned: dict[str, list[bytes]] = speedups.grouped(given, locate, known, Routed)
+        return owned
+    owned = {}
+    for kb, key in given.items():
+        ring = key.route if type(key) is Routed else kb
+        name = known.get(ring)
+        if name is None:
+            name = locate(ring)
+        kbs = owned.get(name)
+        if kbs is None:
+            kbs = owned[name] = []
+        kbs.append(kb)
+    return owned
+
+
+def hits(parts: list[dict[bytes, Any]], given: Mapping[bytes, Key], cas: bool) -> dict[Key, Any]:
+    """The fetched items by the keys as given; refused ones are misses, left in place.
+
+    An item the serde refused may be another client's (PHP, Java, pylibmc on
+    the same ring): a read never deletes it (serializers.py).
+    """
+    if speedups is not None and type(given) is dict:
+        answer: dict[Key, Any] = speedups.hits(parts, given, cas, STALE, REFUSED, Envelope)
+        return answer
+    found: dict[Key, Any] = {}
+    for part in parts:
+        for kb, item in part.items():
+            value = item[0] if cas else item
+            # Past its soft expiry (left for get_or_compute), or refused: a miss.
+            if value is STALE or value is REFUSED:
+                continue
+            if type(value) is not Envelope or value.value is not REFUSED:  # is_refused, inlined
+                found[given[kb]] = item
+    return found

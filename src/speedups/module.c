@@ -1,0 +1,94 @@
+/* django_mcpatterns.core.protocol._speedups: the compiled hot path (see speedups.h).
+ * compiled.py imports it, binds it to the pure modules' classes and decides whether
+ * it is used (the DJANGO_MCPATTERNS_PURE_PYTHON switch). */
+#include "speedups.h"
+
+Bound B;
+
+/* Bumped whenever what compiled.py expects of this module changes. */
+#define ABI 4
+
+static PyObject *
+bind(PyObject *module, PyObject *args, PyObject *kwargs)
+{
+    static char *names[] = {"ProtocolError", "ConnectionClosedError", "ErrorReply", "MetaReply",
+                            "Value", "NEED_DATA", "Get", "Store", NULL};
+    PyObject *o[8];
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOOOOOO:bind", names, &o[0], &o[1], &o[2],
+                                     &o[3], &o[4], &o[5], &o[6], &o[7]))
+        return NULL;
+    if (!PyType_Check(o[4]) || !PyType_IsSubtype((PyTypeObject *)o[4], &PyTuple_Type)) {
+        PyErr_SetString(PyExc_TypeError, "Value must be a tuple subclass");
+        return NULL;
+    }
+    PyObject **slots[] = {&B.ProtocolError, &B.ClosedError, &B.ErrorReply, &B.MetaReply,
+                          &B.Value, &B.NEED_DATA, &B.Get, &B.Store};
+    for (int i = 0; i < 8; i++)
+        Py_XSETREF(*slots[i], Py_NewRef(o[i]));
+    B.bound = 1;
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef functions[] = {
+    {"bind", (PyCFunction)(void (*)(void))bind, METH_VARARGS | METH_KEYWORDS,
+     "Bind the parser to the classes it answers with (compiled.py does, once)."},
+    {"encode", speedups_encode, METH_O, "The bytes of a batch of requests, written at once."},
+    {"keyed", speedups_keyed, METH_VARARGS, "keyed(keys, placed): {wire bytes: key as given}."},
+    {"decoded", speedups_decoded, METH_VARARGS,
+     "decoded(values, direct, deserialize, cas): a get's values decoded, by key."},
+    {"grouped", speedups_grouped, METH_VARARGS,
+     "grouped(given, locate, known, routed): the wire bytes of keys by server."},
+    {"hits", speedups_hits, METH_VARARGS,
+     "hits(parts, given, cas, stale, refused, envelope): the fetched items by key as given."},
+    {NULL},
+};
+
+static struct PyModuleDef module_def = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "django_mcpatterns.core.protocol._speedups",
+    .m_doc = "The compiled hot path of the protocol layer (see compiled.py).",
+    .m_size = -1,
+    .m_methods = functions,
+};
+
+static int
+intern(PyObject **slot, const char *text)
+{
+    *slot = PyUnicode_InternFromString(text);
+    return *slot == NULL ? -1 : 0;
+}
+
+PyMODINIT_FUNC
+PyInit__speedups(void)
+{
+    static const char *verbs[] = {"set", "add", "replace", "append", "prepend", "cas"};
+    for (int i = 0; i < 6; i++)
+        if (intern(&B.verbs[i], verbs[i]) < 0)
+            return NULL;
+    if (intern(&B.s_keys, "keys") < 0 || intern(&B.s_cas, "cas") < 0
+        || intern(&B.s_command, "command") < 0 || intern(&B.s_key, "key") < 0
+        || intern(&B.s_data, "data") < 0 || intern(&B.s_flags, "flags") < 0
+        || intern(&B.s_expire, "expire") < 0 || intern(&B.s_cas_token, "cas_token") < 0
+        || intern(&B.s_read, "read") < 0 || intern(&B.s_encode, "encode") < 0
+        || intern(&B.s_matches, "matches") < 0 || intern(&B.s_quiet, "quiet") < 0
+        || intern(&B.s_QUIETED, "QUIETED") < 0 || intern(&B.s_STATUSES, "STATUSES") < 0
+        || intern(&B.k_error, "ERROR") < 0 || intern(&B.k_client_error, "CLIENT_ERROR") < 0
+        || intern(&B.k_server_error, "SERVER_ERROR") < 0)
+        return NULL;
+    if (PyType_Ready(&ReaderType) < 0 || PyType_Ready(&MakerType) < 0)
+        return NULL;
+    PyObject *module = PyModule_Create(&module_def);
+    if (module == NULL)
+        return NULL;
+    if (PyModule_AddObjectRef(module, "Reader", (PyObject *)&ReaderType) < 0
+        || PyModule_AddObjectRef(module, "Maker", (PyObject *)&MakerType) < 0
+        || PyModule_AddIntConstant(module, "ABI", ABI) < 0) {
+        Py_DECREF(module);
+        return NULL;
+    }
+#ifdef Py_GIL_DISABLED
+    /* Not yet declared free-threading safe: docs/architecture.md says what it must lock. */
+    PyUnstable_Module_SetGIL(module, Py_MOD_GIL_USED);
+#endif
+    return module;
+}
