@@ -592,3 +592,27 @@ def test_metadump_waits_through_timeouts_then_gives_up_naming_the_server():
     stuck = [b"key=a exp=-1 size=1\n", *[None] * (DUMP_WAITS + 1)]
     with pytest.raises(WarmError, match="sent no more of its metadump"):
         list(metadump(_Dump(stuck)))
+
+
+@pytest.mark.parametrize("stage", ["old", "new"])
+def test_a_copy_between_the_two_rings_forgets_finds_nothing_to_copy(rings, stage):
+    """A repair (``forget``: the ORM's dropped registries, a stamp not renewed) goes to the
+    old ring first in either stage, as a delete does: a stage-2 reader copying between
+    the two rings' forgets finds nothing, or its placeholder removed by the second."""
+    key = rings.moved()[0]
+    rings.old.set(key, "before the repair", 300)
+    reader = rings.store(driver="sync")  # a stage-2 process
+    old, new = Hooked(rings.old), Hooked(rings.new)
+    calls: list[str] = []
+
+    def between(*args: Any) -> None:
+        calls.append("forget")
+        if len(calls) == 2:  # the first ring's forget is done, the second's not sent yet
+            reader.get(key)
+
+    old.before["forget"] = new.before["forget"] = between
+    repairer = rings.store(stage, old=old, new=new)
+    repairer.forget(key)
+    assert calls == ["forget", "forget"]
+    assert rings.probe_new.get(key) is None
+    assert rings.probe_old.get(key) is None
