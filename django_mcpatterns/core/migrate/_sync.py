@@ -61,7 +61,7 @@ class MigratingStore(Store):
         self.primary = old if reads_old else new  # where reads and writes go
         self.secondary = new if reads_old else old  # where writes' keys are deleted
         self.placement = Placement(old.router.locate, new.router.locate)
-        serde = new.serde
+        serde = self.serde = new.serde  # the cache's, for a chunked store over this one
         self.copy = Copy(new.text, lambda kb: encoded(serde, kb, PLACEHOLDER))
 
     def __repr__(self) -> str:
