@@ -30,8 +30,9 @@ What is held
     namespaced values with their namespace's version keys, each under the same
     bound: an invalidation elsewhere reaches this process within ``max_age``;
     one here, at once.  Sets, lists, counters, locks, rate-limit slots, leases
-    and ORM results are never held: they read through ``gets``, ``gets_ttl`` or
-    the store underneath, which this layer never answers.
+    and ORM results are never held: they read through ``gets``, ``gets_leased``,
+    ``gets_ttl`` or the store underneath, which this layer never answers (a lease
+    ``gets_leased`` or ``lease`` takes is a write: the key's copy goes).
 
 Large values past ``max_age``
     A value of :data:`LARGE_VALUE` bytes or more is read with its cas; past
