@@ -66,7 +66,12 @@ def test_a_cancelled_winner_does_not_wedge_the_key(
     memcached_3: list[MemcachedServer], protocol: str
 ) -> None:
     flush(memcached_3)
-    slow = Computes("never", seconds=10)
+    computing = asyncio.Event()
+
+    async def started() -> None:
+        computing.set()
+
+    slow = Computes("never", seconds=10, until=started)
 
     async def scenario() -> Any:
         store = cluster(memcached_3, protocol)
@@ -75,7 +80,7 @@ def test_a_cancelled_winner_does_not_wedge_the_key(
         impatient = AsyncStampede(store, StampedePolicy(wait=0))
         try:
             winner = asyncio.ensure_future(stampede.get_or_compute("wedge", slow, 60))
-            await asyncio.sleep(0.1)
+            await asyncio.wait_for(computing.wait(), 30)  # cancelled while it computes
             winner.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await winner
