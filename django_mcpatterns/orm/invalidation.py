@@ -146,7 +146,10 @@ def invalidate(
         keys.add(stamps.table_key(prefix, SPACE, table))
         parsed = found.get(registry)
         if parsed is None:
-            if registry not in found:  # unknown: the cache did not answer
+            # Unknown (the cache did not answer), or, during a ring migration, maybe on
+            # the other ring: a stage-2 process that added a scheme deleted the old
+            # ring's copy, which stage-1 processes read.  Void the table, drop the registry.
+            if registry not in found or read.migrating:
                 wholes.add(table)
             continue
         conj, complete = stamps.conjunctions(prefix, SPACE, table, parsed.schemes, tables[table])

@@ -78,10 +78,16 @@ class Reader:
         avalues = cache.avalues
         size = getattr(getattr(store, "options", None), "max_item_size", 1024 * 1024)
         if not isinstance(values, ChunkedStore):
-            values = ChunkedStore(store, size)
-            avalues = AsyncChunkedStore(cache.astore, size)
+            # The cache API's store: the cluster's, or during a ring migration
+            # (OPTIONS["migrate_from"]) the store over both rings, whose rules keep
+            # stamps right while processes of two stages run side by side.
+            values = ChunkedStore(values, size)
+            avalues = AsyncChunkedStore(avalues, size)
         self.values: Store = values
         self.avalues: AsyncStore = avalues
+        # During a ring migration a registry this process does not find may be on the
+        # other ring, read by processes of the other stage (see invalidation.invalidate).
+        self.migrating = getattr(getattr(cache, "binding", None), "migration", None) is not None
         # memcached's own leases, taken by the read (lease="meta"; text mode answers
         # a leasing read without one, and the fill then leases with a placeholder).
         meta = settings.lease == "meta"

@@ -26,6 +26,8 @@ MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
+    # A lock whose memcached server cannot be reached answers 503 with Retry-After, not 500.
+    "django_mcpatterns.middleware.CacheUnavailableMiddleware",
 ]
 ROOT_URLCONF = "example_site.urls"
 TEMPLATES = [

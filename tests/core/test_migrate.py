@@ -499,8 +499,8 @@ class _Dump:
 
     address = ("127.0.0.1", 1)
 
-    def __init__(self, chunks: list[bytes]) -> None:
-        self.chunks = chunks
+    def __init__(self, chunks: list[bytes | None]) -> None:
+        self.chunks = chunks  # None: a read that timed out
         self.sent: list[bytes] = []
 
     def connect(self) -> _Dump:
@@ -510,7 +510,10 @@ class _Dump:
         self.sent.append(data)
 
     def recv(self, size: int) -> bytes:
-        return self.chunks.pop(0) if self.chunks else b""
+        chunk = self.chunks.pop(0) if self.chunks else b""
+        if chunk is None:  # the socket's I/O timeout (SO_RCVTIMEO): EAGAIN
+            raise BlockingIOError(11, "Resource temporarily unavailable")
+        return chunk
 
 
 @given(
@@ -551,3 +554,65 @@ def test_metadump_refused_is_a_warm_error_naming_the_reply():
         list(metadump(dump))
     with pytest.raises(WarmError, match="closed the connection"):
         list(metadump(_Dump([b"key=a exp=-1 size=1\n"])))
+
+
+# -- chunked values (large_values="chunk") -------------------------------------------------
+
+
+@pytest.mark.parametrize("protocol", ["meta", "text"])
+def test_chunked_values_migrate_too(five, protocol):
+    from django_mcpatterns.binding import Conventions, bind_cluster
+    from django_mcpatterns.core.cluster import reset_shared_clusters
+
+    for server in five:
+        server.flush()
+    specs = [server.spec for server in five]
+    options: dict[str, Any] = {"protocol": protocol, "large_values": "chunk"}
+    before = bind_cluster(specs[:4], options, Conventions())
+    migrate = {"LOCATION": specs[:4], "reads": "new"}
+    after = bind_cluster(specs, {**options, "migrate_from": migrate}, Conventions())
+    try:
+        big = {f"big:{i}": bytes([i]) * 2_500_000 for i in range(6)}  # chunked at 1 MB
+        for key, value in big.items():
+            assert before.values.set(key, value, 300)
+        assert after.values.get_many(list(big)) == big  # read through from the old ring
+        for key in big:
+            after.values.delete(key)
+        assert before.values.get_many(list(big)) == {}  # deleted on both rings
+        assert after.values.get_many(list(big)) == {}
+    finally:
+        reset_shared_clusters()
+
+
+def test_metadump_waits_through_timeouts_then_gives_up_naming_the_server():
+    from django_mcpatterns.core.migrate.warm import DUMP_WAITS, WarmError, metadump
+
+    slow = [None, b"key=a exp=-1 size=1\n", *[None] * DUMP_WAITS, b"key=b exp=-1 size=2\nEND\r\n"]
+    assert [e.key for page in metadump(_Dump(slow)) for e in page] == [b"a", b"b"]
+    stuck = [b"key=a exp=-1 size=1\n", *[None] * (DUMP_WAITS + 1)]
+    with pytest.raises(WarmError, match="sent no more of its metadump"):
+        list(metadump(_Dump(stuck)))
+
+
+@pytest.mark.parametrize("stage", ["old", "new"])
+def test_a_copy_between_the_two_rings_forgets_finds_nothing_to_copy(rings, stage):
+    """A repair (``forget``: the ORM's dropped registries, a stamp not renewed) goes to the
+    old ring first in either stage, as a delete does: a stage-2 reader copying between
+    the two rings' forgets finds nothing, or its placeholder removed by the second."""
+    key = rings.moved()[0]
+    rings.old.set(key, "before the repair", 300)
+    reader = rings.store(driver="sync")  # a stage-2 process
+    old, new = Hooked(rings.old), Hooked(rings.new)
+    calls: list[str] = []
+
+    def between(*args: Any) -> None:
+        calls.append("forget")
+        if len(calls) == 2:  # the first ring's forget is done, the second's not sent yet
+            reader.get(key)
+
+    old.before["forget"] = new.before["forget"] = between
+    repairer = rings.store(stage, old=old, new=new)
+    repairer.forget(key)
+    assert calls == ["forget", "forget"]
+    assert rings.probe_new.get(key) is None
+    assert rings.probe_old.get(key) is None

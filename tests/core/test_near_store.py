@@ -118,6 +118,7 @@ def test_reads_with_a_cas_or_ttl_are_never_answered_from_memory(
         lambda: near.gets_envelope("k"),
         lambda: near.get_many_envelopes(["k"]),
         lambda: near.ttl("k"),
+        lambda: near.gets_leased("k", [], 30),  # the ORM's read
     ):
         assert requests_to(memcached_1, read) == 1
 
@@ -141,6 +142,9 @@ WRITES: dict[str, tuple[Callable[[Any, Cluster], object], Any]] = {
     "delete_cas": (lambda n, c: n.delete_cas("k", c.gets("k")[1]), None),
     "cas_stale": (lambda n, c: n.cas_stale("k", "new", c.gets("k")[1]), "new"),
     "flush_all": (lambda n, c: n.flush_all(), None),
+    # memcached's own leases (the ORM's): the key's item becomes the lease's, empty
+    "lease": (lambda n, c: n.lease("k", 30, c.gets("k")[1]), b""),
+    "gets_leased": (lambda n, c: (c.delete("k"), n.gets_leased("k", [], 30)), b""),
 }
 
 

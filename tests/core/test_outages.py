@@ -16,15 +16,19 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
+from types import SimpleNamespace
 
 import pytest
 
+from django_mcpatterns.core.client.outcomes import answered
 from django_mcpatterns.core.cluster import Cluster
 from django_mcpatterns.core.counters import CachedCounter
 from django_mcpatterns.core.exceptions import IncompleteListError, IncompleteSetError
+from django_mcpatterns.core.health import NodeEvent, NodeHealth
 from django_mcpatterns.core.options import ClusterOptions
 from django_mcpatterns.core.outages import WriteDegraded
 from django_mcpatterns.core.sets import AppendLists, AppendSets, AsyncAppendSets
+from tests.fakes import FakeClock
 from tests.harness import MemcachedServer, memcached_cluster
 
 PATIENCE = 10.0  # seconds to wait for something that happens within about one
@@ -225,3 +229,35 @@ def test_async_set_writes_degrade_too(two: list[MemcachedServer]) -> None:
     wait_for(lambda: not cluster.journal(), "the repair")
     with pytest.raises(IncompleteSetError):
         AppendSets(cluster).smembers(key)
+
+
+def test_an_answer_read_before_the_failure_does_not_end_the_outage() -> None:
+    # The race behind "is back (unavailable for 0.0s)" then "is unavailable" again: one
+    # thread's request was answered just before the kill, another's failed, and the first
+    # reported its answer after the failure was recorded.  Only an answer to a request
+    # admitted since the failure (the probe) ends the outage.
+    clock, backs = FakeClock(), list[NodeEvent]()
+    health = NodeHealth(
+        "n1",
+        retry_attempts=2,
+        retry_timeout=1.0,
+        dead_timeout=10.0,
+        clock=clock,
+        report=lambda event: None,
+        back=backs.append,
+    )
+    node = SimpleNamespace(health=health, drop_idle=lambda: None)
+    early, failing = health.admit(), health.admit()
+    assert early is not None
+    assert failing is not None
+    health.failed(ConnectionResetError("reset"), failing)
+    answered(node, None, early)  # type: ignore[arg-type]
+    assert health.snapshot().state == "failing"  # before: "up", and logged back
+    assert backs == []
+    clock.advance(1.0)
+    probe = health.admit()
+    assert probe is not None
+    assert probe.probe
+    answered(node, None, probe)  # type: ignore[arg-type]
+    assert health.snapshot().state == "up"
+    assert [event.kind for event in backs] == ["recovered"]

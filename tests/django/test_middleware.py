@@ -1,7 +1,10 @@
 """``CacheUnavailableMiddleware``: a lock whose server is down answers 503 with Retry-After.
 
 Sync and async views, on a cluster whose only server nobody listens on (so
-``cache.lock(...)`` raises ``LockUnavailableError``); other errors stay 500s.
+``cache.lock(...)`` raises ``LockUnavailableError``), and on a real memcached
+stalled (SIGSTOP) mid-test, as in the issue's drill: a lock view answers 503,
+a view whose writes degrade (``sadd``, ``rpush``, a namespace invalidation)
+answers 200 and signals ``write_degraded``; other errors stay 500s.
 """
 
 from __future__ import annotations
@@ -16,10 +19,11 @@ from django.http import HttpRequest, HttpResponse
 from django.test import AsyncClient, Client, override_settings
 from django.urls import path
 
+from django_mcpatterns import signals
 from django_mcpatterns.core.exceptions import LockUnavailableError, NodeUnavailableError
 from django_mcpatterns.middleware import CacheUnavailableMiddleware
-from tests.django.conftest import CLUSTER_BACKEND
-from tests.harness import LOOPBACK, free_port
+from tests.django.conftest import CLUSTER_BACKEND, received
+from tests.harness import LOOPBACK, MemcachedServer, free_port, memcached_cluster
 
 MIDDLEWARE = ["django_mcpatterns.middleware.CacheUnavailableMiddleware"]
 
@@ -42,9 +46,24 @@ def unavailable_view(request: HttpRequest) -> HttpResponse:
     raise NodeUnavailableError("down", node="x")
 
 
+def writes_view(request: HttpRequest) -> HttpResponse:
+    added = cache.sadd("middleware:set", "a", "b")  # type: ignore[attr-defined]
+    pushed = cache.rpush("middleware:list", "x")  # type: ignore[attr-defined]
+    cache.namespace("middleware", 1).invalidate()  # type: ignore[attr-defined]
+    return HttpResponse(f"{added} {pushed}")
+
+
+async def async_writes_view(request: HttpRequest) -> HttpResponse:
+    added = await cache.asadd("middleware:set", "a", "b")  # type: ignore[attr-defined]
+    removed = await cache.asrem("middleware:set", "a")  # type: ignore[attr-defined]
+    return HttpResponse(f"{added} {removed}")
+
+
 urlpatterns = [
     path("locked/", locked_view),
     path("async-locked/", async_locked_view),
+    path("writes/", writes_view),
+    path("async-writes/", async_writes_view),
     path("broken/", broken_view),
     path("unavailable/", unavailable_view),
 ]
@@ -107,3 +126,68 @@ def test_the_middleware_runs_in_the_request_s_own_mode() -> None:
     assert CacheUnavailableMiddleware.async_capable
     assert iscoroutinefunction(CacheUnavailableMiddleware(async_get_response))
     assert not iscoroutinefunction(CacheUnavailableMiddleware(get_response))
+
+
+# -- a real server, stalled (SIGSTOP) as in the issue's drill ---------------------------
+
+
+@pytest.fixture
+def stalled() -> Iterator[MemcachedServer]:
+    """The cache on a real memcached, stalled for the test (resumed after it)."""
+    with memcached_cluster(1) as servers:
+        server = servers[0]
+        entry = {
+            "BACKEND": CLUSTER_BACKEND,
+            "LOCATION": server.spec,
+            "OPTIONS": {"timeout": 0.3, "connect_timeout": 0.3, "retry_timeout": 0.05},
+        }
+        with override_settings(
+            CACHES={"default": entry}, MIDDLEWARE=MIDDLEWARE, ROOT_URLCONF=__name__
+        ):
+            assert cache.set("middleware:warm", 1)  # connected before the stall
+            server.pause()
+            try:
+                yield server
+            finally:
+                server.resume()
+
+
+@pytest.mark.usefixtures("stalled", "reset_shared_stores")
+def test_a_stalled_lock_server_answers_503_and_degraded_writes_answer_200() -> None:
+    # Before (the issue): both views were 500s, from cache.lock and cache.sadd raising
+    # NodeUnavailableError.
+    client = Client(raise_request_exception=False)
+    with received(signals.write_degraded) as degraded:
+        writes = client.get("/writes/")
+    assert (writes.status_code, writes.content) == (200, b"0 0")
+    assert [d["command"] for d in degraded] == ["sadd", "rpush", "invalidate_namespace"]
+    locked = client.get("/locked/")
+    assert locked.status_code == 503
+    assert locked["Retry-After"] == "1"
+
+
+@pytest.mark.usefixtures("stalled", "reset_shared_stores")
+def test_an_async_view_s_degraded_writes_answer_200_and_its_lock_503() -> None:
+    async def fetch(url: str) -> HttpResponse:
+        answer: HttpResponse = await AsyncClient(raise_request_exception=False).get(url)
+        return answer
+
+    with received(signals.write_degraded) as degraded:
+        writes = asyncio.run(fetch("/async-writes/"))
+    assert (writes.status_code, writes.content) == (200, b"0 0")
+    assert [d["command"] for d in degraded] == ["sadd", "srem"]
+    assert asyncio.run(fetch("/async-locked/")).status_code == 503
+
+
+@pytest.mark.usefixtures("reset_shared_stores")
+def test_on_outage_raise_makes_a_stalled_write_a_503_under_the_middleware(
+    stalled: MemcachedServer,
+) -> None:
+    entry = {
+        "BACKEND": CLUSTER_BACKEND,
+        "LOCATION": stalled.spec,
+        "OPTIONS": {"timeout": 0.3, "connect_timeout": 0.3, "on_outage": "raise"},
+    }
+    with override_settings(CACHES={"default": entry}):
+        response = Client(raise_request_exception=False).get("/writes/")
+    assert response.status_code == 503  # the error reached the view: answered, not a 500

@@ -9,7 +9,8 @@ for the table.
 
 What every drill asserts: no acknowledged set member, and no acknowledged
 value, that its server still holds is lost; nothing partial or garbled is ever
-returned; the broken server serves again.  Latencies and recovery times are
+returned; a set that lost writes in the outage says so (IncompleteSetError)
+rather than answering short; the broken server serves again.  Latencies and recovery times are
 printed, not asserted (a busy machine stretches them; the timing rules are
 tested on fake clocks in tests/core/test_failover.py and tests/drills/test_health_recovery.py).
 """
@@ -28,6 +29,7 @@ import pytest
 
 from django_mcpatterns.backend import KetamaMemcacheCache
 from django_mcpatterns.core.cluster import Cluster, reset_shared_clusters
+from django_mcpatterns.core.exceptions import IncompleteSetError
 from django_mcpatterns.core.keys import key_bytes
 from tests.drills.proxy import Proxy
 from tests.harness import MemcachedServer, memcached_cluster
@@ -64,6 +66,7 @@ class DrillLog:
     values: dict[str, tuple[int, float]] = field(default_factory=dict)  # key -> (value, started)
     lost_with_server: int = 0
     lost: int = 0
+    incomplete: int = 0  # acknowledged members of sets that read as IncompleteSetError
     recovery: float | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -89,13 +92,15 @@ class DrillLog:
         recovery = f"{self.recovery:.2f}s" if self.recovery is not None else "-"
         return (
             f"{self.name:<22} {self.calls:>6} {len(self.acks):>6} {self.lost:>5} "
-            f"{self.lost_with_server:>6} {recovery:>9} {self.slowest:>8.3f}s  {errors}"
+            f"{self.lost_with_server:>6} {self.incomplete:>6} {recovery:>9} "
+            f"{self.slowest:>8.3f}s  {errors}"
         )
 
 
 _FAILED = object()
 HEADER = (
-    f"{'drill':<22} {'calls':>6} {'acked':>6} {'lost':>5} {'w/srv':>6} {'recovery':>9} "
+    f"{'drill':<22} {'calls':>6} {'acked':>6} {'lost':>5} {'w/srv':>6} {'incmpl':>6} "
+    f"{'recovery':>9} "
     f"{'slowest':>9}  exceptions seen by callers"
 )
 
@@ -150,7 +155,8 @@ class Load:
         log = self.log
         set_key, member = f"set:{n % SETS}", f"w{worker}-{n}"
         started = time.monotonic()
-        if log.call("sadd", lambda: cache.sadd(set_key, member)) is not _FAILED:
+        # 1: added (a unique member); a degraded write answers 0 (on_outage="degrade").
+        if log.call("sadd", lambda: cache.sadd(set_key, member)) == 1:
             with log._lock:
                 log.acks.append(Ack(set_key, member, started, time.monotonic()))
         value_key = f"value:{n}"
@@ -207,14 +213,23 @@ def check_acknowledged(
     """Count acknowledged members and values missing now.
 
     Those of ``victim`` acknowledged before ``lost_window[1]`` (the restart)
-    were held by a server that died: counted as lost with their server.  Every
-    other acknowledged one must be there (``log.lost`` stays 0).
+    were held by a server that died: counted as lost with their server.  A set
+    that lost writes in the outage reads as IncompleteSetError (it says so
+    rather than answering short): counted as incomplete.  Every other
+    acknowledged one must be there (``log.lost`` stays 0).
     """
-    members: dict[str, set[Any]] = {}
+    members: dict[str, set[Any] | None] = {}
     for ack in log.acks:
         if ack.key not in members:
-            members[ack.key] = cache.smembers(ack.key)
-        if ack.member in members[ack.key]:
+            try:
+                members[ack.key] = cache.smembers(ack.key)
+            except IncompleteSetError:
+                members[ack.key] = None
+        held = members[ack.key]
+        if held is None:
+            log.incomplete += 1
+            continue
+        if ack.member in held:
             continue
         died = (
             lost_window is not None

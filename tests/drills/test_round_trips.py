@@ -308,16 +308,30 @@ def test_a_natural_soft_expiry_costs_two_round_trips_and_one_in_meta_mode(
             served.append(proxy.round_trips)
             time.sleep(0.05)
         before = proxy.round_trips
-        others = []
+        others: list[int] = []
+
+        # memcached's clock ticks in whole seconds: the item may be gone up to 1 s
+        # before the hard expiry the client computed.  A caller that comes later
+        # (a busy machine) may rightly find no stale value: that cycle says nothing.
+        def undecided(hard_expiry: float = envelope.hard_expiry) -> bool:
+            return time.time() > hard_expiry - 1
+
         for _ in range(3):
+            if undecided():
+                break
             proxy.forget()
             other = stampede.fetch(key, slow, timeout)
+            if other.outcome != "stale" and undecided():
+                break
             assert other.outcome == "stale", (other, served, time.time() - envelope.soft_expiry)
             others.append(proxy.round_trips)
         proxy.forget()
         release.set()
         caller.join()
         assert fetched["f"].outcome == "computed"
+        if len(others) < 3:
+            print(f"cycle {cycle}: the others came past memcached's expiry: not decided")
+            continue
         recompute = before + proxy.round_trips
         assert (recompute, others, set(served) | {1}) == (2, [1, 1, 1], {1}), served
         assert stampede.get_or_compute(key, slow, timeout) == "new"

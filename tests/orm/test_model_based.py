@@ -78,3 +78,40 @@ def test_every_cached_read_equals_the_uncached_read_long(
 ) -> None:
     tally = _run(seed, 3000, evictions, remote, pg_server, memcached_shop)
     assert tally.stale == []
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    not os.environ.get("MCPATTERNS_LONG"), reason="long variant: set MCPATTERNS_LONG=1 to run it"
+)
+@pytest.mark.parametrize(
+    ("protocol", "lease"), [("text", "meta"), ("meta", "placeholder"), ("meta", "cas")]
+)
+@pytest.mark.parametrize(
+    ("seed", "evictions", "remote"), [(21, 0.0, False), (22, 0.2, False), (23, 0.1, True)]
+)
+def test_every_cached_read_equals_the_uncached_read_in_other_lease_modes(
+    protocol: str,
+    lease: str,
+    seed: int,
+    evictions: float,
+    remote: bool,
+    pg_server: Any,
+    memcached_shop: MemcachedServer,
+) -> None:
+    """Text mode (which leases with a placeholder) and the two other lease modes."""
+    from django.core.cache import caches
+    from django.test import override_settings
+
+    from tests.django.conftest import CLUSTER_BACKEND
+
+    location = {"BACKEND": CLUSTER_BACKEND, "LOCATION": [memcached_shop.spec]}
+    with override_settings(
+        CACHES={"default": {**location, "OPTIONS": {"protocol": protocol}}},
+        MCPATTERNS_ORM={"cache": "default", "lease": lease},
+    ):
+        assert caches["default"].store.text == (protocol == "text")
+        caches["default"].clear()
+        observe.reset()
+        tally = _run(seed, 1000, evictions, remote, pg_server, memcached_shop)
+    assert tally.stale == []

@@ -60,7 +60,7 @@ class AsyncMigratingStore(AsyncStore):
         self.primary = old if reads_old else new  # where reads and writes go
         self.secondary = new if reads_old else old  # where writes' keys are deleted
         self.placement = Placement(old.router.locate, new.router.locate)
-        serde = new.serde
+        serde = self.serde = new.serde  # the cache's, for a chunked store over this one
         self.copy = Copy(new.text, lambda kb: encoded(serde, kb, PLACEHOLDER))
 
     def __repr__(self) -> str:
@@ -228,12 +228,17 @@ class AsyncMigratingStore(AsyncStore):
         return await self.new.delete(key) or gone
 
     async def forget(self, key: Key, marker: bytes | None = None, expire: int = 0) -> bool:
-        """A repair: on the other ring too when the key moves (its old ring first, as delete)."""
+        """A repair: on the other ring too when the key moves, the old ring first in either
+        stage, as delete (a copy in flight then finds nothing, or its placeholder gone);
+        ``marker`` on the stage's ring."""
         if not self.placement.moved(key):
             return await self.primary.forget(key, marker, expire)
         self.tally.add("invalidations")
-        gone = await self.secondary.forget(key)
-        return await self.primary.forget(key, marker, expire) and gone
+        if self.primary is self.old:
+            done = await self.old.forget(key, marker, expire)
+            return await self.new.forget(key) and done
+        gone = await self.old.forget(key)
+        return await self.new.forget(key, marker, expire) and gone
 
     async def delete_cas(self, key: Key, cas: CasToken) -> bool:
         deleted = await self.primary.delete_cas(key, cas)

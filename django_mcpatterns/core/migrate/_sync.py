@@ -61,7 +61,7 @@ class MigratingStore(Store):
         self.primary = old if reads_old else new  # where reads and writes go
         self.secondary = new if reads_old else old  # where writes' keys are deleted
         self.placement = Placement(old.router.locate, new.router.locate)
-        serde = new.serde
+        serde = self.serde = new.serde  # the cache's, for a chunked store over this one
         self.copy = Copy(new.text, lambda kb: encoded(serde, kb, PLACEHOLDER))
 
     def __repr__(self) -> str:
@@ -229,12 +229,17 @@ class MigratingStore(Store):
         return self.new.delete(key) or gone
 
     def forget(self, key: Key, marker: bytes | None = None, expire: int = 0) -> bool:
-        """A repair: on the other ring too when the key moves (its old ring first, as delete)."""
+        """A repair: on the other ring too when the key moves, the old ring first in either
+        stage, as delete (a copy in flight then finds nothing, or its placeholder gone);
+        ``marker`` on the stage's ring."""
         if not self.placement.moved(key):
             return self.primary.forget(key, marker, expire)
         self.tally.add("invalidations")
-        gone = self.secondary.forget(key)
-        return self.primary.forget(key, marker, expire) and gone
+        if self.primary is self.old:
+            done = self.old.forget(key, marker, expire)
+            return self.new.forget(key) and done
+        gone = self.old.forget(key)
+        return self.new.forget(key, marker, expire) and gone
 
     def delete_cas(self, key: Key, cas: CasToken) -> bool:
         deleted = self.primary.delete_cas(key, cas)

@@ -49,6 +49,7 @@ PLAIN_FLAGS = frozenset({FLAG_TEXT, FLAG_PICKLE, FLAG_JSON, FLAG_MSGPACK})
 
 BATCH = 100  # keys per request batch to one server
 BUSY_RETRIES = 30  # a crawler already running elsewhere: wait and ask again
+DUMP_WAITS = 30  # I/O timeouts in a row a dump may take (a loaded server pauses)
 
 
 class WarmError(ClusterError):
@@ -73,17 +74,26 @@ def metadump(connection: Any, walk: bytes = b"hash") -> Iterator[list[DumpEntry]
     """The keys a server holds, a page at a time (``lru_crawler metadump hash``).
 
     ``connection`` is a :class:`~django_mcpatterns.core.client.transport.Connection`
-    to that server, not in a pool: the dump is read as it arrives, each read
-    bounded by the connection's timeout.  ``walk``: ``b"hash"`` walks the hash
-    table (memcached 1.6.11 and later), which lists every item once; ``b"all"``
-    walks the LRUs, and misses items the LRU maintainer moves between them
-    during the walk (what older servers offer).
+    to that server, not in a pool: the dump is read as it arrives, waiting up to
+    ``DUMP_WAITS`` of the connection's I/O timeouts in a row for more (a loaded
+    server pauses).  ``walk``: ``b"hash"`` walks the hash table (memcached
+    1.6.11 and later), which lists every item once; ``b"all"`` walks the LRUs,
+    and misses items the LRU maintainer moves between them during the walk
+    (what older servers offer).
     """
     sock = connection.connect()
     sock.sendall(b"lru_crawler metadump %s\r\n" % walk)
     pending = b""
+    waits = 0
     while True:
-        chunk = sock.recv(65536)
+        try:
+            chunk = sock.recv(65536)
+        except (BlockingIOError, TimeoutError):  # the I/O timeout: the crawler is slow
+            waits += 1
+            if waits > DUMP_WAITS:
+                raise WarmError(f"{connection.address!r} sent no more of its metadump") from None
+            continue
+        waits = 0
         if not chunk:
             raise WarmError(f"{connection.address!r} closed the connection during metadump")
         lines = (pending + chunk).split(b"\n")

@@ -30,8 +30,9 @@ What is held
     namespaced values with their namespace's version keys, each under the same
     bound: an invalidation elsewhere reaches this process within ``max_age``;
     one here, at once.  Sets, lists, counters, locks, rate-limit slots, leases
-    and ORM results are never held: they read through ``gets``, ``gets_ttl`` or
-    the store underneath, which this layer never answers.
+    and ORM results are never held: they read through ``gets``, ``gets_leased``,
+    ``gets_ttl`` or the store underneath, which this layer never answers (a lease
+    ``gets_leased`` or ``lease`` takes is a write: the key's copy goes).
 
 Large values past ``max_age``
     A value of :data:`LARGE_VALUE` bytes or more is read with its cas; past
@@ -50,7 +51,9 @@ Isolation
 Memory and eviction
     Values are counted by the bytes they take here, plus their key and a fixed
     :data:`ENTRY_OVERHEAD` per entry, against ``max_bytes`` (the admission
-    sketch counts too).  When full, the least used of a few entries drawn at
+    sketch counts too).  Entries past their bound are dropped as later fills
+    come, oldest first, so memory holds the live ones (large ones stay: they
+    may be revalidated).  When full, the least used of a few entries drawn at
     random is evicted, unless it is used more than the newcomer (TinyLFU
     admission: a frequency sketch of recent reads, halved as it ages), so a
     scan of cold keys cannot flush the hot ones.

@@ -12,7 +12,14 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from django_mcpatterns.core.keys import Key, KeyT
-from django_mcpatterns.core.store import AsyncStore, AsyncTokenStore, CasToken, Claimed
+from django_mcpatterns.core.store import (
+    AsyncLeaseStore,
+    AsyncStore,
+    AsyncTokenStore,
+    CasToken,
+    Claimed,
+    Leased,
+)
 
 from ._model import near_key
 from ._model_table import Entry, NearTable
@@ -35,6 +42,7 @@ class AsyncNearStore:
     def __init__(self, store: AsyncStore, table: NearTable) -> None:
         self.store = store
         self.table = table
+        self.leases = store if isinstance(store, AsyncLeaseStore) else None  # memcached's own
         # Large values are revalidated by their cas, read without the value, where the
         # store can say it and name its server's epoch (a Cluster in meta mode).
         self._revalidates = (
@@ -284,6 +292,32 @@ class AsyncNearStore:
         """The store's raw exchange (what it sends is not known here: the copy goes)."""
         try:
             return await self.store.exchange(key, requests)  # type: ignore[attr-defined]
+        finally:
+            self._drop(key)
+
+    # -- leasing reads (the ORM's): they may store a lease, so they are writes here --
+
+    async def gets_leased(self, key: Key, others: Iterable[Key], ttl: int) -> Leased:
+        """The store's leasing read (a plain ``gets_many`` over a store that takes no
+        leases); a lease taken stored an item, so the copy of ``key`` goes."""
+        leases = self.leases
+        if leases is None:
+            return Leased(await self.store.gets_many([key, *others]), leasing=False)
+        try:
+            leased = await leases.gets_leased(key, others, ttl)
+        except BaseException:  # a lease may have been taken
+            self._drop(key)
+            raise
+        if leased.lease is not None:
+            self._drop(key)
+        return leased
+
+    async def lease(self, key: Key, ttl: int, replacing: CasToken | None = None) -> Leased:
+        leases = self.leases
+        if leases is None:
+            return Leased({}, leasing=False)
+        try:
+            return await leases.lease(key, ttl, replacing)
         finally:
             self._drop(key)
 

@@ -13,7 +13,14 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from django_mcpatterns.core.keys import Key, KeyT
-from django_mcpatterns.core.store import CasToken, Claimed, Store, TokenStore
+from django_mcpatterns.core.store import (
+    CasToken,
+    Claimed,
+    Leased,
+    LeaseStore,
+    Store,
+    TokenStore,
+)
 
 from ._model import near_key
 from ._model_table import Entry, NearTable
@@ -36,6 +43,7 @@ class NearStore:
     def __init__(self, store: Store, table: NearTable) -> None:
         self.store = store
         self.table = table
+        self.leases = store if isinstance(store, LeaseStore) else None  # memcached's own
         # Large values are revalidated by their cas, read without the value, where the
         # store can say it and name its server's epoch (a Cluster in meta mode).
         self._revalidates = (
@@ -285,6 +293,32 @@ class NearStore:
         """The store's raw exchange (what it sends is not known here: the copy goes)."""
         try:
             return self.store.exchange(key, requests)  # type: ignore[attr-defined]
+        finally:
+            self._drop(key)
+
+    # -- leasing reads (the ORM's): they may store a lease, so they are writes here --
+
+    def gets_leased(self, key: Key, others: Iterable[Key], ttl: int) -> Leased:
+        """The store's leasing read (a plain ``gets_many`` over a store that takes no
+        leases); a lease taken stored an item, so the copy of ``key`` goes."""
+        leases = self.leases
+        if leases is None:
+            return Leased(self.store.gets_many([key, *others]), leasing=False)
+        try:
+            leased = leases.gets_leased(key, others, ttl)
+        except BaseException:  # a lease may have been taken
+            self._drop(key)
+            raise
+        if leased.lease is not None:
+            self._drop(key)
+        return leased
+
+    def lease(self, key: Key, ttl: int, replacing: CasToken | None = None) -> Leased:
+        leases = self.leases
+        if leases is None:
+            return Leased({}, leasing=False)
+        try:
+            return leases.lease(key, ttl, replacing)
         finally:
             self._drop(key)
 

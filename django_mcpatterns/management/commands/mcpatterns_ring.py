@@ -193,7 +193,7 @@ def migration_text(settings: Mapping[str, Any]) -> list[str]:
         f'  3. every process: "migrate_from": {settings["stage_new"]!r}',
         '     (add "until": an ISO 8601 time at least your longest TTL away, to end the reads',
         "     from the old ring by themselves)",
-        "  4. once the old ring serves no more misses: remove migrate_from (pattern keys move)",
+        "  4. once 'until' has passed in every process: remove migrate_from (pattern keys move)",
     ]
 
 
