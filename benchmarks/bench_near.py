@@ -132,6 +132,7 @@ def throughput(args: argparse.Namespace, location: list[str], servers: Any) -> N
     near_cache = KetamaMemcacheCache(location, {"OPTIONS": {"near_cache": near}})
     rates: dict[str, list[float]] = {name: [] for name in contenders}
     requests: dict[str, list[float]] = {name: [] for name in contenders}
+    cpu: dict[str, list[float]] = {name: [] for name in contenders}
     hit_ratios: list[float] = []
     names = list(contenders)
     for r in range(args.rounds):
@@ -139,7 +140,9 @@ def throughput(args: argparse.Namespace, location: list[str], servers: Any) -> N
         for name in names[k:] + names[:k]:
             before = server_requests(servers)
             stats = near_cache.binding.near.stats() if name == "ours+near" else None
+            began = time.process_time()
             ops = work.round(contenders[name], args.seconds)
+            cpu[name].append((time.process_time() - began) / ops)
             sent = server_requests(servers) - before - 1  # the stats request itself
             rates[name].append(ops / args.seconds)
             requests[name].append(sent / ops)
@@ -157,14 +160,18 @@ def throughput(args: argparse.Namespace, location: list[str], servers: Any) -> N
     for name in names:
         rate = Figure.of(rates[name])
         per_op = Figure.of(requests[name])
+        cpu_op = Figure.of(cpu[name]).scaled(1e6)
         print(
             f"  {name:<13} {rate.median:>10,.0f} ops/s ({rate.low:,.0f}-{rate.high:,.0f})"
             f"   memcached requests per op {per_op.median:.3f}"
+            f"   CPU per op {cpu_op.median:.1f} µs ({cpu_op.low:.1f}-{cpu_op.high:.1f})"
         )
     for other in ("PyLibMCCache", "ours"):
         # A ratio of rates is the inverse of a ratio of times: ratio() takes times.
         times = ratio([1 / x for x in rates[other]], [1 / x for x in rates["ours+near"]])
         print(f"  ours+near / {other:<13} throughput {times.show()}")
+        cpus = ratio(cpu[other], cpu["ours+near"])
+        print(f"  {other:<13} / ours+near CPU per op {cpus.show()}")
     reduction = [
         1 - n / p for n, p in zip(requests["ours+near"], requests["PyLibMCCache"], strict=True)
     ]

@@ -24,6 +24,7 @@ from django_mcpatterns.core.exceptions import ConfigurationError
 from django_mcpatterns.core.near import (
     DEFAULT_MAX_AGE,
     DEFAULT_MAX_BYTES,
+    LARGE_VALUE,
     NearOptions,
     NearTable,
     keep,
@@ -325,6 +326,32 @@ def test_expired_entries_go_first(clock: FakeClock) -> None:
     for i in range(50):
         assert table.fill(f"new{i}", "n" * 200, table.ticket())
     assert all(table.held(f"new{i}") is not None for i in range(50))
+
+
+def test_entries_past_their_bound_are_dropped_as_fills_come(clock: FakeClock) -> None:
+    table = table_of(clock, max_bytes=2**20)
+    for i in range(100):
+        table.fill(f"old{i}", "o" * 100, table.ticket())
+    table.fill("large", b"L" * LARGE_VALUE, table.ticket())
+    clock.advance(0.5)
+    table.fill("young", "y", table.ticket())
+    clock.advance(0.6)  # the old ones and the large one past max_age, "young" not
+    for i in range(40):
+        table.fill(f"new{i}", "n" * 100, table.ticket())
+    stats = table.stats()
+    assert stats.entries == 1 + 1 + 40  # the old ones gone, with no eviction
+    assert stats.evictions == 0
+    assert table.held("large") is not None  # kept: past max_age it may be revalidated
+    assert value_of(table, "young") == "y"
+
+
+def test_the_expiry_queue_stays_within_twice_the_entries(clock: FakeClock) -> None:
+    table = table_of(clock, max_bytes=2**16, max_age=100.0)
+    for i in range(3000):  # evictions, writes and fills again: queue items outlive entries
+        table.invalidate(f"k{(i * 7) % 500}")
+        table.fill(f"k{i % 500}", "v" * 100, table.ticket())
+        assert len(table._queue) <= 2 * len(table.entries) + 64  # after each fill
+    assert table.stats().evictions > 0
 
 
 def test_a_value_over_a_quarter_of_the_budget_is_not_held(clock: FakeClock) -> None:

@@ -8,6 +8,12 @@ each time this process opens a connection to it (pool, asyncio channel or
 probe): the same token before and after an exchange proves that the exchange
 went over a connection opened before the token was read, to the server that
 was there then.  Conservative: a new pooled connection also starts an epoch.
+
+Not the epochs of :mod:`.repairs` (a server's pid and start time, read by ``stats``
+after an outage, to tell whether it lost what it held): those take a round trip and
+are read only after an outage; these cost nothing and are current at every request,
+which is what comparing a cas read earlier with one read now needs (the near cache's
+revalidation).
 """
 
 from __future__ import annotations

@@ -51,7 +51,9 @@ Isolation
 Memory and eviction
     Values are counted by the bytes they take here, plus their key and a fixed
     :data:`ENTRY_OVERHEAD` per entry, against ``max_bytes`` (the admission
-    sketch counts too).  When full, the least used of a few entries drawn at
+    sketch counts too).  Entries past their bound are dropped as later fills
+    come, oldest first, so memory holds the live ones (large ones stay: they
+    may be revalidated).  When full, the least used of a few entries drawn at
     random is evicted, unless it is used more than the newcomer (TinyLFU
     admission: a frequency sketch of recent reads, halved as it ages), so a
     scan of cold keys cannot flush the hot ones.

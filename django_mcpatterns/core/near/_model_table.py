@@ -8,6 +8,7 @@ the table's lock, briefly, and never across I/O.
 from __future__ import annotations
 
 import array
+import collections
 import dataclasses
 import itertools
 import random
@@ -30,8 +31,15 @@ Ticket = tuple[float, int]
 
 STRIPES: Final = 4096  # write stamps kept per hash stripe, not per key: bounded memory
 SAMPLE: Final = 5  # entries looked at to choose an eviction victim
+EXPIRE_STEPS: Final = 4  # the most expired entries a fill drops from the head of the queue
+QUEUED: Final = 80  # the bytes of an entry's item in the expiry queue: a tuple, a float
 REPORT_EVERY: Final = 1.0  # seconds between reports to instrumentation (on a miss)
 _HALF: Final = bytes(i >> 1 for i in range(256))  # halves every counter of a sketch row
+
+
+def _below(n: int, _random: Callable[[], float] = random.random) -> int:
+    """A random index below ``n`` (``random.randrange`` checks its arguments: slower)."""
+    return int(_random() * n)
 
 
 class Entry:
@@ -90,7 +98,7 @@ class NearTable:
         scope: str | None = None,
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
-        rng: Callable[[int], int] = random.randrange,
+        rng: Callable[[int], int] = _below,
         report: Callable[[NearStats], object] | None = None,
     ) -> None:
         self.options = options
@@ -114,6 +122,8 @@ class NearTable:
         self._lock = threading.Lock()
         self.entries: dict[str, Entry] = {}
         self._order: list[Entry] = []  # for sampling victims
+        # (expires, key) of each fill, in fill order: those past their bound go first.
+        self._queue: collections.deque[tuple[float, str]] = collections.deque()
         self._bytes = 0
         self._seq = 0  # bumped by every invalidation
         self._cleared = 0  # tickets older than this are void (flush_all)
@@ -215,12 +225,15 @@ class NearTable:
         if expires <= now:
             return False
         kept = keep(value)
-        size = 0 if kept is None else kept[2] + sys.getsizeof(key) + ENTRY_OVERHEAD
+        size = 0 if kept is None else kept[2] + sys.getsizeof(key) + ENTRY_OVERHEAD + QUEUED
         stamp = hash(key) & (STRIPES - 1)
         with self._lock:
             if seq < self._cleared or self._stamps[stamp] > seq:
                 return False  # a write of this process came after the read was sent
             self._count_use(key)
+            queue = self._queue
+            if queue and queue[0][0] <= now:
+                self._expire(now)
             if kept is None or not self._admit(key, size):
                 self._counts["refused"] += 1
                 return False
@@ -230,8 +243,27 @@ class NearTable:
             if cas is not None:
                 entry.cas, entry.epoch = cas, epoch
             self._put(entry)
+            queue.append((expires, key))
+            if len(queue) > 2 * len(self._order) + 64:
+                self._compact()
             self._counts["fills"] += 1
             return True
+
+    def _expire(self, now: float) -> None:
+        """Drop a few entries past their bound, oldest fill first: memory holds the
+        live ones, and a full table seldom needs to evict (a sampled eviction costs more).
+
+        Large ones stay (past ``max_age`` they may be revalidated), as do those
+        renewed or filled again since (their queue item is not their last).
+        """
+        queue, entries = self._queue, self.entries
+        for _ in range(EXPIRE_STEPS):
+            if not queue or queue[0][0] > now:
+                return
+            expires, key = queue.popleft()
+            entry = entries.get(key)
+            if entry is not None and entry.expires == expires and not entry.large:
+                self._remove(entry)
 
     def renew(self, entry: Entry, ticket: Ticket) -> bool:
         """``entry`` was found unchanged on the server by a request sent under ``ticket``:
@@ -273,6 +305,7 @@ class NearTable:
             self._cleared = self._seq
             self.entries = {}
             self._order = []
+            self._queue.clear()
             self._bytes = 0
 
     # -- admission and eviction --
@@ -325,13 +358,20 @@ class NearTable:
             self._counts["evictions"] += 1
         return True
 
+    def _compact(self) -> None:
+        """Rebuild the expiry queue from the entries held: the items of entries dropped
+        or filled again since are left out (at most as many again as there are entries)."""
+        self._queue = collections.deque(sorted([(e.expires, e.key) for e in self._order]))
+
     def _victim(self, now: float) -> Entry:
         """The least used of a few entries drawn at random; expired small ones first."""
         order = self._order
+        n = len(order)
+        rng = self._rng
         best: Entry | None = None
         best_score = 0
-        for _ in range(min(SAMPLE, len(order))):
-            entry = order[self._rng(len(order))]
+        for _ in range(min(SAMPLE, n)):
+            entry = order[rng(n)]
             # Expired ones first (a large one last: it may still be revalidated).
             score = entry.hits + 1 if entry.expires > now else 0 if entry.large else -1
             if best is None or score < best_score:
