@@ -46,7 +46,10 @@ def _key() -> str:
 def cluster(
     request: pytest.FixtureRequest, memcached_1: list[MemcachedServer]
 ) -> Iterator[Cluster]:
-    cluster = Cluster([memcached_1[0].spec], ClusterOptions(protocol=request.param))
+    # The live server gets time to answer on a busy machine: a timeout would be a degraded
+    # (local) decision, not the server's.  These tests are not about timeouts.
+    options = ClusterOptions(protocol=request.param, timeout=30, connect_timeout=30)
+    cluster = Cluster([memcached_1[0].spec], options)
     yield cluster
     cluster.close()
 
@@ -138,8 +141,11 @@ def test_no_double_burst_across_a_window_edge() -> None:
 
 
 def _round_trips(protocol: str, server: MemcachedServer) -> tuple[int, int, int]:
+    # A generous timeout through the proxy too: a timed-out hit is decided locally, off the wire.
     with Proxy(server.port) as proxy:
-        cluster = Cluster([proxy.spec], ClusterOptions(protocol=protocol))
+        cluster = Cluster(
+            [proxy.spec], ClusterOptions(protocol=protocol, timeout=30, connect_timeout=30)
+        )
         limiter = RateLimiter(cluster, "3/m")
         key = _key()
         limiter.hit(key)  # connects; creates the slot
@@ -166,7 +172,12 @@ def test_one_round_trip_per_admitted_decision(memcached_1: list[MemcachedServer]
 @pytest.mark.parametrize("protocol", ["meta", "text"])
 def test_async_round_trips(protocol: str, memcached_1: list[MemcachedServer]) -> None:
     with Proxy(memcached_1[0].port) as proxy:
-        aio = AsyncCluster([proxy.spec], ClusterOptions(protocol=protocol))  # type: ignore[arg-type]
+        options = ClusterOptions(
+            protocol=protocol,  # type: ignore[arg-type]
+            timeout=30,  # the proxied server's: a timed-out hit is decided off the wire
+            connect_timeout=30,
+        )
+        aio = AsyncCluster([proxy.spec], options)
         limiter = AsyncRateLimiter(aio, "2/m")
         key = _key()
 
