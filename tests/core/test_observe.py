@@ -66,6 +66,11 @@ def cluster3(memcached_3: list[MemcachedServer], registry: CollectorRegistry) ->
         "prometheus",
         prometheus_registry=registry,
         instrumentation_name="main",
+        # The live servers get time to answer on a busy machine: a timed-out command is
+        # counted as a failure, not as the outcome a test counts.  Timeouts are tested on
+        # proxies of their own below.
+        timeout=30,
+        connect_timeout=30,
     )
     yield cluster
     cluster.close()
