@@ -280,7 +280,7 @@ class Migration:
     objects' store in every stage, and the values' ring in the ``"old"`` one.
     ``fallback`` is the old ring the ``"new"`` stage reads misses from and
     deletes on: failover ``"miss"``, no gutter, never raising, so an old
-    server that is down costs a miss and its deletes are dropped.
+    server that is down costs a miss and its deletes are journaled there.
     """
 
     source: MigrationSource
