@@ -307,6 +307,48 @@ def test_the_strict_view_shares_the_table(cluster: Cluster, table: NearTable) ->
     assert near.get("n") == b"2"
 
 
+def test_forget_drops_the_copy(near: Any, cluster: Cluster) -> None:
+    """The repair of a write that failed (a degraded mark_stale) deletes the key: the
+    copy goes with it."""
+    cluster.set("k", "old")
+    assert near.get("k") == "old"
+    assert near.forget("k")
+    assert near.get("k") is None
+    assert cluster.get("k") is None
+
+
+# What a cluster says of itself or its servers, and the plumbing under its commands
+# (``run`` a command's plan, ``repair`` replay deletes whose copies went at ``forget``):
+# the near store passes these on.  Every other public method reaches a key, and a write
+# that the near store did not override would leave a copy behind.
+PASSED_ON = {
+    "cas_of",
+    "copies",
+    "epochs",
+    "gutter_health",
+    "health",
+    "journal",
+    "listen",
+    "observe",
+    "of_shared",
+    "repair",
+    "replicas",
+    "replicated_keys",
+    "run",
+    "server_epoch",
+    "stats",
+    "twin_of",
+}
+
+
+def test_every_command_of_a_cluster_is_the_near_stores_own(cluster: Cluster) -> None:
+    for store, near in ((cluster, NearStore), (cluster.aio, AsyncNearStore)):
+        public = {name for name in dir(type(store)) if not name.startswith("_")}
+        methods = {name for name in public if callable(getattr(type(store), name))}
+        missing = methods - PASSED_ON - set(vars(near))
+        assert not missing, f"{near.__name__} passes {sorted(missing)} on: add them"
+
+
 # -- large values: revalidated by their cas --------------------------------------------------
 
 

@@ -22,7 +22,7 @@ from tests.aio import Blocking
 from tests.django.conftest import CLUSTER_BACKEND, EMBEDDED_BACKEND, Deployment
 from tests.django.test_backend_contract import CacheContract
 from tests.fakes import FakeClock
-from tests.harness import MemcachedServer, raw_client, server_requests
+from tests.harness import MemcachedServer, memcached_cluster, raw_client, server_requests
 
 pytestmark = pytest.mark.usefixtures("reset_shared_stores")
 
@@ -354,3 +354,29 @@ def test_get_or_compute_during_a_migration_sees_this_processs_writes(
             assert patterns.get_or_compute("page", "v3").outcome != "fresh"
         finally:
             patterns.close()
+
+
+@pytest.mark.parametrize("api", ["sync", "async"])
+def test_a_mark_stale_that_could_not_be_sent_drops_the_copy_held_near(api: str) -> None:
+    """A mark_stale whose server stalls forgets the key (deleted there now or before it
+    serves again): the copy held near goes too, never served as fresh afterwards."""
+    with memcached_cluster(1) as servers:
+        entry = {
+            "BACKEND": CLUSTER_BACKEND,
+            "LOCATION": [servers[0].spec],
+            "OPTIONS": {"near_cache": {"max_age": 60}, "timeout": 0.3, "connect_timeout": 0.3},
+        }
+        with override_settings(CACHES={"default": entry}):
+            patterns = Patterns(caches["default"], api)
+            try:
+                assert patterns.get_or_compute("page", "v1").value == "v1"
+                assert patterns.get_or_compute("page", "unused").value == "v1"  # held near
+                servers[0].pause()
+                try:
+                    assert not patterns.mark_stale("page")  # not sent: the key is forgotten
+                    fetched = patterns.get_or_compute("page", "recomputed")
+                finally:
+                    servers[0].resume()
+                assert (fetched.value, fetched.outcome) != ("v1", "fresh")
+            finally:
+                patterns.close()

@@ -264,6 +264,13 @@ class AsyncNearStore:
         finally:
             self._drop_many(keys)
 
+    async def forget(self, key: Key, marker: bytes | None = None, expire: int = 0) -> bool:
+        """The store's repair of a write that failed: the copy goes too."""
+        try:
+            return await self.store.forget(key, marker, expire)
+        finally:
+            self._drop(key)
+
     async def touch(self, key: Key, expire: int = 0) -> bool:
         try:
             return await self.store.touch(key, expire)

@@ -265,6 +265,13 @@ class NearStore:
         finally:
             self._drop_many(keys)
 
+    def forget(self, key: Key, marker: bytes | None = None, expire: int = 0) -> bool:
+        """The store's repair of a write that failed: the copy goes too."""
+        try:
+            return self.store.forget(key, marker, expire)
+        finally:
+            self._drop(key)
+
     def touch(self, key: Key, expire: int = 0) -> bool:
         try:
             return self.store.touch(key, expire)
