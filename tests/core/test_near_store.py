@@ -409,6 +409,36 @@ def test_a_cas_from_before_a_restart_proves_nothing(clock: FakeClock) -> None:
         cluster.close()
 
 
+@pytest.mark.parametrize("api", ["sync", "async"])
+def test_a_cas_without_an_epoch_proves_nothing(
+    api: str, memcached_3: list[MemcachedServer], clock: FakeClock
+) -> None:
+    """A key kept on several servers has no epoch (None: whose restart would void its
+    cas?), so its cas never renews a copy: the value is read again past max_age."""
+    flush(memcached_3)
+    cluster = Cluster(
+        [server.spec for server in memcached_3], ClusterOptions(replicate={"hot:": 2})
+    )
+    table = NearTable(NearOptions(MAX_AGE), clock=clock)
+    near: Any = NearStore(cluster, table)
+    if api == "async":
+        near = Blocking(AsyncNearStore(cluster.aio, table))
+    try:
+        assert cluster.server_epoch("hot:big") is None
+        cluster.set("hot:big", BIG)
+        for _ in range(3):
+            assert near.get("hot:big") == BIG
+            held = table.held("hot:big")
+            assert held is not None
+            assert held.cas is None  # no cas kept without an epoch
+            clock.advance(MAX_AGE)
+        assert table.stats().revalidated == 0
+    finally:
+        if api == "async":
+            near.shutdown()
+        cluster.close()
+
+
 def test_text_mode_reads_a_large_value_again(
     memcached_1: list[MemcachedServer], clock: FakeClock
 ) -> None:
