@@ -200,6 +200,14 @@ class Binding(Generic[S, A]):
             lambda: NearTable(options, scope=scope, report=report),
         )
 
+    @property
+    def pattern_near(self) -> NearTable | None:
+        """The table ``get_or_compute`` answers from and fills: :attr:`near` while
+        :attr:`near_store` is in front of it (its writes drop the copies), else None
+        (during a ring migration the patterns write the old ring, past the table)."""
+        near = self.near
+        return None if near is None or self.pattern_store is not self.store else near
+
     @cached_property
     def near_values(self) -> Store:
         """What the cache API reads and writes: :attr:`values` behind the near cache
