@@ -200,6 +200,14 @@ class Binding(Generic[S, A]):
             lambda: NearTable(options, scope=scope, report=report),
         )
 
+    @property
+    def pattern_near(self) -> NearTable | None:
+        """The table ``get_or_compute`` answers from and fills: :attr:`near` while
+        :attr:`near_store` is in front of it (its writes drop the copies), else None
+        (during a ring migration the patterns write the old ring, past the table)."""
+        near = self.near
+        return None if near is None or self.pattern_store is not self.store else near
+
     @cached_property
     def near_values(self) -> Store:
         """What the cache API reads and writes: :attr:`values` behind the near cache
@@ -280,7 +288,7 @@ class Migration:
     objects' store in every stage, and the values' ring in the ``"old"`` one.
     ``fallback`` is the old ring the ``"new"`` stage reads misses from and
     deletes on: failover ``"miss"``, no gutter, never raising, so an old
-    server that is down costs a miss and its deletes are dropped.
+    server that is down costs a miss and its deletes are journaled there.
     """
 
     source: MigrationSource

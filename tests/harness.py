@@ -42,6 +42,8 @@ if TYPE_CHECKING:
     from django_mcpatterns.core.cluster import Cluster
 
 LOOPBACK = "127.0.0.1"
+# Socket timeouts for clients of live servers in tests that are not about timeouts.
+PATIENCE = 10.0
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -236,13 +238,20 @@ def memcached_cluster(count: int, **kwargs) -> Iterator[list[MemcachedServer]]:
 
 @contextlib.contextmanager
 def cluster_on(servers: Sequence[MemcachedServer]) -> Iterator[Cluster]:
-    """A :class:`Cluster` on ``servers``, flushed first and closed after."""
+    """A :class:`Cluster` on ``servers``, flushed first and closed after.
+
+    Its timeouts are generous: these servers are live, and a loaded machine can
+    keep an answer (or a connect) past the default second; a test about timeouts
+    builds its own cluster.
+    """
     # Imported here: every test session loads the harness, and only some need a Cluster.
     from django_mcpatterns.core.cluster import Cluster
+    from django_mcpatterns.core.options import ClusterOptions
 
     for server in servers:
         server.flush()
-    cluster = Cluster([server.spec for server in servers])
+    options = ClusterOptions(timeout=PATIENCE, connect_timeout=PATIENCE)
+    cluster = Cluster([server.spec for server in servers], options)
     try:
         yield cluster
     finally:

@@ -66,7 +66,7 @@ class AsyncStampedeMethods(PatternHost):
         """Like ``get_or_compute``, returning a ``Fetched`` (``value``, ``outcome``:
         fresh/stale/computed/waited, and the value's ``envelope`` with its expiries)."""
         made = self._pattern_key(key, version)
-        near = self.binding.near
+        near = self.binding.pattern_near
         if near is None:
             return await self._astampede(policy).fetch(
                 made, compute, self._soft_timeout(timeout), should_cache=should_cache

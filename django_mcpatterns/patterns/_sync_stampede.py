@@ -67,7 +67,7 @@ class StampedeMethods(PatternHost):
         """Like ``get_or_compute``, returning a ``Fetched`` (``value``, ``outcome``:
         fresh/stale/computed/waited, and the value's ``envelope`` with its expiries)."""
         made = self._pattern_key(key, version)
-        near = self.binding.near
+        near = self.binding.pattern_near
         if near is None:
             return self._stampede(policy).fetch(
                 made, compute, self._soft_timeout(timeout), should_cache=should_cache

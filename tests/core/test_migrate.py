@@ -14,6 +14,7 @@ import asyncio
 import itertools
 import random
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -45,6 +46,7 @@ class Rings:
     def __init__(self, servers: list[MemcachedServer], protocol: str, driver: str) -> None:
         for server in servers:
             server.flush()
+        self.five = servers
         self.specs = [server.spec for server in servers]
         self.options = ClusterOptions(protocol=protocol)  # type: ignore[arg-type]
         self.old = Cluster(self.specs[:4], self.options)
@@ -425,7 +427,7 @@ def test_no_read_after_a_delete_returns_the_deleted_value(rings):
 # -- an old server that is down ---------------------------------------------------------
 
 
-def test_a_dead_old_server_is_a_miss_and_deletes_aimed_at_it_are_dropped(protocol):
+def test_a_dead_old_server_is_a_miss_and_deletes_aimed_at_it_are_journaled(protocol):
     with memcached_cluster(5) as servers:  # a server removed: the old ring has five
         specs = [s.spec for s in servers]
         options = ClusterOptions(protocol=protocol, retry_timeout=60)  # type: ignore[arg-type]
@@ -442,10 +444,48 @@ def test_a_dead_old_server_is_a_miss_and_deletes_aimed_at_it_are_dropped(protoco
         servers[4].kill()
         assert store.get(on_gone[0]) is None
         assert store.delete(on_gone[1]) is False
-        assert old.journal() == {}  # dropped, not journaled
+        assert old.journal() == {gone: 1}  # run before it serves again (harmless if empty)
         assert store.get_many(on_gone) == {}
         old.close()
         new.close()
+
+
+def test_deletes_on_an_old_server_in_its_retry_wait_run_before_it_serves_again(rings):
+    """A stalled old server fails fast during its retry wait; the deletes the new stage aims
+    at it (a delete, a write's invalidation, both in bulk) are journaled there, so once it
+    answers no miss on the new ring copies a deleted value back, and no process of the old
+    stage reads one."""
+    stalled = rings.five[0]
+    settings: dict[str, Any] = {"timeout": 0.3, "connect_timeout": 0.3, "retry_timeout": 30.0}
+    old = Cluster(rings.specs[:4], dataclass_replace(rings.options, **settings))
+    try:
+        on_stalled = [k for k in rings.moved() if old.ring.get_node(k) == stalled.spec]
+        keys = on_stalled[:4]
+        for key in keys:
+            rings.probe_old.set(key, "before", 300)  # written by a process of the old stage
+        store = rings.store(old=old)
+        stalled.pause()
+        try:
+            assert store.delete(keys[0]) is False  # the new ring did not hold it
+            store.delete_many([keys[1]])
+            assert store.set(keys[2], "written", 300)
+            assert store.set_many({keys[3]: "written"}, 300) == []
+            assert old.journal() == {stalled.spec: 4}
+        finally:
+            stalled.resume()
+        wait_for(lambda: not old.journal(), "the repairs")
+        assert rings.probe_old.get_many(keys) == {}
+        assert store.get_many(keys) == dict.fromkeys(keys[2:], "written")
+    finally:
+        old.close()
+
+
+def wait_for(condition: Callable[[], bool], what: str, patience: float = 10.0) -> None:
+    deadline = time.monotonic() + patience
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"still waiting for {what}")
+        time.sleep(0.005)
 
 
 def dataclass_replace(options: ClusterOptions, **changes: Any) -> ClusterOptions:

@@ -307,6 +307,48 @@ def test_the_strict_view_shares_the_table(cluster: Cluster, table: NearTable) ->
     assert near.get("n") == b"2"
 
 
+def test_forget_drops_the_copy(near: Any, cluster: Cluster) -> None:
+    """The repair of a write that failed (a degraded mark_stale) deletes the key: the
+    copy goes with it."""
+    cluster.set("k", "old")
+    assert near.get("k") == "old"
+    assert near.forget("k")
+    assert near.get("k") is None
+    assert cluster.get("k") is None
+
+
+# What a cluster says of itself or its servers, and the plumbing under its commands
+# (``run`` a command's plan, ``repair`` replay deletes whose copies went at ``forget``):
+# the near store passes these on.  Every other public method reaches a key, and a write
+# that the near store did not override would leave a copy behind.
+PASSED_ON = {
+    "cas_of",
+    "copies",
+    "epochs",
+    "gutter_health",
+    "health",
+    "journal",
+    "listen",
+    "observe",
+    "of_shared",
+    "repair",
+    "replicas",
+    "replicated_keys",
+    "run",
+    "server_epoch",
+    "stats",
+    "twin_of",
+}
+
+
+def test_every_command_of_a_cluster_is_the_near_stores_own(cluster: Cluster) -> None:
+    for store, near in ((cluster, NearStore), (cluster.aio, AsyncNearStore)):
+        public = {name for name in dir(type(store)) if not name.startswith("_")}
+        methods = {name for name in public if callable(getattr(type(store), name))}
+        missing = methods - PASSED_ON - set(vars(near))
+        assert not missing, f"{near.__name__} passes {sorted(missing)} on: add them"
+
+
 # -- large values: revalidated by their cas --------------------------------------------------
 
 
@@ -364,6 +406,36 @@ def test_a_cas_from_before_a_restart_proves_nothing(clock: FakeClock) -> None:
         clock.advance(MAX_AGE)
         assert near.get("big") == BIG.lower()
         assert table.stats().revalidated == 0
+        cluster.close()
+
+
+@pytest.mark.parametrize("api", ["sync", "async"])
+def test_a_cas_without_an_epoch_proves_nothing(
+    api: str, memcached_3: list[MemcachedServer], clock: FakeClock
+) -> None:
+    """A key kept on several servers has no epoch (None: whose restart would void its
+    cas?), so its cas never renews a copy: the value is read again past max_age."""
+    flush(memcached_3)
+    cluster = Cluster(
+        [server.spec for server in memcached_3], ClusterOptions(replicate={"hot:": 2})
+    )
+    table = NearTable(NearOptions(MAX_AGE), clock=clock)
+    near: Any = NearStore(cluster, table)
+    if api == "async":
+        near = Blocking(AsyncNearStore(cluster.aio, table))
+    try:
+        assert cluster.server_epoch("hot:big") is None
+        cluster.set("hot:big", BIG)
+        for _ in range(3):
+            assert near.get("hot:big") == BIG
+            held = table.held("hot:big")
+            assert held is not None
+            assert held.cas is None  # no cas kept without an epoch
+            clock.advance(MAX_AGE)
+        assert table.stats().revalidated == 0
+    finally:
+        if api == "async":
+            near.shutdown()
         cluster.close()
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -21,6 +22,7 @@ from types import SimpleNamespace
 import pytest
 
 from django_mcpatterns.core.client.outcomes import answered
+from django_mcpatterns.core.client.shared import Shared
 from django_mcpatterns.core.cluster import Cluster
 from django_mcpatterns.core.counters import CachedCounter
 from django_mcpatterns.core.exceptions import IncompleteListError, IncompleteSetError
@@ -261,3 +263,27 @@ def test_an_answer_read_before_the_failure_does_not_end_the_outage() -> None:
     answered(node, None, probe)  # type: ignore[arg-type]
     assert health.snapshot().state == "up"
     assert [event.kind for event in backs] == ["recovered"]
+
+
+def test_a_server_back_while_the_repairer_takes_the_checks_is_still_checked() -> None:
+    """A request thread tells the repairer that a server is back at the instant the repairer
+    takes the checks asked for: the check is read, never left in the dict taken away."""
+    shared = Shared(
+        ["127.0.0.1:1", "127.0.0.1:2"], ClusterOptions(), None, FakeClock(), random.random
+    )
+    shared.epochs["127.0.0.1:1"] = (1, 1)  # not the first outage: only the server back is read
+    read: list[str] = []
+    shared._read_epoch = lambda name, down: read.append(name)  # type: ignore[method-assign]
+    repairer = threading.Thread(target=shared.repair_round)
+
+    class Racing(dict[str, float | None]):
+        def __setitem__(self, name: str, down: float | None) -> None:
+            repairer.start()  # the repairer's round, while the check is being added
+            repairer.join(0.5)  # done by now, unless the addition holds it off
+            super().__setitem__(name, down)
+
+    shared._checks = Racing()
+    shared._back(NodeEvent("127.0.0.1:2", "recovered", None, 1, 2.0))
+    repairer.join()
+    shared.repair_round()
+    assert read == ["127.0.0.1:2"]

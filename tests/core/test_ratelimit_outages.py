@@ -7,14 +7,17 @@ restarted server forgot its counts (115 to 164 admitted in one "50/20s" window).
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 
+import pytest
+
 from django_mcpatterns.core.cluster import Cluster
-from django_mcpatterns.core.limiters import RateLimiter
+from django_mcpatterns.core.limiters import AsyncRateLimiter, Decision, RateLimiter
 from django_mcpatterns.core.options import ClusterOptions
 from django_mcpatterns.core.ratelimit import Window, parse_rate
-from django_mcpatterns.core.ratelimit._model_fallback import Fallback
+from django_mcpatterns.core.ratelimit._model_fallback import Fallback, fallback_for
 from tests.fakes import FakeClock
 from tests.harness import LOOPBACK, free_port, start_memcached, stop_all
 
@@ -72,4 +75,35 @@ def test_across_a_restart_the_window_keeps_the_counts_it_had() -> None:
         assert sum(limiter.hit(key).allowed for _ in range(5)) == 0
         cluster.close()
     finally:
+        stop_all(servers)
+
+
+@pytest.mark.parametrize("driver", ["sync", "async"])
+def test_a_limit_decided_alone_for_one_cluster_is_never_counted_on_another(driver: str) -> None:
+    """Two caches on other clusters make the same keys (the same prefix and limit name): what
+    one admitted alone while its server was out is not the other's to count or give back."""
+    servers = start_memcached(1)
+    clock = FakeClock(1_800_000_000.0)
+    out = Cluster([f"{LOOPBACK}:{free_port()}"])  # nobody listens there
+    up = Cluster([servers[0].spec])
+    key = f"shared-name:{uuid.uuid4().hex}"
+    try:
+        if driver == "sync":
+            alone = [RateLimiter(out, "3/m", clock=clock).hit(key) for _ in range(3)]
+            decision = RateLimiter(up, "3/m", clock=clock).hit(key)
+        else:
+
+            async def hits() -> tuple[list[Decision], Decision]:
+                limiter = AsyncRateLimiter(out.aio, "3/m", clock=clock)
+                alone = [await limiter.hit(key) for _ in range(3)]
+                return alone, await AsyncRateLimiter(up.aio, "3/m", clock=clock).hit(key)
+
+            alone, decision = asyncio.run(hits())
+        assert [(d.allowed, d.degraded) for d in alone] == [(True, True)] * 3
+        assert (decision.allowed, decision.degraded, decision.remaining) == (True, False, 2)
+        # ...and the sync and async limiters of one cluster share its fallback.
+        assert fallback_for(out) is fallback_for(out.aio) is not fallback_for(up)
+    finally:
+        out.close()
+        up.close()
         stop_all(servers)

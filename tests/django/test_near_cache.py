@@ -18,10 +18,11 @@ from django.test import Client, override_settings
 from django.urls import path
 
 from django_mcpatterns.views import StatusView
+from tests.aio import Blocking
 from tests.django.conftest import CLUSTER_BACKEND, EMBEDDED_BACKEND, Deployment
 from tests.django.test_backend_contract import CacheContract
 from tests.fakes import FakeClock
-from tests.harness import MemcachedServer, raw_client, server_requests
+from tests.harness import MemcachedServer, memcached_cluster, raw_client, server_requests
 
 pytestmark = pytest.mark.usefixtures("reset_shared_stores")
 
@@ -283,3 +284,99 @@ def test_the_debug_toolbar_shows_what_the_near_cache_served(
     # get_or_compute("answer") served from memory; the plain key is a miss memcached answers.
     assert re.search(r"<td>default</td><td>1</td><td>1</td><td>50%</td><td>1</td>", near)
     assert "Near cache" in text(html)
+
+
+# -- the near cache at the seams: migrations, outages ------------------------------------------
+
+
+class Patterns:
+    """``get_or_compute`` and its writers, through the sync API or the async one (run on
+    one event loop kept for the test, as a server keeps its own)."""
+
+    def __init__(self, cache: Any, api: str) -> None:
+        self.cache = cache
+        self.blocking = None if api == "sync" else Blocking(cache)
+
+    def _call(self, name: str, *args: Any) -> Any:
+        if self.blocking is None:
+            return getattr(self.cache, name)(*args)
+        return getattr(self.blocking, f"a{name}")(*args)
+
+    def _compute(self, value: str) -> Any:
+        if self.blocking is None:
+            return lambda: value
+
+        async def compute() -> str:
+            return value
+
+        return compute
+
+    def get_or_compute(self, key: str, value: str) -> Any:
+        return self._call("get_or_compute_result", key, self._compute(value), 300)
+
+    def recompute(self, key: str, value: str) -> Any:
+        return self._call("recompute", key, self._compute(value), 300)
+
+    def mark_stale(self, key: str) -> bool:
+        return bool(self._call("mark_stale", key))
+
+    def close(self) -> None:
+        if self.blocking is not None:
+            self.blocking.run(self.cache.aclose)
+            self.blocking.loop.close()
+
+
+@pytest.mark.parametrize("api", ["sync", "async"])
+def test_get_or_compute_during_a_migration_sees_this_processs_writes(
+    api: str, memcached_3: list[MemcachedServer]
+) -> None:
+    """During a ring migration the patterns write the old ring, past the near table: a
+    value held near would outlive this process's recompute and mark_stale."""
+    specs = [server.spec for server in memcached_3]
+    entry = {
+        "BACKEND": CLUSTER_BACKEND,
+        "LOCATION": specs,
+        "OPTIONS": {
+            "near_cache": {"max_age": 60},
+            "migrate_from": {"LOCATION": specs[:2], "reads": "new"},
+        },
+    }
+    for server in memcached_3:
+        server.flush()
+    with override_settings(CACHES={"default": entry}):
+        patterns = Patterns(caches["default"], api)
+        try:
+            assert patterns.get_or_compute("page", "v1").value == "v1"
+            assert patterns.get_or_compute("page", "unused").value == "v1"
+            patterns.recompute("page", "v2")
+            assert patterns.get_or_compute("page", "unused").value == "v2"
+            assert patterns.mark_stale("page")
+            assert patterns.get_or_compute("page", "v3").outcome != "fresh"
+        finally:
+            patterns.close()
+
+
+@pytest.mark.parametrize("api", ["sync", "async"])
+def test_a_mark_stale_that_could_not_be_sent_drops_the_copy_held_near(api: str) -> None:
+    """A mark_stale whose server stalls forgets the key (deleted there now or before it
+    serves again): the copy held near goes too, never served as fresh afterwards."""
+    with memcached_cluster(1) as servers:
+        entry = {
+            "BACKEND": CLUSTER_BACKEND,
+            "LOCATION": [servers[0].spec],
+            "OPTIONS": {"near_cache": {"max_age": 60}, "timeout": 0.3, "connect_timeout": 0.3},
+        }
+        with override_settings(CACHES={"default": entry}):
+            patterns = Patterns(caches["default"], api)
+            try:
+                assert patterns.get_or_compute("page", "v1").value == "v1"
+                assert patterns.get_or_compute("page", "unused").value == "v1"  # held near
+                servers[0].pause()
+                try:
+                    assert not patterns.mark_stale("page")  # not sent: the key is forgotten
+                    fetched = patterns.get_or_compute("page", "recomputed")
+                finally:
+                    servers[0].resume()
+                assert (fetched.value, fetched.outcome) != ("v1", "fresh")
+            finally:
+                patterns.close()

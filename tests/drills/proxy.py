@@ -8,7 +8,10 @@ of replies: a server or network dying in the middle of a response.  With :attr:`
 set, each chunk of replies is held that long (a slow network).  With
 :meth:`Proxy.withhold`, the reply to the next command that starts with the given
 bytes is never delivered (memcached still runs the command): a reply lost after
-the request arrived, which the client can only see as a timeout.  With
+the request arrived, which the client can only see as a timeout; memcached's
+answer to it arrives all the same (:meth:`Proxy.wait_withheld_answered`), and
+until it has, the proxy forwards no other connection's request: a read the
+client sends after giving up comes after the write it gave up on.  With
 :attr:`Proxy.gate` set to an event, replies wait until it is set (a stalled
 server the test releases); :attr:`Proxy.client_closed` is set once the client
 closes a connection (e.g. after its timeout): gating one proxy's replies on
@@ -55,6 +58,10 @@ class Proxy:
         self.delay = 0.0  # seconds each chunk of replies is held before it is forwarded
         self.gate: threading.Event | None = None  # replies wait until it is set
         self.client_closed = threading.Event()  # a client closed one of its connections
+        self._answered = threading.Event()  # memcached answered the command to withhold
+        self._answered.set()
+        self._settled = threading.Event()  # cleared from the withheld command to its answer
+        self._settled.set()
         self.connections: list[Connection] = []
         self._withhold: bytes | None = None
         self._listener = socket.create_server((LOOPBACK, 0))
@@ -122,6 +129,15 @@ class Proxy:
         """
         with self._lock:
             self._withhold = command
+            self._answered.clear()
+
+    def wait_withheld_answered(self, timeout: float = 30) -> bool:
+        """Wait until memcached answered the withheld command (so it has applied it).
+
+        The proxy may forward that command after the client gave up on it (a busy
+        machine runs its threads late): this waits for it to be sent and answered.
+        """
+        return self._answered.wait(timeout)
 
     @property
     def withheld(self) -> int:
@@ -172,6 +188,7 @@ class Proxy:
             if self._withhold is not None and data.startswith(self._withhold):
                 self._withhold = None
                 record.holding = True
+                self._settled.clear()
 
     def _pump(
         self, source: socket.socket, target: socket.socket, record: Connection, upstream: bool
@@ -186,6 +203,10 @@ class Proxy:
                     break
                 if upstream:
                     self._mark_withheld(record, data)
+                    if not record.holding:
+                        # A busy machine may run this thread before the one forwarding a
+                        # withheld command: nothing overtakes that command's answer.
+                        self._settled.wait(30)
                     with self._lock:
                         if record.answered:
                             record.round_trips += 1
@@ -195,6 +216,8 @@ class Proxy:
                         record.answered = True
                 if not upstream and record.holding:
                     record.held += len(data)
+                    self._answered.set()
+                    self._settled.set()
                     continue
                 if not upstream and self.delay:
                     time.sleep(self.delay)
@@ -212,9 +235,20 @@ class Proxy:
         except OSError:
             pass
         finally:
-            for sock in (source, target):
+            if upstream and record.holding:
+                # The client gave up: memcached still reads and answers what was forwarded
+                # (the answer is dropped), then closes, which ends the other pump.
                 with contextlib.suppress(OSError):
-                    sock.shutdown(socket.SHUT_RDWR)
+                    source.shutdown(socket.SHUT_RDWR)
+                with contextlib.suppress(OSError):
+                    target.shutdown(socket.SHUT_WR)
+            else:
+                if not upstream and record.holding:
+                    self._answered.set()  # closed unanswered: nothing left to wait for
+                    self._settled.set()
+                for sock in (source, target):
+                    with contextlib.suppress(OSError):
+                        sock.shutdown(socket.SHUT_RDWR)
 
 
 @contextlib.contextmanager

@@ -26,7 +26,7 @@ from django_mcpatterns.core.cluster import Cluster
 from django_mcpatterns.core.options import ClusterOptions
 from tests.conftest import flush
 from tests.drills.proxy import Proxy
-from tests.harness import MemcachedServer
+from tests.harness import PATIENCE, MemcachedServer
 
 ROUNDS = 25
 TASKS = 40
@@ -75,9 +75,11 @@ def test_cancellations_at_random_points_leave_every_reply_to_its_request(
 ) -> None:
     rng = random.Random(seed)
     # Timeouts far past any answer: a timeout is no cancellation, and on a busy machine the
-    # in-process proxies' delayed replies took over 2 s.
-    twin = AsyncCluster([p.spec for p in proxies], ClusterOptions(timeout=10.0))
-    sync = Cluster([p.spec for p in proxies], ClusterOptions(timeout=10.0))
+    # in-process proxies' delayed replies took over 2 s.  The connect too: the loop's connect
+    # is bounded by the loop's clock, and a loop held up past it gives up on a made connection.
+    options = ClusterOptions(timeout=PATIENCE, connect_timeout=PATIENCE)
+    twin = AsyncCluster([p.spec for p in proxies], options)
+    sync = Cluster([p.spec for p in proxies], options)
     # What each key may hold: the generations written and not known to have failed.
     possible: dict[str, set[int | None]] = {key: {None} for key in KEYS}
 

@@ -35,8 +35,10 @@ from tests.drills.proxy import Proxy
 from tests.fakes import FakeClock
 from tests.harness import MemcachedServer, free_port, raw_client
 
-# Long enough for a loaded machine to answer every request that is not withheld.
-TIMEOUT = 1.0
+# Long enough for a loaded machine to answer every request that is not withheld (and for the
+# in-process proxy to forward the withheld one before the client gives up): each withheld
+# reply costs it once.
+TIMEOUT = 2.0
 MEMBERS = 144_000  # the reproduced case: ~3.3 MB, a dozen shards over three servers
 
 
@@ -199,6 +201,7 @@ def test_a_pop_that_cannot_be_settled_says_so(
     proxied.withhold(b"cas ")
     with pytest.raises(OutcomeUnknownError):
         sets.spop(key)  # not None: the set is not empty, and a member may be gone
+    assert proxied.wait_withheld_answered()  # memcached applied the cas by now
     clock.advance(60)
     assert len(sets.smembers(key)) == len(members) - 1  # the cas was applied, once
 

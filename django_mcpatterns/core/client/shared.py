@@ -15,6 +15,7 @@ added to one is seen by all.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
@@ -75,6 +76,7 @@ class Shared:
         self.restart_listeners: Listeners[str] = Listeners("on_restart")
         self.epochs: dict[str, Epoch] = {}  # each server's (pid, start time), once read
         self._checks: dict[str, float | None] = {}  # epochs to read: outage length, or None
+        self._checks_lock = threading.Lock()  # request threads add, the repairer takes
         self.refused_listeners: Listeners[ValueRefused] = Listeners("on_value_refused")
         self.serde = with_envelopes(
             serde if serde is not None else options.serde_options.build(self.refused_listeners)
@@ -109,6 +111,7 @@ class Shared:
         self.journal = Journal()
         self.journal.hold = self._hold
         watch_forks(self.journal)
+        watch_forks(self)
         # Replicated keys and the gutter pool (replicas.py, gutter.py): off unless configured.
         self.gutter_nodes: dict[str, Node] = {}
         routes = None
@@ -189,9 +192,10 @@ class Shared:
             "memcached server %s is back (unavailable for %.1fs)", event.node, event.down
         )
         if event.node in self.nodes:
-            if not self._checks and not self.epochs:  # the first outage: read the others' too
-                self._checks.update(dict.fromkeys(self.nodes))
-            self._checks[event.node] = event.down
+            with self._checks_lock:
+                if not self._checks and not self.epochs:  # the first outage: the others' too
+                    self._checks.update(dict.fromkeys(self.nodes))
+                self._checks[event.node] = event.down
             repairer().wake(self)
 
     def repair_round(self) -> bool:
@@ -201,10 +205,15 @@ class Shared:
         """
         if self.journal.dirty:
             self.sync_view().repair()
-        checks, self._checks = self._checks, {}
+        with self._checks_lock:
+            checks, self._checks = self._checks, {}
         for name, down in checks.items():
             self._read_epoch(name, down)
         return bool(self.journal.dirty or self._checks)
+
+    def after_fork(self) -> None:
+        """A forked child gets a new lock (a vanished parent thread may have held it)."""
+        self._checks_lock = threading.Lock()
 
     def _read_epoch(self, name: str, down: float | None) -> None:
         """Read ``name``'s epoch (``down``: it was out that long; None: just remember it)."""

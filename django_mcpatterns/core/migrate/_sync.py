@@ -13,6 +13,11 @@ package's docstring for the stages and the guarantees):
 * deletes go to the old ring first, then the new one (what makes a copy in
   flight lose against a delete).
 
+On the ring that is not the stage's, a delete is a repair (``forget``): sent
+now, or, while that server cannot be used, journaled and run before it serves
+again, so a server back from a stall never hands a deleted value to a copy or
+to a process of the other stage.
+
 A key whose server is the same on both rings costs nothing more.
 """
 
@@ -40,7 +45,7 @@ class MigratingStore(Store):
     ``new`` is the cluster of the cache's ``LOCATION``; ``old`` the cluster of
     ``migrate_from``'s servers (for the ``"new"`` stage, one that never uses a
     gutter or remaps: an old server that is down is a miss, and a delete aimed
-    at it is dropped).  ``tally`` counts what the migration does.
+    at it is journaled there).  ``tally`` counts what the migration does.
     """
 
     def __init__(
@@ -225,7 +230,16 @@ class MigratingStore(Store):
         if not self.placement.moved(key):
             return self.primary.delete(key)
         self.tally.add("invalidations")
+        if self.primary is self.old:  # the new ring is not read in this stage
+            gone = self.old.delete(key)
+            self.new.forget(key)
+            return gone
+        # Both rings are read: True when either held the key.  A delete that failed on the
+        # old ring (or found nothing there) is sent again as a repair, journaled while that
+        # server cannot be used.
         gone = self.old.delete(key)
+        if not gone:
+            self.old.forget(key)
         return self.new.delete(key) or gone
 
     def forget(self, key: Key, marker: bytes | None = None, expire: int = 0) -> bool:
@@ -251,11 +265,14 @@ class MigratingStore(Store):
         keys = list(keys)
         moved = [key for key in keys if self.placement.moved(key)]
         self.tally.add("invalidations", len(moved))
-        old_keys, new_keys = (keys, moved) if self.primary is self.old else (moved, keys)
-        if old_keys:
-            self.old.delete_many(old_keys)
-        if new_keys:
-            self.new.delete_many(new_keys)
+        if self.primary is self.old:
+            if keys:
+                self.old.delete_many(keys)
+            self._forget_all(self.new, moved)
+        else:
+            self._forget_all(self.old, moved)
+            if keys:
+                self.new.delete_many(keys)
 
     def flush_all(self) -> bool:
         old = self.old.flush_all()
@@ -268,14 +285,21 @@ class MigratingStore(Store):
     # -- the steps --
 
     def _invalidate(self, key: Key) -> None:
-        """After a write on the stage's ring: delete the key on the other (if another server)."""
+        """After a write on the stage's ring: delete the key on the other (if another server),
+        or journal the delete there while that server cannot be used."""
         if self.placement.moved(key):
             self.tally.add("invalidations")
-            self.secondary.delete(key)
+            self.secondary.forget(key)
 
     def _invalidate_many(self, keys: list[Key]) -> None:
         self.tally.add("invalidations", len(keys))
-        self.secondary.delete_many(keys)
+        self._forget_all(self.secondary, keys)
+
+    @staticmethod
+    def _forget_all(ring: Ring, keys: list[Key]) -> None:
+        """Delete ``keys`` on ``ring`` now, each journaled on a server that cannot be used."""
+        for key in keys:
+            ring.forget(key)
 
     def _decoded(self, item: Item, default: Any) -> Any:
         value = self.new.decoders.value([item.value()])

@@ -137,7 +137,8 @@ class AsyncNearStore:
             value, cas = await self.store.gets(key)
             if cas is None:
                 return default
-            table.fill(name, value, ticket, cas=cas, epoch=epoch)
+            # No epoch (a replicated key, a failing server): no cas that proves anything.
+            table.fill(name, value, ticket, cas=None if epoch is None else cas, epoch=epoch)
             return value
         value = await self.store.get(key, _MISS)
         if value is _MISS:
@@ -153,7 +154,7 @@ class AsyncNearStore:
         """
         store: Any = self.store
         epoch = store.server_epoch(key)
-        if epoch != held.epoch:
+        if epoch is None or epoch != held.epoch:  # None: no cas of that server proves anything
             return False
         ticket = self.table.ticket()
         cas = await store.cas_of(key)
@@ -263,6 +264,13 @@ class AsyncNearStore:
             await self.store.delete_many(keys)
         finally:
             self._drop_many(keys)
+
+    async def forget(self, key: Key, marker: bytes | None = None, expire: int = 0) -> bool:
+        """The store's repair of a write that failed: the copy goes too."""
+        try:
+            return await self.store.forget(key, marker, expire)
+        finally:
+            self._drop(key)
 
     async def touch(self, key: Key, expire: int = 0) -> bool:
         try:

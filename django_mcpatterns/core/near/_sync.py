@@ -138,7 +138,8 @@ class NearStore:
             value, cas = self.store.gets(key)
             if cas is None:
                 return default
-            table.fill(name, value, ticket, cas=cas, epoch=epoch)
+            # No epoch (a replicated key, a failing server): no cas that proves anything.
+            table.fill(name, value, ticket, cas=None if epoch is None else cas, epoch=epoch)
             return value
         value = self.store.get(key, _MISS)
         if value is _MISS:
@@ -154,7 +155,7 @@ class NearStore:
         """
         store: Any = self.store
         epoch = store.server_epoch(key)
-        if epoch != held.epoch:
+        if epoch is None or epoch != held.epoch:  # None: no cas of that server proves anything
             return False
         ticket = self.table.ticket()
         cas = store.cas_of(key)
@@ -264,6 +265,13 @@ class NearStore:
             self.store.delete_many(keys)
         finally:
             self._drop_many(keys)
+
+    def forget(self, key: Key, marker: bytes | None = None, expire: int = 0) -> bool:
+        """The store's repair of a write that failed: the copy goes too."""
+        try:
+            return self.store.forget(key, marker, expire)
+        finally:
+            self._drop(key)
 
     def touch(self, key: Key, expire: int = 0) -> bool:
         try:

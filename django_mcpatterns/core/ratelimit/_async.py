@@ -13,7 +13,7 @@ from django_mcpatterns.core.store import AsyncStore
 
 from ._async_tally import async_restore, tally, untally
 from ._model import DEFAULT_SLOTS, Decision, FailMode, Rate, Window, parse_rate
-from ._model_fallback import FALLBACK
+from ._model_fallback import fallback_for
 
 __all__ = ["AsyncRateLimiter"]
 
@@ -51,6 +51,7 @@ class AsyncRateLimiter:
         self.fail = fail
         self.clock = clock
         self._suffix = f"|{self.window.rate}|{slots}"  # the fallback's name for a key
+        self._fallback = fallback_for(store)  # its servers': not another cluster's same keys
 
     async def hit(self, key: str | bytes, cost: int = 1) -> Decision:
         """Count an attempt of ``cost`` units under ``key``; return the decision.
@@ -73,10 +74,11 @@ class AsyncRateLimiter:
         slot = Routed(shorten(current.encode()), route)
         olds = [Routed(shorten(old.encode()), route) for old in older]
         alone = name + self._suffix
-        if FALLBACK.owes(alone):  # admitted alone while its server was out: give it back first
-            owed = FALLBACK.take(alone, window, now)
+        fallback = self._fallback
+        if fallback.owes(alone):  # admitted alone while its server was out: give it back first
+            owed = fallback.take(alone, window, now)
             if not await async_restore(self.store, name, route, owed, window.exptime(now)):
-                FALLBACK.give_back(alone, owed)
+                fallback.give_back(alone, owed)
         try:
             total, counts = await tally(self.store, slot, olds, cost, window.exptime(now))
         except McPatternsError as exc:
@@ -84,9 +86,9 @@ class AsyncRateLimiter:
             total, counts = None, []
         if total is None:
             if self.fail == "open":
-                return FALLBACK.decide(window, alone, cost, now)
+                return fallback.decide(window, alone, cost, now)
             return self._degraded()
-        FALLBACK.seen(alone, window.slot(now), total, counts)
+        fallback.seen(alone, window.slot(now), total, counts)
         decision = window.decide(total, counts, cost, now)
         if not decision.allowed and cost:
             await untally(self.store, slot, cost)

@@ -20,18 +20,21 @@ was seen plus them.  So across one server's restart a window holds at most
 ``2 * limit`` (what the server counted before, ``limit`` after), and less
 when the returning processes restore what they saw.
 
-Pure and thread-safe; one per process, shared by every limiter (sync and
-async) of the same rate and slots.
+Pure and thread-safe; one per store's servers and process (:func:`fallback_for`),
+shared by every limiter (sync and async) of those servers: two caches on other
+clusters that make the same keys (the same ``KEY_PREFIX`` and limit names) keep
+their counts apart, as their servers do.
 """
 
 from __future__ import annotations
 
 import threading
+import weakref
 from collections.abc import Sequence
 
 from ._model import Decision, Window
 
-__all__ = ["FALLBACK", "Fallback", "Owed"]
+__all__ = ["FALLBACK", "Fallback", "Owed", "fallback_for"]
 
 SEEN_KEPT = 16_384  # names whose last counts are remembered (past it, the memory starts over)
 
@@ -112,3 +115,21 @@ class Fallback:
 
 
 FALLBACK = Fallback()
+"""The fallback of a store that cannot be told apart (no weak reference to it)."""
+
+_by_store: weakref.WeakKeyDictionary[object, Fallback] = weakref.WeakKeyDictionary()
+_by_store_lock = threading.Lock()
+
+
+def fallback_for(store: object) -> Fallback:
+    """The fallback of ``store``'s servers: a cluster's and its asyncio twin's share their
+    ``shared`` state, so they share one; another store has its own, for as long as it lives."""
+    owner = getattr(store, "shared", store)
+    with _by_store_lock:
+        try:
+            found = _by_store.get(owner)
+            if found is None:
+                found = _by_store[owner] = Fallback()
+        except TypeError:  # not weakly referable, or unhashable
+            return FALLBACK
+    return found
