@@ -378,6 +378,37 @@ def test_no_span_inside_a_trace_that_was_sampled_out(memcached_1: list[Memcached
     assert [span.name for span in exporter.get_finished_spans()] == ["get"]
 
 
+@pytest.mark.parametrize("through_the_api", [False, True])
+def test_spans_follow_the_request_sampling_however_the_context_is_read(
+    memcached_1: list[MemcachedServer], monkeypatch: pytest.MonkeyPatch, through_the_api: bool
+) -> None:
+    """The sink reads the context's variable directly; another runtime context goes
+    through the API, with the same spans."""
+    from opentelemetry import context, trace
+    from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
+
+    if through_the_api:
+        monkeypatch.setattr(
+            "django_mcpatterns.core.observe.traces._readers",
+            lambda: (context.get_current, None),
+        )
+    cluster = instrumented([memcached_1[0].spec], "opentelemetry")
+    flags = {"in": TraceFlags(TraceFlags.SAMPLED), "out": TraceFlags(0)}
+    sampled_in = NonRecordingSpan(SpanContext(7, 9, is_remote=True, trace_flags=flags["in"]))
+    sampled_out = NonRecordingSpan(SpanContext(8, 9, is_remote=True, trace_flags=flags["out"]))
+    with spans_exporter() as exporter:
+        with trace.use_span(sampled_out):
+            cluster.set("quiet", 1)
+        with trace.use_span(sampled_in):
+            cluster.get("quiet")  # a child of the request's span
+        cluster.get("quiet")  # a root span
+    made = [
+        (span.name, span.context.trace_id == 7, span.parent and span.parent.span_id)
+        for span in exporter.get_finished_spans()
+    ]
+    assert made == [("get", True, 9), ("get", False, None)]
+
+
 def test_a_failing_sink_is_logged_and_never_breaks_the_command(
     memcached_1: list[MemcachedServer], caplog: pytest.LogCaptureFixture
 ) -> None:

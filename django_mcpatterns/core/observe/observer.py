@@ -23,8 +23,8 @@ from __future__ import annotations
 import importlib
 import logging
 import threading
-import time
 from collections.abc import Sequence
+from time import perf_counter_ns
 from typing import Any
 
 from ..exceptions import ConfigurationError
@@ -133,7 +133,7 @@ class Observer:
         started: int,
     ) -> None:
         """A request answered: ``replies`` is its reply (a batch: the list of replies)."""
-        elapsed = time.perf_counter_ns() - started
+        elapsed = perf_counter_ns() - started
         if type(request) is tuple:
             batch: tuple[Request[Any], ...] = request
             commands = tuple(
@@ -162,7 +162,7 @@ class Observer:
     ) -> None:
         """No reply came: ``unknown`` for a write that was ``sent``, else ``error``
         (``cancelled`` when ``error`` is asyncio's cancellation of the caller)."""
-        elapsed = time.perf_counter_ns() - started
+        elapsed = perf_counter_ns() - started
         batch = tuple(request) if isinstance(request, tuple | list) else (request,)
         commands = tuple((command_name(r), failure_outcome(r, sent, error)) for r in batch)
         trip = RoundTrip(self.cache, server, _operation(commands), commands, elapsed, batch, error)

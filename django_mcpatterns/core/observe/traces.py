@@ -29,7 +29,8 @@ time, so the hot path does no context switching.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from contextvars import ContextVar
 from typing import Any
 
 from opentelemetry import context, trace
@@ -42,6 +43,7 @@ __all__ = ["TRACER_NAME", "TraceSink"]
 
 TRACER_NAME = "django_mcpatterns"
 _MOST_KEYS = 16  # of a multi-key command, in db.query.text
+_SAMPLED = trace.TraceFlags.SAMPLED
 
 
 class TraceSink(BaseSink):
@@ -60,6 +62,7 @@ class TraceSink(BaseSink):
         # (OpenTelemetry sets it once per process): until then every span is a no-op.
         self._awaiting_provider = provider is None
         self._seen: tuple[object, bool] = (None, False)  # the last context and its verdict
+        self._current, self._span_key = _readers()
         # What sampling may look at, made once per server: db.system, server.*.
         self._servers: dict[str, dict[str, Any]] = {}
         for server in servers:
@@ -119,11 +122,17 @@ class TraceSink(BaseSink):
             self._awaiting_provider = False
         # A request's gets run in one context (nothing is attached in a trace sampled
         # out): its verdict is kept with it, one identity check instead of the API's calls.
-        current = context.get_current()
+        current = self._current()
         seen = self._seen
         if seen[0] is current:
             return seen[1]
-        off = _unsampled(current)
+        # What trace.get_current_span(current) does, without its two calls.
+        span = current.get(self._span_key) if self._span_key else trace.get_current_span(current)
+        off = False
+        if isinstance(span, trace.Span):  # else the API's INVALID_SPAN: no parent, not off
+            # Sampled out: the SDK's default sampler (ParentBased) would drop its children.
+            parent = span.get_span_context()
+            off = parent.is_valid and not parent.trace_flags & _SAMPLED
         self._seen = (current, off)  # one tuple: threads never pair a context with another's
         return off
 
@@ -154,14 +163,25 @@ class TraceSink(BaseSink):
         span.end()
 
 
-def _unsampled(current: context.Context) -> bool:
-    """Whether the trace of ``current`` was sampled out: its spans' children are not recorded.
+def _readers() -> tuple[Callable[[], context.Context], str | None]:
+    """How to read the current context, and the key of its span, in the fewest calls.
 
-    The SDK's default sampler (``ParentBased``) drops them; not making them
-    saves the SDK's work for every request of an unsampled trace.
+    With the API's default runtime context (a ``ContextVar``), its ``get``
+    and the span's key read them directly: the API's ``get_current`` and
+    ``get_current_span`` go through four Python calls for the same objects, on
+    the first round trip of every request.  Any other runtime context, or an
+    API that no longer has these names, goes through the API.
     """
-    parent = trace.get_current_span(current).get_span_context()
-    return parent.is_valid and not parent.trace_flags.sampled
+    runtime = getattr(context, "_RUNTIME_CONTEXT", None)
+    current = getattr(runtime, "_current_context", None)
+    key = getattr(trace.propagation, "_SPAN_KEY", None)
+    if (
+        type(runtime).__name__ == "ContextVarsRuntimeContext"
+        and isinstance(current, ContextVar)
+        and isinstance(key, str)
+    ):
+        return current.get, key
+    return context.get_current, None
 
 
 def _query_text(trip: RoundTrip) -> str:
