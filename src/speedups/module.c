@@ -82,7 +82,8 @@ PyInit__speedups(void)
         return NULL;
     if (PyModule_AddObjectRef(module, "Reader", (PyObject *)&ReaderType) < 0
         || PyModule_AddObjectRef(module, "Maker", (PyObject *)&MakerType) < 0
-        || PyModule_AddIntConstant(module, "ABI", ABI) < 0) {
+        || PyModule_AddIntConstant(module, "ABI", ABI) < 0
+        || PyModule_AddIntConstant(module, "MAX_VALUE_LENGTH", MAX_VALUE_LENGTH) < 0) {
         Py_DECREF(module);
         return NULL;
     }

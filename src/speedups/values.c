@@ -194,6 +194,11 @@ values_scan(Reader *r)
         long long size = 0;
         for (Py_ssize_t i = 0; i < len[3]; i++)
             size = size * 10 + (b[off[3] + i] - '0');
+        if (size > MAX_VALUE_LENGTH) {
+            r->line_off = p;
+            r->line_len = eol - p;
+            return SCAN_MISMATCH;
+        }
         Py_ssize_t start = eol + 2, end = start + (Py_ssize_t)size;
         if (end + 2 > n) {
             r->vpos = p;

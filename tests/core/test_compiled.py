@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 from django_mcpatterns.core.exceptions import ProtocolError
 from django_mcpatterns.core.keys import Routed
 from django_mcpatterns.core.protocol import compiled
+from django_mcpatterns.core.protocol.reader import MAX_VALUE_LENGTH
 from django_mcpatterns.core.protocol.reader import Reader as PureReader
 from django_mcpatterns.core.values.envelope import STALE, Envelope, with_envelopes
 from django_mcpatterns.core.values.refusals import REFUSED
@@ -102,11 +103,19 @@ junk = st.lists(
 ).map(b"".join)
 
 
+# around the longest value a reply may declare (memcached's 1 GiB item ceiling)
+absurd_lengths = [MAX_VALUE_LENGTH, MAX_VALUE_LENGTH + 1, 9_999_999_999_999, 10**18, 10**19]
+
+
 @st.composite
 def value_block(draw: st.DrawFn, cas: bool) -> bytes:
     key = draw(key_names)
     data = draw(st.binary(max_size=70))
-    size = len(data) if draw(st.integers(0, 9)) else draw(st.integers(0, 80))
+    size = (
+        len(data)
+        if draw(st.integers(0, 9))
+        else draw(st.one_of(st.integers(0, 80), st.sampled_from(absurd_lengths)))
+    )
     token = b" " + draw(digits) if cas else b""
     sep = draw(st.sampled_from([b" ", b" ", b" ", b"  ", b"\t"]))
     return b"VALUE " + key + sep + draw(digits) + b" %d" % size + token + b"\r\n" + data + b"\r\n"
@@ -220,7 +229,8 @@ def meta_step(draw: st.DrawFn) -> tuple[Request[Any], bytes]:
     )
     data = draw(st.binary(max_size=20))
     if status == b"VA":
-        size = b"%d" % len(data) if draw(st.integers(0, 5)) else draw(st.sampled_from([b"x", b"3"]))
+        odd_sizes = [b"x", b"3", *(b"%d" % n for n in absurd_lengths)]
+        size = b"%d" % len(data) if draw(st.integers(0, 5)) else draw(st.sampled_from(odd_sizes))
         head = b" ".join([status, size, *flags])
         return request, head + b"\r\n" + data + b"\r\n"
     return request, b" ".join([status, *flags]) + b"\r\n"
@@ -331,6 +341,37 @@ def test_an_odd_request_encodes_or_fails_as_its_own_encode_does() -> None:
         compiled.encode([Store("bogus", b"k", b"v")])  # type: ignore[arg-type]
 
 
+def test_both_readers_know_the_same_longest_value() -> None:
+    assert compiled.speedups is not None
+    assert compiled.speedups.MAX_VALUE_LENGTH == MAX_VALUE_LENGTH == 1 << 30
+
+
+@pytest.mark.parametrize("make", [PureReader, CReader], ids=["python", "compiled"])
+@pytest.mark.parametrize(
+    ("request_", "head"),
+    [
+        (Get((b"a",)), b"VALUE a 0 %d\r\n"),
+        (Get((b"a",), cas=True), b"VALUE a 0 %d 7\r\n"),
+        (MetaGet(b"a", value=True), b"VA %d\r\n"),
+    ],
+)
+@pytest.mark.parametrize("length", [MAX_VALUE_LENGTH + 1, 9_999_999_999_999, 10**18, 10**30])
+def test_a_reply_declaring_an_absurd_length_is_a_protocol_error(
+    make: Any, request_: Request[Any], head: bytes, length: int
+) -> None:
+    """Not a MemoryError (a buffer of the declared size, or a receive of it) into a view."""
+    reader = make(head % length + b"xx")
+    with pytest.raises(ProtocolError, match="does not answer"):
+        request_.read(reader)
+
+
+def test_the_longest_value_a_reply_may_declare_is_awaited() -> None:
+    for make in (PureReader, CReader):
+        reader = make(b"VALUE a 0 %d\r\nxx" % MAX_VALUE_LENGTH)
+        assert Get((b"a",)).read(reader) is NEED_DATA
+        assert reader.wanted == MAX_VALUE_LENGTH  # the 2 bytes buffered and the CRLF
+
+
 # -- the compiled I/O on a socket pair -----------------------------------------------
 
 
@@ -391,6 +432,14 @@ def test_a_connection_closed_mid_reply_raises_connection_closed(pair: Any) -> No
     ours, theirs = pair
     thread = serve(theirs, b"get a\r\n", [b"VALUE a 0 5\r\nhel"], close=True)
     with pytest.raises(compiled.ConnectionClosedError, match="mid-reply"):
+        CReader().request(ours.fileno(), Get((b"a",)), 5.0)
+    thread.join()
+
+
+def test_an_absurd_length_received_is_a_protocol_error(pair: Any) -> None:
+    ours, theirs = pair
+    thread = serve(theirs, b"get a\r\n", [b"VALUE a 0 9999999999999\r\nxx"])
+    with pytest.raises(ProtocolError, match="9999999999999"):
         CReader().request(ours.fileno(), Get((b"a",)), 5.0)
     thread.join()
 
