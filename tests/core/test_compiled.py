@@ -11,11 +11,15 @@ path with ``DJANGO_MCPATTERNS_PURE_PYTHON=1``).
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
 import socket
 import struct
+import subprocess
+import sys
 import threading
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -370,6 +374,60 @@ def test_the_longest_value_a_reply_may_declare_is_awaited() -> None:
         reader = make(b"VALUE a 0 %d\r\nxx" % MAX_VALUE_LENGTH)
         assert Get((b"a",)).read(reader) is NEED_DATA
         assert reader.wanted == MAX_VALUE_LENGTH  # the 2 bytes buffered and the CRLF
+
+
+# -- sub-interpreters ----------------------------------------------------------------
+
+SUB_INTERPRETER = """
+import sys
+try:
+    import _interpreters as interpreters
+except ImportError:
+    import _xxsubinterpreters as interpreters
+from django_mcpatterns.core.exceptions import ProtocolError
+from django_mcpatterns.core.protocol import compiled
+from django_mcpatterns.core.wire import Get, Value
+
+def check(when):
+    reader = compiled.Reader(b"VALUE a 0 1\\r\\nx\\r\\nEND\\r\\n")
+    assert type(Get([b"a"]).read(reader)[0]) is Value, when
+    try:
+        Get([b"a"]).read(compiled.Reader(b"BOGUS\\r\\n"))
+    except ProtocolError:
+        pass
+    print(when, "ours")
+
+check("before")
+sub = interpreters.create()
+interpreters.run_string(sub, (
+    "from django_mcpatterns.core.protocol import compiled\\n"
+    "print('sub', compiled.COMPILED, compiled.why_pure)\\n"
+))
+sys.stdout.flush()
+check("after")
+interpreters.destroy(sub)
+check("destroyed")
+"""
+
+
+def test_a_sub_interpreter_runs_pure_and_leaves_the_main_ones_classes() -> None:
+    """mod_wsgi's application groups: a sub-interpreter importing the package must not
+    rebind the compiled path to its classes (the main one's ``except ProtocolError``
+    would miss its errors, then use them once it is destroyed)."""
+    if not any(importlib.util.find_spec(name) for name in ("_interpreters", "_xxsubinterpreters")):
+        pytest.skip("no sub-interpreters in this Python")
+    root = str(Path(compiled.__file__).parents[3])
+    env = {**os.environ, "PYTHONPATH": root}
+    env.pop(compiled.PURE_SWITCH, None)
+    done = subprocess.run(
+        [sys.executable, "-c", SUB_INTERPRETER], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0] == "before ours"
+    assert lines[1].startswith("sub False ")
+    assert "another interpreter" in lines[1]
+    assert lines[2:] == ["after ours", "destroyed ours"]
 
 
 # -- the compiled I/O on a socket pair -----------------------------------------------
