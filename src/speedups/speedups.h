@@ -82,6 +82,7 @@ PyObject *reader_meta(Reader *r, PyObject *request);
 
 /* encode.c */
 int encode_into(Reader *r, PyObject *request, int append);  /* r->out; 0 ok, -1 error */
+void encode_release(Reader *r);                              /* r->out sent: shrunk */
 PyObject *speedups_encode(PyObject *module, PyObject *requests);
 
 /* many.c */

@@ -502,6 +502,35 @@ def test_an_absurd_length_received_is_a_protocol_error(pair: Any) -> None:
     thread.join()
 
 
+def resident() -> int:
+    """This process's resident memory, in bytes (Linux)."""
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/statm"), reason="Linux's /proc")
+def test_a_large_request_sent_leaves_no_send_buffer_behind(pair: Any) -> None:
+    """A pooled connection's reader keeps no copy of the largest set it ever sent."""
+    ours, theirs = pair
+    size = 64 << 20
+    request = Store("set", b"k", b"x" * size)
+    expect = len(request.encode())
+
+    def peer() -> None:
+        got = 0
+        while got < expect:
+            got += len(theirs.recv(1 << 20))
+        theirs.sendall(b"STORED\r\n")
+
+    thread = threading.Thread(target=peer, daemon=True)
+    thread.start()
+    reader = CReader()
+    before = resident()
+    assert reader.request(ours.fileno(), request, 30.0) == b"STORED"
+    thread.join()
+    assert resident() - before < size // 4  # not the 64 MiB encoded into the reader
+
+
 def test_a_stalled_server_is_the_kernels_timeout(pair: Any) -> None:
     ours, theirs = pair
     thread = serve(theirs, b"delete k\r\n", [b"DEL"])
