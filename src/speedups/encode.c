@@ -4,6 +4,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#define OUT_KEPT (4 * 65536)  /* the send buffer kept between requests, at most */
+
 static int
 out_reserve(Reader *r, Py_ssize_t extra)
 {
@@ -22,6 +24,19 @@ out_reserve(Reader *r, Py_ssize_t extra)
     r->out = out;
     r->out_cap = cap;
     return 0;
+}
+
+/* After a request is sent: a large one's room is given back (a pooled connection
+ * would keep the largest set's bytes for its lifetime otherwise). */
+void
+encode_release(Reader *r)
+{
+    r->out_len = 0;
+    if (r->out_cap > OUT_KEPT) {
+        PyMem_RawFree(r->out);
+        r->out = NULL;
+        r->out_cap = 0;
+    }
 }
 
 static int

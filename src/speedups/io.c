@@ -225,16 +225,21 @@ reader_request(Reader *r, PyObject *args)
     if (status == IO_EINTR) {  /* finish sending, then read as usual */
         if (PyErr_CheckSignals() < 0 || (io.sent < io.len && send_all(&io) < 0)) {
             values_reset(r);
+            encode_release(r);
             return NULL;
         }
+        encode_release(r);
         reply = read_reply(r, &io, request, 1);
     }
     else if (status != IO_OK) {
         values_reset(r);
+        encode_release(r);
         return io_error(status, &io);
     }
-    else
+    else {
+        encode_release(r);
         reply = read_reply(r, &io, request, 0);
+    }
     if (reply == NULL)
         return NULL;
     if (r->end > r->start) {

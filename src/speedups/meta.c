@@ -128,7 +128,7 @@ meta_line(Reader *r, PyObject *request, const char *b, Py_ssize_t eol, Py_ssize_
             else
                 v = v * 10 + (size[i] - '0');
         }
-        if (!ok) {
+        if (!ok || v > MAX_VALUE_LENGTH) {
             mismatch(size, len[1]);
             goto done;
         }

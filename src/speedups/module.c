@@ -5,8 +5,15 @@
 
 Bound B;
 
+/* The interpreter B belongs to.  B is one per process (single-phase init): another
+ * interpreter (mod_wsgi's application groups) binding its own classes would make every
+ * interpreter's replies and errors that one's, and dangle once it is destroyed.  So the
+ * first binding wins; another interpreter's bind() raises ImportError and compiled.py
+ * runs the pure-Python path there. */
+static int64_t bound_by = -1;
+
 /* Bumped whenever what compiled.py expects of this module changes. */
-#define ABI 4
+#define ABI 5
 
 static PyObject *
 bind(PyObject *module, PyObject *args, PyObject *kwargs)
@@ -17,6 +24,14 @@ bind(PyObject *module, PyObject *args, PyObject *kwargs)
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOOOOOO:bind", names, &o[0], &o[1], &o[2],
                                      &o[3], &o[4], &o[5], &o[6], &o[7]))
         return NULL;
+    int64_t here = PyInterpreterState_GetID(PyInterpreterState_Get());
+    if (here < 0)
+        return NULL;
+    if (B.bound && bound_by != here) {
+        PyErr_SetString(PyExc_ImportError,
+                        "the compiled hot path is bound to another interpreter's classes");
+        return NULL;
+    }
     if (!PyType_Check(o[4]) || !PyType_IsSubtype((PyTypeObject *)o[4], &PyTuple_Type)) {
         PyErr_SetString(PyExc_TypeError, "Value must be a tuple subclass");
         return NULL;
@@ -26,12 +41,13 @@ bind(PyObject *module, PyObject *args, PyObject *kwargs)
     for (int i = 0; i < 8; i++)
         Py_XSETREF(*slots[i], Py_NewRef(o[i]));
     B.bound = 1;
+    bound_by = here;
     Py_RETURN_NONE;
 }
 
 static PyMethodDef functions[] = {
     {"bind", (PyCFunction)(void (*)(void))bind, METH_VARARGS | METH_KEYWORDS,
-     "Bind the parser to the classes it answers with (compiled.py does, once)."},
+     "Bind the parser to the classes it answers with (compiled.py does, in one interpreter)."},
     {"encode", speedups_encode, METH_O, "The bytes of a batch of requests, written at once."},
     {"keyed", speedups_keyed, METH_VARARGS, "keyed(keys, placed): {wire bytes: key as given}."},
     {"decoded", speedups_decoded, METH_VARARGS,
@@ -82,7 +98,8 @@ PyInit__speedups(void)
         return NULL;
     if (PyModule_AddObjectRef(module, "Reader", (PyObject *)&ReaderType) < 0
         || PyModule_AddObjectRef(module, "Maker", (PyObject *)&MakerType) < 0
-        || PyModule_AddIntConstant(module, "ABI", ABI) < 0) {
+        || PyModule_AddIntConstant(module, "ABI", ABI) < 0
+        || PyModule_AddIntConstant(module, "MAX_VALUE_LENGTH", MAX_VALUE_LENGTH) < 0) {
         Py_DECREF(module);
         return NULL;
     }

@@ -58,6 +58,11 @@ extern PyTypeObject MakerType;  /* maker.c */
 
 enum { SCAN_NEED, SCAN_LINE, SCAN_MISMATCH };
 
+/* The longest value a reply may declare: memcached's item size ceiling (-I at most 1 GiB).
+ * A longer one is a protocol error, not a buffer to grow; protocol/reader.py's
+ * MAX_VALUE_LENGTH is the same (a test compares them through the module's constant). */
+#define MAX_VALUE_LENGTH (1LL << 30)
+
 /* reader.c */
 int reader_reserve(Reader *r, Py_ssize_t extra);       /* no GIL needed */
 Py_ssize_t find_crlf(const char *b, Py_ssize_t p, Py_ssize_t n);
@@ -77,6 +82,7 @@ PyObject *reader_meta(Reader *r, PyObject *request);
 
 /* encode.c */
 int encode_into(Reader *r, PyObject *request, int append);  /* r->out; 0 ok, -1 error */
+void encode_release(Reader *r);                              /* r->out sent: shrunk */
 PyObject *speedups_encode(PyObject *module, PyObject *requests);
 
 /* many.c */

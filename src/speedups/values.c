@@ -194,10 +194,15 @@ values_scan(Reader *r)
         long long size = 0;
         for (Py_ssize_t i = 0; i < len[3]; i++)
             size = size * 10 + (b[off[3] + i] - '0');
+        if (size > MAX_VALUE_LENGTH) {
+            r->line_off = p;
+            r->line_len = eol - p;
+            return SCAN_MISMATCH;
+        }
         Py_ssize_t start = eol + 2, end = start + (Py_ssize_t)size;
         if (end + 2 > n) {
             r->vpos = p;
-            r->need = end + 2 - p;
+            r->need = end + 2;  /* from start, as receive_more reads it */
             return SCAN_NEED;
         }
         if (b[end] != '\r' || b[end + 1] != '\n') {
@@ -275,6 +280,8 @@ values_finish(Reader *r, int state)
     }
     r->nentries = 0;
     r->start += r->vpos;  /* the blocks made are consumed */
+    if (r->need > 0)
+        r->need -= r->vpos;
     r->vpos = 0;
     if (state == SCAN_NEED)
         return Py_NewRef(B.NEED_DATA);

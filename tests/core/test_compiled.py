@@ -11,11 +11,15 @@ path with ``DJANGO_MCPATTERNS_PURE_PYTHON=1``).
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
 import socket
 import struct
+import subprocess
+import sys
 import threading
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,6 +29,7 @@ from hypothesis import strategies as st
 from django_mcpatterns.core.exceptions import ProtocolError
 from django_mcpatterns.core.keys import Routed
 from django_mcpatterns.core.protocol import compiled
+from django_mcpatterns.core.protocol.reader import MAX_VALUE_LENGTH
 from django_mcpatterns.core.protocol.reader import Reader as PureReader
 from django_mcpatterns.core.values.envelope import STALE, Envelope, with_envelopes
 from django_mcpatterns.core.values.refusals import REFUSED
@@ -102,11 +107,19 @@ junk = st.lists(
 ).map(b"".join)
 
 
+# around the longest value a reply may declare (memcached's 1 GiB item ceiling)
+absurd_lengths = [MAX_VALUE_LENGTH, MAX_VALUE_LENGTH + 1, 9_999_999_999_999, 10**18, 10**19]
+
+
 @st.composite
 def value_block(draw: st.DrawFn, cas: bool) -> bytes:
     key = draw(key_names)
     data = draw(st.binary(max_size=70))
-    size = len(data) if draw(st.integers(0, 9)) else draw(st.integers(0, 80))
+    size = (
+        len(data)
+        if draw(st.integers(0, 9))
+        else draw(st.one_of(st.integers(0, 80), st.sampled_from(absurd_lengths)))
+    )
     token = b" " + draw(digits) if cas else b""
     sep = draw(st.sampled_from([b" ", b" ", b" ", b"  ", b"\t"]))
     return b"VALUE " + key + sep + draw(digits) + b" %d" % size + token + b"\r\n" + data + b"\r\n"
@@ -220,7 +233,8 @@ def meta_step(draw: st.DrawFn) -> tuple[Request[Any], bytes]:
     )
     data = draw(st.binary(max_size=20))
     if status == b"VA":
-        size = b"%d" % len(data) if draw(st.integers(0, 5)) else draw(st.sampled_from([b"x", b"3"]))
+        odd_sizes = [b"x", b"3", *(b"%d" % n for n in absurd_lengths)]
+        size = b"%d" % len(data) if draw(st.integers(0, 5)) else draw(st.sampled_from(odd_sizes))
         head = b" ".join([status, size, *flags])
         return request, head + b"\r\n" + data + b"\r\n"
     return request, b" ".join([status, *flags]) + b"\r\n"
@@ -331,6 +345,91 @@ def test_an_odd_request_encodes_or_fails_as_its_own_encode_does() -> None:
         compiled.encode([Store("bogus", b"k", b"v")])  # type: ignore[arg-type]
 
 
+def test_both_readers_know_the_same_longest_value() -> None:
+    assert compiled.speedups is not None
+    assert compiled.speedups.MAX_VALUE_LENGTH == MAX_VALUE_LENGTH == 1 << 30
+
+
+@pytest.mark.parametrize("make", [PureReader, CReader], ids=["python", "compiled"])
+@pytest.mark.parametrize(
+    ("request_", "head"),
+    [
+        (Get((b"a",)), b"VALUE a 0 %d\r\n"),
+        (Get((b"a",), cas=True), b"VALUE a 0 %d 7\r\n"),
+        (MetaGet(b"a", value=True), b"VA %d\r\n"),
+    ],
+)
+@pytest.mark.parametrize("length", [MAX_VALUE_LENGTH + 1, 9_999_999_999_999, 10**18, 10**30])
+def test_a_reply_declaring_an_absurd_length_is_a_protocol_error(
+    make: Any, request_: Request[Any], head: bytes, length: int
+) -> None:
+    """Not a MemoryError (a buffer of the declared size, or a receive of it) into a view."""
+    reader = make(head % length + b"xx")
+    with pytest.raises(ProtocolError, match="does not answer"):
+        request_.read(reader)
+
+
+def test_the_longest_value_a_reply_may_declare_is_awaited() -> None:
+    for make in (PureReader, CReader):
+        reader = make(b"VALUE a 0 %d\r\nxx" % MAX_VALUE_LENGTH)
+        assert Get((b"a",)).read(reader) is NEED_DATA
+        assert reader.wanted == MAX_VALUE_LENGTH  # the 2 bytes buffered and the CRLF
+
+
+# -- sub-interpreters ----------------------------------------------------------------
+
+SUB_INTERPRETER = """
+import sys
+try:
+    import _interpreters as interpreters
+except ImportError:
+    import _xxsubinterpreters as interpreters
+from django_mcpatterns.core.exceptions import ProtocolError
+from django_mcpatterns.core.protocol import compiled
+from django_mcpatterns.core.wire import Get, Value
+
+def check(when):
+    reader = compiled.Reader(b"VALUE a 0 1\\r\\nx\\r\\nEND\\r\\n")
+    assert type(Get([b"a"]).read(reader)[0]) is Value, when
+    try:
+        Get([b"a"]).read(compiled.Reader(b"BOGUS\\r\\n"))
+    except ProtocolError:
+        pass
+    print(when, "ours")
+
+check("before")
+sub = interpreters.create()
+interpreters.run_string(sub, (
+    "from django_mcpatterns.core.protocol import compiled\\n"
+    "print('sub', compiled.COMPILED, compiled.why_pure)\\n"
+))
+sys.stdout.flush()
+check("after")
+interpreters.destroy(sub)
+check("destroyed")
+"""
+
+
+def test_a_sub_interpreter_runs_pure_and_leaves_the_main_ones_classes() -> None:
+    """mod_wsgi's application groups: a sub-interpreter importing the package must not
+    rebind the compiled path to its classes (the main one's ``except ProtocolError``
+    would miss its errors, then use them once it is destroyed)."""
+    if not any(importlib.util.find_spec(name) for name in ("_interpreters", "_xxsubinterpreters")):
+        pytest.skip("no sub-interpreters in this Python")
+    root = str(Path(compiled.__file__).parents[3])
+    env = {**os.environ, "PYTHONPATH": root}
+    env.pop(compiled.PURE_SWITCH, None)
+    done = subprocess.run(
+        [sys.executable, "-c", SUB_INTERPRETER], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0] == "before ours"
+    assert lines[1].startswith("sub False ")
+    assert "another interpreter" in lines[1]
+    assert lines[2:] == ["after ours", "destroyed ours"]
+
+
 # -- the compiled I/O on a socket pair -----------------------------------------------
 
 
@@ -393,6 +492,43 @@ def test_a_connection_closed_mid_reply_raises_connection_closed(pair: Any) -> No
     with pytest.raises(compiled.ConnectionClosedError, match="mid-reply"):
         CReader().request(ours.fileno(), Get((b"a",)), 5.0)
     thread.join()
+
+
+def test_an_absurd_length_received_is_a_protocol_error(pair: Any) -> None:
+    ours, theirs = pair
+    thread = serve(theirs, b"get a\r\n", [b"VALUE a 0 9999999999999\r\nxx"])
+    with pytest.raises(ProtocolError, match="9999999999999"):
+        CReader().request(ours.fileno(), Get((b"a",)), 5.0)
+    thread.join()
+
+
+def resident() -> int:
+    """This process's resident memory, in bytes (Linux)."""
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/statm"), reason="Linux's /proc")
+def test_a_large_request_sent_leaves_no_send_buffer_behind(pair: Any) -> None:
+    """A pooled connection's reader keeps no copy of the largest set it ever sent."""
+    ours, theirs = pair
+    size = 64 << 20
+    request = Store("set", b"k", b"x" * size)
+    expect = len(request.encode())
+
+    def peer() -> None:
+        got = 0
+        while got < expect:
+            got += len(theirs.recv(1 << 20))
+        theirs.sendall(b"STORED\r\n")
+
+    thread = threading.Thread(target=peer, daemon=True)
+    thread.start()
+    reader = CReader()
+    before = resident()
+    assert reader.request(ours.fileno(), request, 30.0) == b"STORED"
+    thread.join()
+    assert resident() - before < size // 4  # not the 64 MiB encoded into the reader
 
 
 def test_a_stalled_server_is_the_kernels_timeout(pair: Any) -> None:

@@ -11,6 +11,9 @@ sharing a cluster overlap there as pylibmc's do.
 
 ``DJANGO_MCPATTERNS_PURE_PYTHON=1`` (read at import) runs the pure-Python path
 even where the compiled one is built (CI runs the contract suites on both).
+The compiled module is bound to the classes of one interpreter, the first to import
+this package; another (a sub-interpreter, as mod_wsgi's application groups are) runs
+the pure-Python path.
 
 :data:`COMPILED`
     Whether the compiled path runs in this process.
@@ -62,7 +65,7 @@ __all__ = [
 ]
 
 PURE_SWITCH = "DJANGO_MCPATTERNS_PURE_PYTHON"
-ABI = 4  # what this module expects of _speedups (its ABI constant)
+ABI = 5  # what this module expects of _speedups (its ABI constant)
 
 T = TypeVar("T")
 
@@ -90,16 +93,20 @@ def load() -> ModuleType | None:
     if getattr(module, "ABI", None) != ABI:
         why_pure = f"built from other sources (ABI {getattr(module, 'ABI', None)}, not {ABI})"
         return None
-    module.bind(
-        ProtocolError=ProtocolError,
-        ConnectionClosedError=ConnectionClosedError,
-        ErrorReply=ErrorReply,
-        MetaReply=MetaReply,
-        Value=Value,
-        NEED_DATA=NEED_DATA,
-        Get=Get,
-        Store=Store,
-    )
+    try:
+        module.bind(
+            ProtocolError=ProtocolError,
+            ConnectionClosedError=ConnectionClosedError,
+            ErrorReply=ErrorReply,
+            MetaReply=MetaReply,
+            Value=Value,
+            NEED_DATA=NEED_DATA,
+            Get=Get,
+            Store=Store,
+        )
+    except ImportError as exc:  # bound in another interpreter (a sub-interpreter's import)
+        why_pure = str(exc)
+        return None
     return module
 
 

@@ -14,7 +14,12 @@ from ..exceptions import ProtocolError
 from .meta import MetaRequest
 from .wire import CRLF, END, NEED_DATA, NOT_FOUND, ErrorReply, MetaReply, NeedData, Value
 
-__all__ = ["Reader"]
+__all__ = ["MAX_VALUE_LENGTH", "Reader"]
+
+MAX_VALUE_LENGTH = 1 << 30
+"""The longest value a reply may declare: memcached's item size ceiling (``-I`` is at most
+1 GiB).  A longer one is a :class:`ProtocolError`, not a buffer to grow (or a
+``MemoryError`` in a view); the compiled reader has the same (``src/speedups/speedups.h``)."""
 
 _CRLF = CRLF
 _new_value = tuple.__new__  # a Value from a tuple, in C: NamedTuple's own __new__ is Python
@@ -43,8 +48,13 @@ def _unexpected(line: bytes) -> ErrorReply:
     return error
 
 
+def _too_long(digits: bytes) -> bool:
+    """Whether a declared length passes MAX_VALUE_LENGTH (checked before int() of a long one)."""
+    return len(digits) > 18 or int(digits) > MAX_VALUE_LENGTH
+
+
 def _size(token: bytes) -> int:
-    if not token.isdigit():
+    if not token.isdigit() or _too_long(token):
         raise _mismatch(token)
     return int(token)
 
@@ -221,6 +231,7 @@ class Reader:
                 or fields[1] not in unanswered
                 or not (fields[2].isdigit() and fields[3].isdigit())
                 or (cas and not fields[4].isdigit())
+                or _too_long(fields[3])
             ):
                 raise _mismatch(buf[pos:eol])
             start = eol + 2
