@@ -177,7 +177,9 @@ def test_a_compute_three_times_longer_than_its_lock_keeps_it(
 ) -> None:
     flush(memcached_3)
     cluster = Cluster([s.spec for s in memcached_3], ClusterOptions(protocol=protocol))  # type: ignore[arg-type]
-    policy = StampedePolicy(lock_timeout=1.0, wait=10.0)
+    # 2 s, not 1: memcached's clock ticks in whole seconds, so a 1 s item set just before a
+    # tick can lapse within milliseconds, before the first keepalive (a third of the TTL).
+    policy = StampedePolicy(lock_timeout=2.0, wait=10.0)
     computes = Counter[str]()
     started, waiting = threading.Event(), threading.Event()
 
@@ -200,9 +202,9 @@ def test_a_compute_three_times_longer_than_its_lock_keeps_it(
     assert started.wait(10)
     holders = set()
     late: list[Any] = []
-    # Three times the lock's own 1 s (memcached's clock ticks in whole seconds): only
-    # the keepalive holds it.  The lock item is there the whole time, unchanged.
-    for _ in range(60):
+    # Three times the lock's own 2 s: only the keepalive holds it.  The lock item is
+    # there the whole time, unchanged.
+    for _ in range(120):
         holders.add(held(cluster, protocol))
         time.sleep(0.05)
     late_caller = Stampede(cluster, policy, sleep=late_sleep)
