@@ -18,6 +18,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -105,6 +106,14 @@ class Postgres:
             name="postgres",
             timeout=START_TIMEOUT,
         ).start()
+        # Its port opens before it accepts sessions ("the database system is starting
+        # up"): wait until pg_isready says it accepts them (bounded: a hang guard).
+        deadline = time.monotonic() + START_TIMEOUT
+        ready = [f"{bindir}/pg_isready", "-q", "-h", LOOPBACK, "-p", str(self.port)]
+        while subprocess.run(ready, timeout=START_TIMEOUT).returncode != 0:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"postgres on port {self.port} never accepted connections")
+            time.sleep(0.05)
         return self
 
     def stop(self) -> None:
