@@ -152,6 +152,11 @@ class Cached:
     tokens: tuple[bytes, ...]
     value: Any
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled as a call of the class: a slots dataclass's own pickling loops over its
+        fields in Python both ways (25k and 23k instructions against 9k)."""
+        return (Cached, (self.tokens, self.value))
+
 
 @dataclass(frozen=True, slots=True)
 class Read:
