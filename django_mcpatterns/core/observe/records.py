@@ -43,6 +43,7 @@ from ..protocol.wire import (
 
 __all__ = [
     "COMMAND_NAMES",
+    "FOLD_AT",
     "OUTCOMES",
     "BaseSink",
     "PatternCall",
@@ -53,6 +54,8 @@ __all__ = [
     "outcome",
     "request_keys",
 ]
+
+FOLD_AT = 256  # round trips a hot-path series keeps before a sink counts them (a read: sooner)
 
 OUTCOMES = (
     "hit",
