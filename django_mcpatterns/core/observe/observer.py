@@ -200,12 +200,13 @@ class Observer:
                 logger.exception("instrumentation sink %r failed", sink)
 
     def _hooks(self, server: str, name: str, result: str) -> tuple[Callable[[int], object], ...]:
+        table = self._series  # before the sinks: _plan swaps the sinks, then the table
         hooks = tuple(
             hook
             for sink in self._counting
             if (hook := _safely(sink.series, self.cache, server, name, result)) is not None
         )
-        self._series[(server, name, result)] = hooks
+        table[(server, name, result)] = hooks
         return hooks
 
     def failed(

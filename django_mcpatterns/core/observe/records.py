@@ -207,7 +207,17 @@ class PatternCall:
 
 
 class Sink(Protocol):
-    """Where an :class:`Observer` sends what it sees; every method may be a no-op."""
+    """Where an :class:`Observer` sends what it sees; every method may be a no-op.
+
+    Two optional methods make a get cheaper (the observer looks for them when the
+    sink is added).  ``series(cache, server, command, outcome)`` returns a function
+    of the nanoseconds that counts one command of that series: the observer asks
+    once per series and then calls it for each single-command round trip that was
+    answered, instead of :meth:`round_trip` (batches, failures and skips still come
+    as records).  ``quiet()`` says whether the sink would ignore a round trip now
+    (the trace sink in a request sampled out): when every sink that takes records
+    is quiet, none is made.
+    """
 
     def round_trip(self, trip: RoundTrip) -> None: ...
 
