@@ -12,6 +12,7 @@ gets.  Cases differ only in ``OPTIONS["instrumentation"]``:
   otel 1%             the OpenTelemetry SDK, ParentBased(1%) (a site's default sampler)
   production          both (what bench_observe.py targets)
   production, 0%      both, no request sampled in (the 99%: what a sampled-out get costs)
+  production, 1 request  both, every get in one sampled-out request (the verdict kept)
 
 Each instrumented case is printed with what it adds to "off", in both protocols.
 The inner process is this script under ``valgrind --tool=callgrind
@@ -43,7 +44,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-CASES = ("off", "prometheus", "otel 1%", "production", "production, 0%")
+CASES = ("off", "prometheus", "otel 1%", "production", "production, 0%", "production, 1 request")
 
 
 def main() -> None:
@@ -80,14 +81,14 @@ def main() -> None:
     before = json.loads(args.compare.read_text()) if args.compare else {}
     print("Instructions per get in the production mix (callgrind Ir, client process)")
     print(
-        f"{'protocol':<8} {'case':<15} {'per get':>9} {'added':>8}"
+        f"{'protocol':<8} {'case':<22} {'per get':>9} {'added':>8}"
         + (f" {'before':>9} {'added':>8}" if before else "")
     )
     for protocol in ("meta", "text"):
         base = counts[f"{protocol}:off"]
         for case in CASES:
             now = counts[f"{protocol}:{case}"]
-            line = f"{protocol:<8} {case:<15} {now:>9,.0f} {now - base:>+8,.0f}"
+            line = f"{protocol:<8} {case:<22} {now:>9,.0f} {now - base:>+8,.0f}"
             if f"{protocol}:{case}" in before:
                 then = before[f"{protocol}:{case}"]
                 line += f" {then:>9,.0f} {then - before[f'{protocol}:off']:>+8,.0f}"
@@ -155,9 +156,14 @@ def inner(plan: dict[str, Any]) -> None:
             "instrumentation": both,
             "tracer_provider": _provider(0.01, parent_based=True),
         },
+        "production, 1 request": {
+            "instrumentation": both,
+            "tracer_provider": _provider(0.01, parent_based=True),
+        },
     }
     sampled = [request_context(sampled=i == 0) for i in range(100)]
     unsampled = [request_context(sampled=False) for _ in range(100)]
+    one = [request_context(sampled=False)] * 100
     n = plan["requests"]
     blocks: dict[str, tuple[Callable[[], Any], list[Any]]] = {}
     for protocol in ("meta", "text"):
@@ -172,7 +178,9 @@ def inner(plan: dict[str, Any]) -> None:
             )
             cluster.set("bench:observe", b"v" * 100)
             get = (lambda c: lambda: c.get("bench:observe"))(cluster)
-            contexts = unsampled if case.endswith("0%") else sampled
+            contexts = {"production, 0%": unsampled, "production, 1 request": one}.get(
+                case, sampled
+            )
             blocks[f"{protocol}:{CASES.index(case)}"] = (get, contexts)
 
     def run(get: Callable[[], Any], contexts: list[Any]) -> None:
