@@ -41,7 +41,6 @@ _HALF: Final = bytes(i >> 1 for i in range(256))  # halves every counter of a sk
 # says, without its method lookup and call (a fifth of a fill's cost).
 _STR: Final = sys.getsizeof("")
 _BYTES: Final = sys.getsizeof(b"")
-_new = object.__new__
 
 
 def _below(n: int, _random: Callable[[], float] = random.random) -> int:
@@ -265,15 +264,16 @@ class NearTable:
             # Not kept apart from its callers: too large to count as held, refused below.
             stored, copy, size = (None, None, self.budget) if kept is None else kept
         size += (_STR + len(key) if key.isascii() else sys.getsizeof(key)) + ENTRY_OVERHEAD + QUEUED
-        entry = _new(Entry)  # Entry(...) without __init__'s call: its slots set here
-        entry.key, entry.value, entry.copy, entry.size, entry.expires = (
-            key,
-            stored,
-            copy,
-            size,
-            expires,
-        )
-        entry.hits, entry.envelope, entry.cas, entry.epoch = 0, None, None, None
+        entry = Entry()  # no __init__ to call: its slots are set here
+        entry.key = key
+        entry.value = stored
+        entry.copy = copy
+        entry.size = size
+        entry.expires = expires
+        entry.hits = 0
+        entry.envelope = None
+        entry.cas = None
+        entry.epoch = None
         if envelope is not None:
             entry.envelope = dataclasses.replace(envelope, value=None)
         if cas is not None:
