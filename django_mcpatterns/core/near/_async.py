@@ -75,12 +75,20 @@ class AsyncNearStore:
         table = self.table
         name = key if type(key) is str else near_key(key)
         entry = table.entries.get(name)
-        if entry is not None and entry.expires > table.clock():
+        now = table.clock()
+        if entry is not None and entry.expires > now:
             table.count_hit(entry)
             copy = entry.copy
             return entry.value if copy is None else copy(entry.value)
-        table.count_miss()
-        return await self._far(key, name, entry, default)
+        # A miss: as cheap as this table can make it (every third read or so pays it).
+        ticket = table.miss(now)
+        if entry is not None and self._revalidates:  # past its bound: large ones revalidate
+            return await self._far(key, name, entry, default)
+        value = await self.store.get(key, _MISS)
+        if value is _MISS:
+            return default
+        table.fill(name, value, ticket)
+        return value
 
     async def get_many(self, keys: Iterable[Key]) -> dict[Key, Any]:
         """Return the hits only, keyed as given: those held near, then one ``get_many`` of
@@ -124,18 +132,15 @@ class AsyncNearStore:
         table.saved()
         return {key: entry.out() for key, entry in found.items()}
 
-    async def _far(self, key: Key, name: str, held: Entry | None, default: Any) -> Any:
-        """A single key memcached must answer: revalidated when large, else read.
-
-        ``held``: the entry of ``name`` past its bound, if any (the one ``get`` found).
-        """
+    async def _far(self, key: Key, name: str, held: Entry, default: Any) -> Any:
+        """A single key memcached must answer whose entry ``held`` is past its bound:
+        revalidated when large, else read."""
         table = self.table
-        if held is not None and self._revalidates:
-            if held.cas is not None and await self._revalidate(key, held):
-                table.saved()
-                return held.out()
-            if held.large:
-                return await self._far_large(key, name, default)
+        if held.cas is not None and await self._revalidate(key, held):
+            table.saved()
+            return held.out()
+        if held.large:
+            return await self._far_large(key, name, default)
         ticket = table.ticket()
         value = await self.store.get(key, _MISS)
         if value is _MISS:
@@ -349,6 +354,9 @@ class AsyncNearStore:
         await self.store.close()  # connections only: what is held near stays
 
     def _drop(self, key: Key) -> None:
+        if type(key) is str:  # the common case, first
+            self.table.invalidate(key)
+            return
         try:
             name = near_key(key)
         except TypeError:  # not a key: the store refused it before any I/O

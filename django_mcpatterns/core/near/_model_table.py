@@ -176,8 +176,14 @@ class NearTable:
         next(self._hits)
         next(self._saved)
 
-    def count_miss(self) -> None:
+    def miss(self, now: float) -> Ticket:
+        """Count a miss found at ``now`` (this table's clock, read before the request that
+        follows is sent) and return that request's :meth:`ticket`."""
         next(self._misses)
+        if self._report is not None and now >= self._report_at:
+            self._report_at = now + REPORT_EVERY
+            self._report(self.stats())
+        return now, self._seq
 
     def envelope(self, key: str) -> Envelope | None:
         """``get_or_compute``'s lookup: the fresh envelope of ``key`` with this caller's own
@@ -353,13 +359,17 @@ class NearTable:
         """A write of this process to ``key`` completed (or may have): drop its copy now,
         and void the answers of reads sent before."""
         stamp = hash(key) & _STRIPE
-        with self._lock:
-            self._seq += 1
-            self._stamps[stamp] = self._seq
+        lock = self._lock
+        lock.acquire()  # not `with`: every write of the process pays this (see fill)
+        try:
+            seq = self._seq = self._seq + 1
+            self._stamps[stamp] = seq
             entry = self.entries.get(key)
             if entry is not None:
                 self._remove(entry)
                 self._counts["invalidations"] += 1
+        finally:
+            lock.release()
 
     def invalidate_many(self, keys: Iterable[str]) -> None:
         for key in keys:

@@ -76,12 +76,20 @@ class NearStore:
         table = self.table
         name = key if type(key) is str else near_key(key)
         entry = table.entries.get(name)
-        if entry is not None and entry.expires > table.clock():
+        now = table.clock()
+        if entry is not None and entry.expires > now:
             table.count_hit(entry)
             copy = entry.copy
             return entry.value if copy is None else copy(entry.value)
-        table.count_miss()
-        return self._far(key, name, entry, default)
+        # A miss: as cheap as this table can make it (every third read or so pays it).
+        ticket = table.miss(now)
+        if entry is not None and self._revalidates:  # past its bound: large ones revalidate
+            return self._far(key, name, entry, default)
+        value = self.store.get(key, _MISS)
+        if value is _MISS:
+            return default
+        table.fill(name, value, ticket)
+        return value
 
     def get_many(self, keys: Iterable[Key]) -> dict[Key, Any]:
         """Return the hits only, keyed as given: those held near, then one ``get_many`` of
@@ -125,18 +133,15 @@ class NearStore:
         table.saved()
         return {key: entry.out() for key, entry in found.items()}
 
-    def _far(self, key: Key, name: str, held: Entry | None, default: Any) -> Any:
-        """A single key memcached must answer: revalidated when large, else read.
-
-        ``held``: the entry of ``name`` past its bound, if any (the one ``get`` found).
-        """
+    def _far(self, key: Key, name: str, held: Entry, default: Any) -> Any:
+        """A single key memcached must answer whose entry ``held`` is past its bound:
+        revalidated when large, else read."""
         table = self.table
-        if held is not None and self._revalidates:
-            if held.cas is not None and self._revalidate(key, held):
-                table.saved()
-                return held.out()
-            if held.large:
-                return self._far_large(key, name, default)
+        if held.cas is not None and self._revalidate(key, held):
+            table.saved()
+            return held.out()
+        if held.large:
+            return self._far_large(key, name, default)
         ticket = table.ticket()
         value = self.store.get(key, _MISS)
         if value is _MISS:
@@ -350,6 +355,9 @@ class NearStore:
         self.store.close()  # connections only: what is held near stays
 
     def _drop(self, key: Key) -> None:
+        if type(key) is str:  # the common case, first
+            self.table.invalidate(key)
+            return
         try:
             name = near_key(key)
         except TypeError:  # not a key: the store refused it before any I/O
