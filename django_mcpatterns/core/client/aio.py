@@ -40,7 +40,6 @@ from __future__ import annotations
 import asyncio
 import copy
 import dataclasses
-import random
 import time
 from asyncio import get_running_loop
 from collections.abc import Callable, Coroutine, Sequence
@@ -48,6 +47,7 @@ from functools import partial
 from time import perf_counter_ns
 from typing import Any, TypeVar
 
+from .. import chance
 from ..protocol.plans import MISS, Call, Each, FanOut, Forget, HomeToken, Plan, install
 from ..protocol.replies import not_supported, refused_in
 from ..protocol.wire import Get, Request, Value, Version
@@ -84,7 +84,7 @@ class AsyncCluster(Driver, AsyncStore, AsyncTokenStore, AsyncLeaseStore):
         serde: Serde = None,
         on_node_event: Callable[[NodeEvent], object] | None = None,
         clock: Callable[[], float] = time.monotonic,
-        rng: Callable[[], float] = random.random,
+        rng: Callable[[], float] = chance.uniform,
     ) -> None:
         options = options or ClusterOptions()
         shared = Shared(servers, options, serde, clock, rng)
