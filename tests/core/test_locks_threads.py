@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -17,22 +17,11 @@ import pytest
 from django_mcpatterns.core.cluster import Cluster
 from django_mcpatterns.core.exceptions import LockError, LockNotOwnedError
 from django_mcpatterns.core.locks import Backoff, Lock
-from django_mcpatterns.core.options import ClusterOptions
-from tests.conftest import flush
-from tests.harness import MemcachedServer, ttl_over_meta
+from tests.core.patterns._sync import test_locks as written_once
+from tests.harness import ttl_over_meta
 
-
-@pytest.fixture(params=["meta", "text"])
-def cluster(
-    memcached_1: list[MemcachedServer], request: pytest.FixtureRequest
-) -> Iterator[Cluster]:
-    flush(memcached_1)
-    cluster = Cluster([memcached_1[0].spec], ClusterOptions(protocol=request.param))
-    yield cluster
-    cluster.close()
-
-
-# -- one Lock object, many threads: an owner per thread --------------------------------
+# One server, meta and text: the fixture of the tests written once.
+cluster = written_once.cluster
 
 
 def in_thread(fn: Callable[[], Any]) -> Any:
