@@ -48,6 +48,7 @@ from functools import partial
 from time import perf_counter_ns
 from typing import Any, TypeVar
 
+from ..protocol.compiled import async_trip
 from ..protocol.plans import MISS, Call, Each, FanOut, Forget, HomeToken, Plan, install
 from ..protocol.replies import not_supported, refused_in
 from ..protocol.wire import Get, Request, Value, Version
@@ -61,6 +62,7 @@ from .options import ClusterOptions
 from .outcomes import NODE_ERRORS, answered, judge, probe_for, refusal_seen
 from .servers import Server
 from .shared import Driver, Serde, Shared
+from .transport import completed
 
 __all__ = ["AsyncCluster"]
 
@@ -126,6 +128,8 @@ class AsyncCluster(Driver, AsyncStore, AsyncTokenStore, AsyncLeaseStore):
             node = self._only or self._nodes[self._locate(plan.ring)]
             admission = node.health.open
             if admission is not None:  # the hot path: a healthy server, nothing to route
+                if trip is not None:  # compiled: _trip's hot path as one C awaitable
+                    return trip(self, node, plan.request, plan.decode, plan.failed, admission)
                 return self._trip(
                     node, plan.request, plan.decode, plan.failed, admission, True, True
                 )
@@ -405,6 +409,7 @@ class AsyncCluster(Driver, AsyncStore, AsyncTokenStore, AsyncLeaseStore):
 
 
 install(AsyncCluster, asynchronous=True)
+trip = async_trip(Batch, answered, MISS, armed, completed)
 
 
 def _queue(channel: Channel, request: Requests) -> tuple[Waiters, Get | None]:
