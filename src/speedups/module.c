@@ -99,7 +99,8 @@ PyInit__speedups(void)
         return NULL;
     if (PyType_Ready(&ReaderType) < 0 || PyType_Ready(&MakerType) < 0
         || PyType_Ready(&TripType) < 0
-        || PyType_Ready(&ValueDecoderType) < 0)
+        || PyType_Ready(&ValueDecoderType) < 0
+        || PyType_Ready(&RunnerType) < 0)
         return NULL;
     PyObject *module = PyModule_Create(&module_def);
     if (module == NULL)
@@ -108,6 +109,7 @@ PyInit__speedups(void)
         || PyModule_AddObjectRef(module, "Maker", (PyObject *)&MakerType) < 0
         || PyModule_AddObjectRef(module, "Trip", (PyObject *)&TripType) < 0
         || PyModule_AddObjectRef(module, "ValueDecoder", (PyObject *)&ValueDecoderType) < 0
+        || PyModule_AddObjectRef(module, "Runner", (PyObject *)&RunnerType) < 0
         || PyModule_AddIntConstant(module, "ABI", ABI) < 0
         || PyModule_AddIntConstant(module, "MAX_VALUE_LENGTH", MAX_VALUE_LENGTH) < 0) {
         Py_DECREF(module);

@@ -93,7 +93,7 @@ PyObject *speedups_grouped(PyObject *module, PyObject *args);
 PyObject *speedups_hits(PyObject *module, PyObject *args);
 
 /* trip.c */
-extern PyTypeObject TripType, ValueDecoderType;
+extern PyTypeObject TripType, ValueDecoderType, RunnerType;
 PyObject *speedups_trip(PyObject *module, PyObject *const *args, Py_ssize_t n);
 PyObject *speedups_bind_trip(PyObject *module, PyObject *args);
 

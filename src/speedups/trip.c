@@ -34,6 +34,8 @@ static struct {
 
 enum { NEW, WAIT, SUB, DONE };
 
+static int intern(PyObject **slot, const char *text);
+
 typedef struct {
     PyObject_HEAD
     PyObject *cluster, *node, *request, *decode, *failed, *admission;
@@ -139,6 +141,9 @@ decode_item(ValueDecoder *d, PyObject *item)
     PyObject *format = PyDict_GetItemWithError(d->direct, PyTuple_GET_ITEM(item, 1));
     if (format == NULL)
         return NULL;
+    PyObject *data = PyTuple_GET_ITEM(item, 2);
+    if (format == (PyObject *)&PyBytes_Type && PyBytes_CheckExact(data))
+        return Py_NewRef(data);  /* bytes(data) is data itself */
     PyObject *value = PyObject_CallOneArg(format, PyTuple_GET_ITEM(item, 2));
     if (value == NULL && PyErr_ExceptionMatches(PyExc_ValueError))
         PyErr_Clear();  /* not what its flags say: the serde refuses it (the slow path) */
@@ -706,6 +711,153 @@ intern(PyObject **slot, const char *text)
         *slot = PyUnicode_InternFromString(text);
     return *slot == NULL ? -1 : 0;
 }
+
+/* Runner(run, Call): AsyncCluster.run with its hot path in C (one Python frame less per
+ * command): a Call to a healthy server with nothing to route becomes a Trip here;
+ * any other plan goes to `run`, the Python method, which decides as it always does.
+ * A method descriptor, so `self.run(plan)` calls it with no bound method made. */
+typedef struct {
+    PyObject_HEAD
+    PyObject *run, *Call;
+    vectorcallfunc vectorcall;
+} Runner;
+
+static PyObject *s_routes, *s_only, *s_nodes, *s_locate, *s_open, *s_ring, *s_request,
+    *s_decode, *s_failed_field;
+
+static PyObject *
+runner_hot(Runner *r, PyObject *cluster, PyObject *plan)
+{
+    if (!Py_IS_TYPE(plan, (PyTypeObject *)r->Call))
+        return Py_NewRef(Py_None);
+    PyObject *routes = PyObject_GetAttr(cluster, s_routes);
+    if (routes == NULL || routes != Py_None) {
+        Py_XDECREF(routes);
+        return routes == NULL ? NULL : Py_NewRef(Py_None);
+    }
+    Py_DECREF(routes);
+    PyObject *node = PyObject_GetAttr(cluster, s_only);
+    if (node == Py_None) {  /* several servers: the ring's choice */
+        Py_DECREF(node);
+        PyObject *ring = PyObject_GetAttr(plan, s_ring);
+        PyObject *name = ring ? PyObject_CallMethodOneArg(cluster, s_locate, ring) : NULL;
+        PyObject *nodes = name ? PyObject_GetAttr(cluster, s_nodes) : NULL;
+        node = nodes ? PyObject_GetItem(nodes, name) : NULL;
+        Py_XDECREF(ring);
+        Py_XDECREF(name);
+        Py_XDECREF(nodes);
+    }
+    if (node == NULL)
+        return NULL;
+    PyObject *health = PyObject_GetAttr(node, T.s_health);
+    PyObject *admission = health ? PyObject_GetAttr(health, s_open) : NULL;
+    Py_XDECREF(health);
+    if (admission == NULL || admission == Py_None) {
+        Py_DECREF(node);
+        Py_XDECREF(admission);
+        return admission == NULL ? NULL : Py_NewRef(Py_None);
+    }
+    PyObject *args[6] = {cluster, node, NULL, NULL, NULL, admission};
+    args[2] = PyObject_GetAttr(plan, s_request);
+    args[3] = args[2] ? PyObject_GetAttr(plan, s_decode) : NULL;
+    args[4] = args[3] ? PyObject_GetAttr(plan, s_failed_field) : NULL;
+    PyObject *trip = args[4] ? speedups_trip(NULL, args, 6) : NULL;
+    for (int i = 1; i < 6; i++)
+        Py_XDECREF(args[i]);
+    return trip;
+}
+
+static PyObject *
+runner_call(Runner *r, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    if (PyVectorcall_NARGS(nargsf) == 2 && kwnames == NULL && T.bound) {
+        PyObject *trip = runner_hot(r, args[0], args[1]);
+        if (trip != Py_None)
+            return trip;  /* the Trip, or NULL: an error */
+        Py_DECREF(trip);
+    }
+    return PyObject_Vectorcall(r->run, args, nargsf, kwnames);
+}
+
+static PyObject *
+runner_get(PyObject *self, PyObject *obj, PyObject *type)
+{
+    if (obj == NULL || obj == Py_None)
+        return Py_NewRef(self);
+    return PyMethod_New(self, obj);
+}
+
+static PyObject *
+runner_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+{
+    PyObject *run, *call;
+    if (!PyArg_ParseTuple(args, "OO!:Runner", &run, &PyType_Type, &call))
+        return NULL;
+    if (intern(&s_routes, "_routes") < 0 || intern(&s_only, "_only") < 0
+        || intern(&s_nodes, "_nodes") < 0 || intern(&s_locate, "_locate") < 0
+        || intern(&s_open, "open") < 0 || intern(&s_ring, "ring") < 0
+        || intern(&s_request, "request") < 0 || intern(&s_decode, "decode") < 0
+        || intern(&s_failed_field, "failed") < 0)
+        return NULL;
+    Runner *r = (Runner *)type->tp_alloc(type, 0);
+    if (r == NULL)
+        return NULL;
+    r->run = Py_NewRef(run);
+    r->Call = Py_NewRef(call);
+    r->vectorcall = (vectorcallfunc)runner_call;
+    return (PyObject *)r;
+}
+
+static int
+runner_traverse(Runner *r, visitproc visit, void *arg)
+{
+    Py_VISIT(r->run);
+    Py_VISIT(r->Call);
+    return 0;
+}
+
+static int
+runner_clear(Runner *r)
+{
+    Py_CLEAR(r->run);
+    Py_CLEAR(r->Call);
+    return 0;
+}
+
+static void
+runner_dealloc(Runner *r)
+{
+    PyObject_GC_UnTrack(r);
+    runner_clear(r);
+    Py_TYPE(r)->tp_free((PyObject *)r);
+}
+
+static PyObject *
+runner_doc(Runner *r, void *closure)
+{
+    return PyObject_GetAttrString(r->run, "__doc__");
+}
+
+static PyGetSetDef runner_getset[] = {
+    {"__doc__", (getter)runner_doc, NULL, NULL, NULL},
+    {NULL},
+};
+
+PyTypeObject RunnerType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "django_mcpatterns.core.protocol._speedups.Runner",
+    .tp_basicsize = sizeof(Runner),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL | Py_TPFLAGS_HAVE_GC
+                | Py_TPFLAGS_METHOD_DESCRIPTOR,
+    .tp_new = runner_new,
+    .tp_call = PyVectorcall_Call,
+    .tp_vectorcall_offset = offsetof(Runner, vectorcall),
+    .tp_descr_get = runner_get,
+    .tp_getset = runner_getset,
+    .tp_traverse = (traverseproc)runner_traverse,
+    .tp_clear = (inquiry)runner_clear,
+    .tp_dealloc = (destructor)runner_dealloc,
+};
 
 /* bind_trip(Batch, CancelledError, get_running_loop, answered, MISS, armed, completed,
  *           Future, create_future) */

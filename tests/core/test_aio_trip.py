@@ -50,6 +50,7 @@ def path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str
             pytest.skip(f"the compiled path is not built: {compiled.why_pure}")
     else:
         monkeypatch.setattr(aio, "trip", None)
+        monkeypatch.setattr(AsyncCluster, "run", aio.run_in_python)
     return str(request.param)
 
 
@@ -109,6 +110,7 @@ def test_the_awaitable_is_a_coroutine_to_asyncio(
         await twin.set("t:task", b"v")
         awaitable = twin.run(get(twin, "t:task", None))
         assert asyncio.iscoroutine(awaitable)
+        assert (type(awaitable).__name__ == "Trip") == (path == "compiled")
         first = await asyncio.create_task(awaitable)  # a task runs it as a coroutine
         unstarted = twin.run(get(twin, "t:task", None))
         with pytest.raises(KeyError):

@@ -48,7 +48,7 @@ from functools import partial
 from time import perf_counter_ns
 from typing import Any, TypeVar
 
-from ..protocol.compiled import async_trip
+from ..protocol.compiled import async_runner, async_trip
 from ..protocol.plans import MISS, Call, Each, FanOut, Forget, HomeToken, Plan, install
 from ..protocol.replies import not_supported, refused_in
 from ..protocol.wire import Get, Request, Value, Version
@@ -410,6 +410,9 @@ class AsyncCluster(Driver, AsyncStore, AsyncTokenStore, AsyncLeaseStore):
 
 install(AsyncCluster, asynchronous=True)
 trip = async_trip(Batch, answered, MISS, armed, completed)
+run_in_python = AsyncCluster.run
+if trip is not None:  # compiled: run's hot path in C too (the plan's Call straight to a Trip)
+    setattr(AsyncCluster, "run", async_runner(run_in_python))  # noqa: B010 (mypy: a method)
 
 
 def _queue(channel: Channel, request: Requests) -> tuple[Waiters, Get | None]:

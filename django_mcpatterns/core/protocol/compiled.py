@@ -24,9 +24,10 @@ the pure-Python path.
 :func:`keyed`, :func:`grouped`, :func:`decoded`, :func:`hits`
     A multi-key command's bookkeeping: its keys' wire bytes, grouped by server,
     its values by key, then by the keys as given.
-:func:`async_trip`
+:func:`async_trip`, :func:`async_runner`
     AsyncCluster's round trip of a lone get/gets on a healthy server, as one C
-    awaitable (``src/speedups/trip.c``), or None on the pure-Python path.
+    awaitable (``src/speedups/trip.c``), or None on the pure-Python path; and its
+    ``run`` method, whose hot path makes that awaitable in C.
 :func:`placed`, :data:`new_call`, :func:`value_decoder`
     A key's wire and ring bytes, a plan's Call and a get's decoder, made in C on
     the hot path (a plain key, a Call's five fields, an item of a plain format).
@@ -63,6 +64,7 @@ __all__ = [
     "PURE_SWITCH",
     "ConnectionClosedError",
     "Reader",
+    "async_runner",
     "async_trip",
     "decoded",
     "encode",
@@ -213,6 +215,16 @@ def async_trip(
     collections.abc.Coroutine.register(speedups.Trip)
     trip: Callable[..., Coroutine[Any, Any, Any]] = speedups.trip
     return trip
+
+
+def async_runner(run: Callable[..., Any]) -> Callable[..., Any]:
+    """``AsyncCluster.run`` with its hot path in C (a healthy server's Call becomes the
+    awaitable of :func:`async_trip` with no Python frame), ``run`` itself for any other
+    plan; ``run`` as it is on the pure path."""
+    if speedups is None:
+        return run
+    runner: Callable[..., Any] = speedups.Runner(run, Call)
+    return runner
 
 
 def maker(cls: type[T]) -> Callable[..., T]:
