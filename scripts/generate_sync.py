@@ -24,6 +24,12 @@ Renames, besides unasync's own (``__aenter__`` -> ``__enter__``, ...):
   ``async def asadd`` is generated as ``def sadd``, and the host's asyncio attributes (each
   ``aname`` or ``_aname`` that ``django_mcpatterns/patterns/host.py`` defines beside
   ``name`` or ``_name``: ``astore``, ``avalues``...) become their sync twins.
+
+Tests too, as httpcore's are: a test module written once in asyncio,
+``tests/<where>/_async/test_<name>.py`` (``async def test_...``, run by the ``asyncio.run``
+hook of ``tests/conftest.py``), is generated into ``tests/<where>/_sync/test_<name>.py``
+with the same renames; what the two forms of a test need differently (a store's asyncio
+face, a fake sleep) comes from hand-written pairs in ``tests/twins.py``.
 """
 
 from __future__ import annotations
@@ -48,6 +54,8 @@ FACADE = PACKAGE / "patterns"
 # Sources written with Django's a-prefixed names (see the module docstring).
 A_PREFIXED = (FACADE, GLUE[0])
 HOST = FACADE / "host.py"
+# Test modules written once in asyncio: tests/<where>/_async/test_*.py -> _sync/test_*.py.
+TESTS = ROOT / "tests"
 HEADER = "# Generated from {source} by scripts/generate_sync.py: do not edit.\n"
 RUFF = Path(sys.executable).with_name("ruff")
 
@@ -114,12 +122,23 @@ def pairs() -> list[tuple[Path, Path]]:
     ]
     source_dir, target_dir = GLUE
     found += [(source, target_dir / source.name) for source in sorted(source_dir.glob("*.py"))]
+    found += [
+        (source, source.parent.with_name("_sync") / source.name)
+        for source in sorted(TESTS.glob("**/_async/test_*.py"))
+    ]
     return found
 
 
 def generated() -> list[Path]:
     """The generated files there are now (to find those left from a removed source)."""
-    return sorted([*CORE.glob("*/_sync*.py"), *FACADE.glob("_sync*.py"), *GLUE[1].glob("*.py")])
+    return sorted(
+        [
+            *CORE.glob("*/_sync*.py"),
+            *FACADE.glob("_sync*.py"),
+            *GLUE[1].glob("*.py"),
+            *TESTS.glob("**/_sync/test_*.py"),
+        ]
+    )
 
 
 def generate(source: Path, target: Path) -> str:
@@ -128,7 +147,8 @@ def generate(source: Path, target: Path) -> str:
     renames = a_forms(text) if source.parent in A_PREFIXED else {}
     tokens = tokenize_rt.src_to_tokens(text)
     text = tokenize_rt.tokens_to_src(_Rule(renames)._unasync_tokens(tokens))
-    text = HEADER.format(source=source.relative_to(PACKAGE).as_posix()) + text
+    where = PACKAGE if source.is_relative_to(PACKAGE) else ROOT
+    text = HEADER.format(source=source.relative_to(where).as_posix()) + text
     text = _ruff(
         ["check", "--fix", "--select", "I,F401,RUF022", "--quiet", "--exit-zero"], text, target
     )

@@ -11,6 +11,8 @@ protocol's requests.)
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
@@ -49,6 +51,11 @@ class FakeClock:
         self.sleeps.append(seconds)
         self.now += seconds
 
+    async def async_sleep(self, seconds: float) -> None:
+        """``sleep`` for asyncio code: advance the clock, then yield to the loop once."""
+        self.sleep(seconds)
+        await asyncio.sleep(0)
+
 
 def near(seconds: Any) -> Any:
     """Equal up to float rounding at Unix-time magnitudes (2e-7 s per step)."""
@@ -78,6 +85,35 @@ class Hooked:
                 hook(*args)
             self.calls.append((name, args[0] if args else None))
             return target(*args, **kwargs)
+
+        return call
+
+
+class AsyncHooked:
+    """:class:`Hooked` over an AsyncStore: a hook may be a coroutine function, awaited.
+
+    The asyncio tests' form (``tests/**/_async/``); their generated sync form uses
+    :class:`Hooked`.
+    """
+
+    def __init__(self, store: Any) -> None:
+        self.store = store
+        self.before: dict[str, Callable[..., object]] = {}
+        self.calls: list[tuple[str, Any]] = []
+
+    def __getattr__(self, name: str) -> Any:
+        target = getattr(self.store, name)
+        if not inspect.iscoroutinefunction(target):
+            return target
+
+        async def call(*args: Any, **kwargs: Any) -> Any:
+            hook = self.before.pop(name, None)
+            if hook is not None:
+                done = hook(*args)
+                if inspect.isawaitable(done):
+                    await done
+            self.calls.append((name, args[0] if args else None))
+            return await target(*args, **kwargs)
 
         return call
 

@@ -23,6 +23,7 @@ from django_mcpatterns.core.cached_counters import CachedCounter
 from django_mcpatterns.core.cluster import Cluster
 from django_mcpatterns.core.keys import Routed
 from django_mcpatterns.core.options import ClusterOptions
+from tests import forked
 from tests.harness import MemcachedServer
 
 pytestmark = pytest.mark.slow  # processes of their own: a drill
@@ -51,6 +52,7 @@ def _counter(spec: str, protocol: str, key: str, path: str) -> tuple[CachedCount
 
 
 def _writer(spec: str, protocol: str, key: str, path: str, seed: int) -> None:
+    forked.dump_stacks_on_signal()
     rng = random.Random(seed)
     counter, cluster = _counter(spec, protocol, key, path)
     conn = _connect(path)
@@ -79,10 +81,12 @@ def _writer(spec: str, protocol: str, key: str, path: str, seed: int) -> None:
             conn.execute("ROLLBACK")
             if not insert:
                 mine.append(row)
+    conn.close()
     cluster.close()
 
 
 def _reader(spec: str, protocol: str, key: str, path: str, done: Any, loads: Any) -> None:
+    forked.dump_stacks_on_signal()
     counter, cluster = _counter(spec, protocol, key, path)
     while not done.is_set():
         counter.get()
@@ -90,6 +94,7 @@ def _reader(spec: str, protocol: str, key: str, path: str, done: Any, loads: Any
 
 
 def _evictor(spec: str, key: str, done: Any, seed: int, evictions: Any) -> None:
+    forked.dump_stacks_on_signal()
     rng = random.Random(seed)
     cluster = Cluster([spec])
     raw = key.encode()
@@ -107,6 +112,7 @@ def _run(spec: str, protocol: str, tmp: Path, seed: int) -> tuple[int, int, int]
     conn = _connect(path)
     conn.execute("PRAGMA journal_mode = WAL")
     conn.execute("CREATE TABLE rows (id INTEGER PRIMARY KEY, writer INTEGER)")
+    conn.close()  # SQLite: never carry an open connection across fork()
     key = f"count-{uuid.uuid4().hex[:12]}"
     ctx = multiprocessing.get_context("fork")
     done, evictions, loads = ctx.Event(), ctx.Value("i", 0), ctx.Value("i", 0)
@@ -122,13 +128,15 @@ def _run(spec: str, protocol: str, tmp: Path, seed: int) -> tuple[int, int, int]
     for process in writers + others:
         process.start()
     for process in writers:
-        process.join(120)
+        forked.join(process, 120)
         assert process.exitcode == 0
     done.set()
     for process in others:
-        process.join(30)
+        forked.join(process, 30)
         assert process.exitcode == 0
+    conn = _connect(path)
     (truth,) = conn.execute("SELECT COUNT(*) FROM rows").fetchone()
+    conn.close()
     counter, cluster = _counter(spec, protocol, key, path)
     cached = counter.get()
     again = cluster.get(key)  # what memcached holds now (None: evicted at the very end)

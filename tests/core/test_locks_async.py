@@ -1,10 +1,11 @@
-"""Locks in asyncio (``AsyncLock``): the protocol, owners per task, and a loop that never stalls.
+"""Locks in asyncio (``AsyncLock``) alone: owners per task, cancellation, a loop that never stalls.
 
-The timing rules run on the embedded store with a fake clock whose async
-``sleep`` advances it (instant, deterministic); the issue's scenarios run with
-real tasks, and every wait must leave the loop free: no blocking call on the
-loop's thread (``loop_never_blocks``); the protocol runs on real memcached
-through the AsyncCluster twin of a Cluster (``Cluster.aio``).
+The protocol, written once for both forms, is tested in
+``tests/core/patterns/_async/test_locks.py`` (its sync form generated beside it).
+Here is what only asyncio has: the issue's scenarios run with real tasks, and
+every wait must leave the loop free: no blocking call on the loop's thread
+(``loop_never_blocks``); tasks contend on real memcached through the AsyncCluster
+twin of a Cluster (``Cluster.aio``).
 """
 
 from __future__ import annotations
@@ -20,22 +21,17 @@ from django_mcpatterns.core.aio import AsyncCluster
 from django_mcpatterns.core.cluster import Cluster
 from django_mcpatterns.core.exceptions import (
     LockError,
-    LockNotOwnedError,
-    LockTimeoutError,
 )
 from django_mcpatterns.core.locks import (
     AsyncLock,
-    Backoff,
     Lock,
-    LockTimedOut,
-    LockWaited,
 )
 from django_mcpatterns.core.memory import AsyncMemoryStore, MemoryStore
 from django_mcpatterns.core.options import ClusterOptions
 from tests.conftest import flush
 from tests.core.asyncio_tools import loop_never_blocks, others_finished
 from tests.drills.proxy import Proxy
-from tests.fakes import CountingStore, FakeClock, near
+from tests.fakes import CountingStore, FakeClock
 from tests.harness import MemcachedServer
 
 T = TypeVar("T")
@@ -46,17 +42,6 @@ def run(coroutine: Awaitable[T]) -> T:
         return await coroutine
 
     return asyncio.run(main())
-
-
-class AsyncFakeSleep:
-    """``sleep=`` for the async lock: advances the fake clock, then yields to the loop."""
-
-    def __init__(self, clock: FakeClock) -> None:
-        self.clock = clock
-
-    async def __call__(self, seconds: float) -> None:
-        self.clock.sleep(seconds)
-        await asyncio.sleep(0)
 
 
 @pytest.fixture
@@ -70,7 +55,7 @@ def make_lock(
 ) -> Callable[..., AsyncLock]:
     def make(key: str = "lock:report", timeout: float = 10, **kwargs: Any) -> AsyncLock:
         kwargs.setdefault("clock", clock)
-        kwargs.setdefault("sleep", AsyncFakeSleep(clock))
+        kwargs.setdefault("sleep", clock.async_sleep)
         kwargs.setdefault("rng", lambda: 0.5)
         kwargs.setdefault("on_event", events.append)
         return AsyncLock(kwargs.pop("store", astore), key, timeout, **kwargs)
@@ -78,27 +63,7 @@ def make_lock(
     return make
 
 
-# -- the protocol on a fake clock ---------------------------------------------------
-
-
-def test_acquire_release_locked_owned(
-    make_lock: Callable[..., AsyncLock], store: MemoryStore
-) -> None:
-    async def scenario() -> None:
-        lock, other = make_lock(), make_lock()
-        assert not await lock.locked()
-        assert await lock.acquire() is True
-        assert await lock.locked()
-        assert await lock.owned()
-        assert store.get("lock:report") == lock.token
-        assert await other.acquire(blocking=False) is False
-        assert not await other.owned()
-        await lock.release()
-        assert not await lock.locked()
-        assert lock.token is None
-        assert await other.acquire(blocking=False) is True
-
-    run(scenario())
+# -- the two forms on one item ------------------------------------------------------
 
 
 def test_an_async_holder_excludes_a_sync_owner_and_back(
@@ -115,72 +80,6 @@ def test_an_async_holder_excludes_a_sync_owner_and_back(
         assert sync.acquire(blocking=False)
         assert await make_lock().acquire(blocking=False) is False
         sync.release()
-
-    run(scenario())
-
-
-def test_a_blocking_acquire_waits_with_the_sync_forms_back_off(
-    make_lock: Callable[..., AsyncLock], clock: FakeClock, events: list[object]
-) -> None:
-    async def scenario() -> None:
-        holder = make_lock(timeout=1)
-        await holder.acquire()
-        waiter = make_lock(backoff=Backoff(initial=0.01, maximum=0.2), rng=lambda: 1.0)
-        start = clock()
-        assert await waiter.acquire() is True
-        assert clock.sleeps[:6] == near([0.01, 0.02, 0.04, 0.08, 0.16, 0.2])
-        assert 1 <= clock() - start <= 2 + 0.2
-        assert events == [LockWaited("lock:report", near(clock() - start))]
-
-    run(scenario())
-
-
-def test_blocking_timeout_bounds_the_wait(
-    make_lock: Callable[..., AsyncLock], clock: FakeClock, events: list[object]
-) -> None:
-    async def scenario() -> None:
-        await make_lock(timeout=60).acquire()
-        assert await make_lock(blocking_timeout=0.5).acquire() is False
-        assert sum(clock.sleeps) == near(0.5)
-        assert events == [LockTimedOut("lock:report", near(0.5))]
-        with pytest.raises(LockTimeoutError, match=r"within 0\.25s"):
-            async with make_lock(blocking_timeout=0.25):
-                pass  # pragma: no cover
-
-    run(scenario())
-
-
-def test_extend_and_a_lapsed_release(
-    make_lock: Callable[..., AsyncLock], clock: FakeClock, store: MemoryStore
-) -> None:
-    async def scenario() -> None:
-        lock = make_lock(timeout=10)
-        await lock.acquire()
-        clock.advance(8)
-        await lock.extend(10)  # 2 s left + 10
-        clock.advance(11)
-        assert await lock.owned()
-        await lock.extend(5, replace_ttl=True)
-        clock.advance(7.5)  # past ceil(5) + 1: memcached dropped it
-        assert not await lock.locked()
-        with pytest.raises(LockNotOwnedError):
-            await lock.release()
-        assert lock.token is None
-
-    run(scenario())
-
-
-def test_a_late_release_leaves_the_new_owners_lock_alone(
-    make_lock: Callable[..., AsyncLock], clock: FakeClock
-) -> None:
-    async def scenario() -> None:
-        late, next_owner = make_lock(timeout=1), make_lock(timeout=30)
-        await late.acquire()
-        clock.advance(3)
-        assert await next_owner.acquire(blocking=False)
-        with pytest.raises(LockNotOwnedError, match="another owner may hold it"):
-            await late.release()
-        assert await next_owner.owned()
 
     run(scenario())
 
@@ -224,32 +123,6 @@ def test_a_shared_owner_hands_the_lock_to_another_task(
         assert not await lock.locked()
 
     run(scenario())
-
-
-def test_async_with_and_the_decorator(make_lock: Callable[..., AsyncLock]) -> None:
-    lock = make_lock(blocking=False)
-    inside: list[bool] = []
-
-    @lock
-    async def job(n: int) -> int:
-        inside.append(await lock.copy().acquire(blocking=False))
-        return n * 2
-
-    async def scenario() -> None:
-        async with lock as held:
-            assert held is lock
-            assert await lock.owned()
-        assert not await lock.locked()
-        with pytest.raises(RuntimeError):
-            async with lock:
-                raise RuntimeError("the block failed")
-        assert not await lock.locked()  # released all the same
-        assert await job(2) == 4
-        assert await job(3) == 6
-        assert not await lock.locked()
-
-    run(scenario())
-    assert inside == [False, False]  # held during each call, by a fresh owner
 
 
 # -- the issue's scenarios, in real time ----------------------------------------------
@@ -384,22 +257,6 @@ def twin(request: pytest.FixtureRequest, memcached_1: list[MemcachedServer]) -> 
     )
     yield cluster.aio  # type: ignore[attr-defined]
     cluster.close()
-
-
-def test_the_protocol_on_memcached(twin: Any) -> None:
-    async def scenario() -> None:
-        lock, other = AsyncLock(twin, "job", timeout=5), AsyncLock(twin, "job", timeout=5)
-        assert await lock.acquire()
-        assert await other.acquire(blocking=False) is False
-        await lock.extend(5)
-        assert await lock.owned()
-        await lock.release()
-        assert not await lock.locked()
-        async with other:
-            assert await other.owned()
-        assert not await other.locked()
-
-    run(scenario())
 
 
 def test_tasks_contending_on_memcached_take_turns_without_stalling(twin: Any) -> None:

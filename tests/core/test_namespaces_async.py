@@ -1,10 +1,11 @@
-"""AsyncNamespaces: the namespace API for asyncio, over the same data as the sync one.
+"""AsyncNamespaces alone: real tasks, computes of both kinds, and the two forms over one cache.
 
-The algorithm is the sync one (generated from the same source); these tests
-prove the async methods keep its guarantees with real tasks: one request per
-read, an invalidation during a compute wins, a soft namespace serves the
-invalidated value while one task recomputes, and the sync and async forms read
-and write one cache.
+The behaviour of both forms is tested once, in asyncio, by
+``tests/core/patterns/_async/test_namespaces.py`` (its sync form generated beside
+it).  Here is what only asyncio has: 50 tasks computing once without stalling the
+loop, a soft namespace serving the invalidated value while one task recomputes,
+coroutine and plain computes, and the sync and async forms reading and writing one
+cache.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ from typing import Any
 from django_mcpatterns.core.memory import AsyncMemoryStore, MemoryStore
 from django_mcpatterns.core.namespaces import AsyncNamespace, AsyncNamespaces, Namespaces
 from tests.core.asyncio_tools import Computes, Ticker, loop_never_blocks, run
-from tests.fakes import CountingStore
 
 
 def spaces() -> tuple[Namespaces, AsyncNamespaces, MemoryStore]:
@@ -86,23 +86,6 @@ def test_invalidate_misses_every_older_value_in_both_forms() -> None:
     assert isinstance(async_spaces.namespace("org", 1).namespace("x"), AsyncNamespace)
 
 
-def test_a_namespaced_read_is_one_request() -> None:
-    sync = MemoryStore()
-    counting = CountingStore(sync)
-    async_spaces = AsyncNamespaces(AsyncMemoryStore(counting))  # type: ignore[arg-type]
-    Namespaces(sync).namespace("user", 1).set_many({"a": 1, "b": 2})
-
-    async def scenario() -> Any:
-        ns = async_spaces.namespace("user", 1)
-        counting.reset()
-        found = await ns.get_many(["a", "b"])
-        await ns.get("a")
-        return found
-
-    assert run(scenario) == {"a": 1, "b": 2}
-    assert counting.calls == {"get_many": 2}  # versions and values together, per read
-
-
 def test_get_or_compute_computes_once_for_50_tasks_without_stalling_the_loop() -> None:
     _, async_spaces, _ = spaces()
 
@@ -119,29 +102,6 @@ def test_get_or_compute_computes_once_for_50_tasks_without_stalling_the_loop() -
 
     with loop_never_blocks():
         run(scenario)
-
-
-def test_an_invalidation_during_the_compute_wins() -> None:
-    _, async_spaces, _ = spaces()
-    ns = async_spaces.namespace("report", "during")
-
-    async def compute() -> str:
-        await asyncio.sleep(0.01)
-        await async_spaces.namespace("report", "during").invalidate()  # another task, meanwhile
-        return "old data"
-
-    async def scenario() -> tuple[Any, Any, Any]:
-        returned = await ns.get_or_compute("total", compute, 60)
-        return (
-            returned,
-            await ns.get("total"),
-            await ns.get_or_compute("total", Computes("new"), 60),
-        )
-
-    returned, read, recomputed = run(scenario)
-    assert returned == "old data"  # the caller gets what it computed
-    assert read is None  # but it was stored already invalid
-    assert recomputed == "new"
 
 
 def test_a_soft_namespace_serves_the_invalidated_value_while_one_task_recomputes() -> None:
@@ -174,18 +134,3 @@ def test_get_or_set_and_recompute() -> None:
 
     assert run(scenario) == ("computed", "computed", "plain", "now")
     assert sync_spaces.namespace("conf").get_or_compute("c", lambda: "not this", 60) == "now"
-
-
-def test_invalidate_by_parts() -> None:
-    _, async_spaces, _ = spaces()
-
-    async def scenario() -> tuple[Any, Any]:
-        ns = async_spaces.namespace("user", 5)
-        await ns.set("k", 1)
-        await async_spaces.invalidate("user", 5)
-        gone = await ns.get("k")
-        await ns.set("k", 2)
-        await ns.invalidate_namespace("inner")  # a nested one: the outer value stays
-        return gone, await ns.get("k")
-
-    assert run(scenario) == (None, 2)

@@ -25,6 +25,7 @@ from django_mcpatterns.core.cluster import Cluster
 from django_mcpatterns.core.health import Admission
 from django_mcpatterns.core.locks import Lock
 from django_mcpatterns.core.options import ClusterOptions
+from tests import forked
 from tests.fakes import FakeClock
 from tests.harness import MemcachedServer, cluster_on
 
@@ -76,6 +77,7 @@ def drill(cluster: Cluster, deadline: float) -> Counter[str]:
 
 
 def child(cluster: Cluster, deadline: float, results: multiprocessing.Queue) -> None:
+    forked.dump_stacks_on_signal()
     results.put(dict(drill(cluster, deadline)))
 
 
@@ -103,7 +105,7 @@ def test_children_never_use_the_connections_they_inherit(cluster: Cluster) -> No
     for _ in children:
         totals.update(results.get(timeout=60))
     for process in children:
-        process.join(timeout=10)
+        forked.join(process, 10)
         assert process.exitcode == 0
 
     held.release()  # still the parent's: nobody took it over

@@ -26,6 +26,7 @@ from typing import Any
 
 import pytest
 
+from tests import forked
 from tests.harness import MemcachedServer
 
 pytestmark = pytest.mark.slow
@@ -39,6 +40,7 @@ THREADS = 4  # per reader
 
 def writer(spec: str, started: Any, done: Any, out: str) -> None:
     """Update the keys in turn; stamp each write's completion after its reply."""
+    forked.dump_stacks_on_signal()
     from django_mcpatterns.core.cluster import Cluster
 
     cluster = Cluster([spec])
@@ -57,6 +59,7 @@ def writer(spec: str, started: Any, done: Any, out: str) -> None:
 
 def reader(spec: str, started: Any, done: Any, out: str, seed: int) -> None:
     """Read the keys through a near cache from several threads until the writer is done."""
+    forked.dump_stacks_on_signal()
     from django_mcpatterns.core.cluster import Cluster
     from django_mcpatterns.core.near import NearOptions, NearStore, NearTable
 
@@ -104,7 +107,7 @@ def test_no_read_is_older_than_the_bound_allows(
     for process in processes:
         process.start()
     for process in processes:
-        process.join(timeout=300)
+        forked.join(process, 300)
         assert process.exitcode == 0
 
     completed: dict[str, tuple[list[float], list[int]]] = {key: ([], []) for key in KEYS}

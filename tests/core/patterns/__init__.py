@@ -1,0 +1,1 @@
+"""The pattern tests written once in asyncio, with their generated sync form."""

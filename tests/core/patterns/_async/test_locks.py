@@ -1,0 +1,575 @@
+"""Locks, written once: the protocol on a fake clock, then on real memcached.
+
+This asyncio source is the test of both forms: scripts/generate_sync.py makes
+``../_sync/test_locks.py`` (``AsyncLock`` -> ``Lock``, ``await`` dropped).  Timing
+rules (TTLs, back-off, blocking timeouts) run on the embedded store with one fake
+clock shared by the store and the lock, whose sleep advances it: deterministic and
+instant.  What only memcached decides (``cas`` with a negative exptime deleting,
+refused connections) runs on real servers.  What one form alone has stays
+hand-written: threads in ``tests/core/test_locks_threads.py``, tasks and cancellation in
+``tests/core/test_locks_async.py``, real processes in ``tests/core/test_locks_processes.py``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from django_mcpatterns.core.cluster import Cluster
+from django_mcpatterns.core.concurrency import async_sleep
+from django_mcpatterns.core.exceptions import (
+    ConfigurationError,
+    InvalidKeyError,
+    LockError,
+    LockNotOwnedError,
+    LockTimeoutError,
+    NodeUnavailableError,
+)
+from django_mcpatterns.core.locks import (
+    AsyncLock,
+    Backoff,
+    LockTimedOut,
+    LockWaited,
+    authoritative,
+    exptime_for,
+)
+from django_mcpatterns.core.memory import MemoryStore
+from django_mcpatterns.core.options import ClusterOptions
+from django_mcpatterns.core.store import MAX_RELATIVE_EXPIRE
+from tests.conftest import flush
+from tests.fakes import START, AsyncHooked, FakeClock, near
+from tests.harness import MemcachedServer, free_port, ttl_over_meta
+from tests.twins import async_face
+
+
+@pytest.fixture
+def make_lock(
+    store: MemoryStore, clock: FakeClock, events: list[object]
+) -> Callable[..., AsyncLock]:
+    def make(key: str = "lock:report", timeout: float = 10, **kwargs: Any) -> AsyncLock:
+        kwargs.setdefault("clock", clock)
+        kwargs.setdefault("sleep", clock.async_sleep)
+        kwargs.setdefault("rng", lambda: 0.5)
+        kwargs.setdefault("on_event", events.append)
+        backend = kwargs.pop("store", None)
+        return AsyncLock(async_face(store) if backend is None else backend, key, timeout, **kwargs)
+
+    return make
+
+
+# -- acquire, release, ownership ---------------------------------------------------
+
+
+async def test_acquire_and_release(make_lock: Callable[..., AsyncLock], store: MemoryStore) -> None:
+    lock = make_lock()
+    assert not await lock.locked()
+    assert await lock.acquire() is True
+    assert await lock.locked()
+    assert await lock.owned()
+    assert store.get("lock:report") == lock.token  # the token, readable by any client
+    await lock.release()
+    assert not await lock.locked()
+    assert not await lock.owned()
+    assert lock.token is None
+
+
+async def test_a_held_lock_is_refused_to_another_owner(
+    make_lock: Callable[..., AsyncLock],
+) -> None:
+    first, second = make_lock(), make_lock()
+    assert await first.acquire()
+    assert await second.acquire(blocking=False) is False
+    assert await second.locked()
+    assert not await second.owned()
+    await first.release()
+    assert await second.acquire(blocking=False) is True
+
+
+async def test_each_acquisition_draws_a_new_token(make_lock: Callable[..., AsyncLock]) -> None:
+    lock = make_lock()
+    tokens = set()
+    for _ in range(3):
+        await lock.acquire()
+        tokens.add(lock.token)
+        await lock.release()
+    assert len(tokens) == 3
+    assert all(isinstance(t, bytes) and len(t) == 32 for t in tokens)
+
+
+async def test_locks_are_not_reentrant(make_lock: Callable[..., AsyncLock]) -> None:
+    lock = make_lock()
+    await lock.acquire()
+    with pytest.raises(LockError, match="already held by this Lock object"):
+        await lock.acquire()
+
+
+async def test_releasing_a_lock_never_acquired_is_a_lock_error(
+    make_lock: Callable[..., AsyncLock],
+) -> None:
+    with pytest.raises(LockError, match="does not hold it") as caught:
+        await make_lock().release()
+    assert not isinstance(caught.value, LockNotOwnedError)
+
+
+# -- TTLs on memcached's whole-second clock ----------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("seconds", "exptime"), [(0.2, 2), (1, 2), (1.5, 3), (2, 3), (59.9, 61), (math.inf, 0)]
+)
+def test_exptime_keeps_an_item_at_least_the_time_asked(seconds: float, exptime: int) -> None:
+    # An item with exptime e lives more than e - 1 seconds: e = ceil(seconds) + 1.
+    assert exptime_for(seconds) == exptime
+
+
+def test_exptime_beyond_thirty_days_is_absolute() -> None:
+    seconds = MAX_RELATIVE_EXPIRE + 10
+    assert exptime_for(seconds, now=START) == math.ceil(START + seconds) + 1
+    with pytest.raises(ValueError, match="30-day"):
+        exptime_for(seconds)
+
+
+@pytest.mark.parametrize("offset", [0.0, 0.3, 0.99])
+@pytest.mark.parametrize("timeout", [1, 2.5])
+async def test_a_lock_is_held_at_least_its_timeout_and_freed_after_ceil_plus_one(
+    make_lock: Callable[..., AsyncLock], clock: FakeClock, offset: float, timeout: float
+) -> None:
+    clock.advance(offset)
+    holder, other = make_lock(timeout=timeout), make_lock()
+    taken_at = clock()
+    await holder.acquire()
+    clock.now = taken_at + timeout - 0.001
+    assert not await other.acquire(blocking=False)
+    clock.now = taken_at + math.ceil(timeout) + 1
+    assert await other.acquire(blocking=False)  # a crashed holder never wedges the lock
+
+
+@pytest.mark.parametrize("timeout", [None, 0, -1, math.nan, "10", True, MAX_RELATIVE_EXPIRE])
+def test_every_lock_has_a_valid_ttl(store: MemoryStore, timeout: Any) -> None:
+    with pytest.raises(ConfigurationError, match="lock timeout"):
+        AsyncLock(async_face(store), "k", timeout)
+
+
+def test_an_invalid_key_fails_when_the_lock_is_made(store: MemoryStore) -> None:
+    with pytest.raises(InvalidKeyError):
+        AsyncLock(async_face(store), "has space", 10)
+
+
+# -- losing the lock ----------------------------------------------------------------
+
+
+async def test_a_late_release_does_not_delete_the_new_owners_lock(
+    make_lock: Callable[..., AsyncLock], clock: FakeClock
+) -> None:
+    late, new = make_lock(timeout=1), make_lock(timeout=10)
+    await late.acquire()
+    clock.advance(3)  # late's TTL lapses
+    assert await new.acquire(blocking=False)
+    with pytest.raises(LockNotOwnedError, match="another owner may hold it now"):
+        await late.release()
+    assert await new.owned()
+    assert late.token is None
+
+
+async def test_releasing_a_lapsed_lock_nobody_took_raises(
+    make_lock: Callable[..., AsyncLock], clock: FakeClock
+) -> None:
+    lock = make_lock(timeout=1)
+    await lock.acquire()
+    clock.advance(3)
+    with pytest.raises(LockNotOwnedError, match="nobody holds it now"):
+        await lock.release()
+
+
+async def test_a_takeover_before_the_release_is_detected(
+    clock: FakeClock, store: MemoryStore, make_lock: Callable[..., AsyncLock]
+) -> None:
+    hooked = AsyncHooked(async_face(store))
+    # One owner for every task (thread): the hook takes over inside the release, which
+    # asyncio finishes in a task of its own.
+    late, new = make_lock(store=hooked, timeout=1), make_lock(thread_local=False)
+
+    async def lapse_and_take_over(*args: Any) -> None:
+        clock.advance(3)
+        assert await new.acquire(blocking=False)
+
+    await late.acquire()
+    hooked.before["delete_cas"] = lapse_and_take_over  # the new owner's item has a new cas
+    with pytest.raises(LockNotOwnedError, match="another owner may hold it"):
+        await late.release()
+    assert await new.owned()
+
+
+async def test_a_takeover_between_gets_and_cas_of_a_release_by_token_is_detected(
+    clock: FakeClock, store: MemoryStore, make_lock: Callable[..., AsyncLock]
+) -> None:
+    hooked = AsyncHooked(async_face(store))
+    late, helper = make_lock(timeout=1), make_lock(store=hooked)
+    new = make_lock(thread_local=False)  # one owner for every task: the hook is in the release
+
+    async def lapse_and_take_over(*args: Any) -> None:
+        clock.advance(3)
+        assert await new.acquire(blocking=False)
+
+    await late.acquire()
+    hooked.before["cas"] = lapse_and_take_over  # after the helper's gets saw the token
+    with pytest.raises(LockNotOwnedError):
+        await helper.release(token=late.token)  # the helper does not know the cas: by the token
+    assert await new.owned()
+
+
+async def test_release_deletes_only_the_version_acquire_stored(
+    store: MemoryStore, make_lock: Callable[..., AsyncLock]
+) -> None:
+    hooked = AsyncHooked(async_face(store))
+    lock = make_lock(store=hooked)
+    await lock.acquire()
+    await lock.extend(5)
+    await lock.release()
+    assert [name for name, _ in hooked.calls] == ["add_cas", "recas", "delete_cas"]
+
+
+async def test_release_after_a_helper_extended_goes_by_the_token(
+    store: MemoryStore, make_lock: Callable[..., AsyncLock]
+) -> None:
+    hooked = AsyncHooked(async_face(store))
+    lock, helper = make_lock(store=hooked), make_lock()
+    await lock.acquire()
+    await helper.extend(5, token=lock.token)  # a keepalive: the item's cas changed under the owner
+    await lock.release()
+    assert [name for name, _ in hooked.calls] == ["add_cas", "delete_cas", "gets", "cas"]
+    assert store.get("lock:report") is None
+
+
+# -- extend ---------------------------------------------------------------------------
+
+
+async def test_extend_adds_to_the_remaining_time(
+    make_lock: Callable[..., AsyncLock], clock: FakeClock
+) -> None:
+    holder, other = make_lock(timeout=2), make_lock()
+    taken_at = clock()
+    await holder.acquire()
+    clock.advance(1.5)
+    await holder.extend(3)  # 0.5 left + 3
+    clock.now = taken_at + 2 + 3 - 0.001
+    assert not await other.acquire(blocking=False)
+    assert await holder.owned()
+    clock.advance(3)
+    assert await other.acquire(blocking=False)
+
+
+async def test_extend_with_replace_ttl_sets_the_remaining_time(
+    make_lock: Callable[..., AsyncLock], clock: FakeClock
+) -> None:
+    holder, other = make_lock(timeout=30), make_lock()
+    await holder.acquire()
+    await holder.extend(1, replace_ttl=True)
+    clock.advance(0.999)
+    assert not await other.acquire(blocking=False)
+    clock.advance(2)  # freed at most ceil(1) + 1 seconds later, not after 30
+    assert await other.acquire(blocking=False)
+
+
+async def test_extend_then_a_lapsed_release(
+    make_lock: Callable[..., AsyncLock], clock: FakeClock
+) -> None:
+    lock = make_lock(timeout=10)
+    await lock.acquire()
+    clock.advance(8)
+    await lock.extend(10)  # 2 s left + 10
+    clock.advance(11)
+    assert await lock.owned()
+    await lock.extend(5, replace_ttl=True)
+    clock.advance(7.5)  # past ceil(5) + 1: memcached dropped it
+    assert not await lock.locked()
+    with pytest.raises(LockNotOwnedError):
+        await lock.release()
+    assert lock.token is None
+
+
+async def test_extending_a_lapsed_lock_raises(
+    make_lock: Callable[..., AsyncLock], clock: FakeClock
+) -> None:
+    lock = make_lock(timeout=1)
+    await lock.acquire()
+    clock.advance(3)
+    with pytest.raises(LockNotOwnedError):
+        await lock.extend(10)
+    assert lock.token is None
+
+
+async def test_extend_needs_a_positive_time(make_lock: Callable[..., AsyncLock]) -> None:
+    lock = make_lock()
+    await lock.acquire()
+    with pytest.raises(ConfigurationError):
+        await lock.extend(0, replace_ttl=True)
+
+
+# -- blocking: back-off, timeouts, events ------------------------------------------
+
+
+def test_backoff_grows_to_its_cap_with_jitter_in_the_upper_half() -> None:
+    backoff = Backoff(initial=0.01, maximum=0.1, multiplier=2)
+    low = [backoff.delay(n, lambda: 0.0) for n in range(6)]
+    high = [backoff.delay(n, lambda: 1.0) for n in range(6)]
+    assert high == near([0.01, 0.02, 0.04, 0.08, 0.1, 0.1])
+    assert low == near([h / 2 for h in high])
+    assert backoff.delay(10_000, lambda: 1.0) == near(0.1)  # no overflow
+
+
+@pytest.mark.parametrize(
+    "kwargs", [{"initial": 0}, {"maximum": -1}, {"initial": 1, "maximum": 0.5}, {"multiplier": 0.5}]
+)
+def test_backoff_validates(kwargs: dict[str, float]) -> None:
+    with pytest.raises(ConfigurationError):
+        Backoff(**kwargs)
+
+
+async def test_blocking_acquire_waits_with_backoff_until_the_holder_lapses(
+    make_lock: Callable[..., AsyncLock], clock: FakeClock, events: list[object]
+) -> None:
+    holder = make_lock(timeout=1)
+    await holder.acquire()
+    waiter = make_lock(backoff=Backoff(initial=0.01, maximum=0.2), rng=lambda: 1.0)
+    start = clock()
+    assert await waiter.acquire() is True
+    # Sleeps double up to the cap, and the lock is taken once memcached drops it.
+    assert clock.sleeps[:6] == near([0.01, 0.02, 0.04, 0.08, 0.16, 0.2])
+    assert max(clock.sleeps) <= 0.2
+    assert 1 <= clock() - start <= 2 + 0.2
+    assert events == [LockWaited("lock:report", near(clock() - start))]
+
+
+async def test_blocking_timeout_bounds_the_wait_exactly(
+    make_lock: Callable[..., AsyncLock], clock: FakeClock, events: list[object]
+) -> None:
+    await make_lock(timeout=60).acquire()
+    waiter = make_lock(blocking_timeout=0.5)
+    start = clock()
+    assert await waiter.acquire() is False
+    assert sum(clock.sleeps) == near(0.5)  # the last sleep is cut to the deadline
+    assert events == [LockTimedOut("lock:report", near(0.5))]
+    assert clock() - start == near(0.5)
+
+
+async def test_non_blocking_acquire_tries_once(
+    make_lock: Callable[..., AsyncLock], clock: FakeClock, store: MemoryStore
+) -> None:
+    await make_lock().acquire()
+    hooked = AsyncHooked(async_face(store))
+    assert await make_lock(store=hooked, blocking=False).acquire() is False
+    assert hooked.calls == [("add_cas", "lock:report")]
+    assert clock.sleeps == []
+
+
+async def test_acquire_arguments_override_the_defaults(
+    make_lock: Callable[..., AsyncLock], clock: FakeClock
+) -> None:
+    await make_lock(timeout=60).acquire()
+    waiter = make_lock(blocking=False)
+    assert await waiter.acquire(blocking=True, blocking_timeout=0.25) is False
+    assert sum(clock.sleeps) == near(0.25)
+
+
+async def test_an_event_hook_that_raises_does_not_break_the_lock(
+    make_lock: Callable[..., AsyncLock], caplog: pytest.LogCaptureFixture
+) -> None:
+    await make_lock(timeout=60).acquire()
+
+    def broken(event: object) -> None:
+        raise RuntimeError("receiver bug")
+
+    assert await make_lock(blocking_timeout=0.1, on_event=broken).acquire() is False
+    assert "event hook failed" in caplog.text
+
+
+# -- context manager and decorator ----------------------------------------------------
+
+
+async def test_context_manager_holds_the_lock_for_the_block(
+    make_lock: Callable[..., AsyncLock],
+) -> None:
+    lock = make_lock()
+    async with lock as held:
+        assert held is lock
+        assert await lock.owned()
+    assert not await lock.locked()
+
+
+async def test_context_manager_releases_when_the_block_raises(
+    make_lock: Callable[..., AsyncLock],
+) -> None:
+    lock = make_lock()
+    with pytest.raises(ZeroDivisionError):
+        async with lock:
+            1 / 0  # noqa: B018
+    assert not await lock.locked()
+
+
+async def test_context_manager_raises_when_the_lock_is_not_acquired(
+    make_lock: Callable[..., AsyncLock],
+) -> None:
+    await make_lock().acquire()
+    with pytest.raises(LockTimeoutError, match=r"within 0.2s"):
+        async with make_lock(blocking_timeout=0.2):
+            pytest.fail("the block must not run")
+    with pytest.raises(LockTimeoutError, match="it is held"):
+        async with make_lock(blocking=False):
+            pytest.fail("the block must not run")
+
+
+async def test_context_manager_reports_a_lock_that_lapsed_inside_the_block(
+    make_lock: Callable[..., AsyncLock], clock: FakeClock
+) -> None:
+    with pytest.raises(LockNotOwnedError, match="outlived the lock timeout"):
+        async with make_lock(timeout=1):
+            clock.advance(5)
+
+
+async def test_decorator_takes_a_fresh_owner_per_call(
+    make_lock: Callable[..., AsyncLock],
+) -> None:
+    lock = make_lock(blocking=False)
+
+    @lock
+    async def critical(depth: int) -> str:
+        assert await lock.locked()
+        assert lock.token is None  # the decorating object itself never owns the lock
+        if depth:
+            with pytest.raises(LockTimeoutError):
+                await critical(depth - 1)  # a second owner is refused, not let in
+        return "done"
+
+    assert await critical(1) == "done"
+    assert await critical(0) == "done"  # released after every call
+    assert critical.__name__ == "critical"
+    assert not await lock.locked()
+
+
+async def test_with_and_the_decorator_release_on_the_way_out(
+    make_lock: Callable[..., AsyncLock],
+) -> None:
+    lock = make_lock(blocking=False)
+    inside: list[bool] = []
+
+    @lock
+    async def job(n: int) -> int:
+        inside.append(await lock.copy().acquire(blocking=False))
+        return n * 2
+
+    async with lock as held:
+        assert held is lock
+        assert await lock.owned()
+    assert not await lock.locked()
+    with pytest.raises(RuntimeError):
+        async with lock:
+            raise RuntimeError("the block failed")
+    assert not await lock.locked()  # released all the same
+    assert await job(2) == 4
+    assert await job(3) == 6
+    assert not await lock.locked()
+    assert inside == [False, False]  # held during each call, by a fresh owner
+
+
+# -- the strict view and real memcached ----------------------------------------------
+
+
+def test_memory_store_is_its_own_authoritative_view(store: MemoryStore) -> None:
+    backend = async_face(store)
+    assert authoritative(backend) is backend
+
+
+@pytest.fixture(params=["meta", "text"])
+def cluster(
+    memcached_1: list[MemcachedServer], request: pytest.FixtureRequest
+) -> Iterator[Cluster]:
+    flush(memcached_1)
+    cluster = Cluster([memcached_1[0].spec], ClusterOptions(protocol=request.param))
+    yield cluster
+    cluster.close()
+
+
+def test_cluster_locks_use_a_strict_view_sharing_health(cluster: Cluster) -> None:
+    backend = async_face(cluster)
+    strict = authoritative(backend)
+    assert strict is not backend
+    assert strict.options.raise_errors
+    assert not backend.options.raise_errors  # ordinary traffic still degrades
+    assert strict.health() == backend.health()
+    assert authoritative(strict) is strict
+
+
+async def test_real_memcached_release_deletes_with_cas_and_negative_exptime(
+    cluster: Cluster,
+) -> None:
+    backend = async_face(cluster)
+    lock = AsyncLock(backend, "lock:real", 10)
+    assert await lock.acquire(blocking=False)
+    assert await AsyncLock(backend, "lock:real", 10).acquire(blocking=False) is False  # NOT_STORED
+    await lock.release()
+    assert await backend.get("lock:real") is None
+
+
+async def test_real_memcached_never_deletes_a_lapsed_lock_another_owner_took(
+    cluster: Cluster,
+) -> None:
+    backend = async_face(cluster)
+    late, new = AsyncLock(backend, "lock:lapsed", 1), AsyncLock(backend, "lock:lapsed", 10)
+    assert await late.acquire(blocking=False)
+    await late.extend(1, replace_ttl=True)  # the fast path's new cas, then a lapse
+    # exptime ceil(1) + 1: gone within about 2 s on memcached's whole-second clock, whose
+    # tick a busy machine delays: wait for the lapse itself (a hang guard of 10 s).
+    for _ in range(200):
+        if await backend.get("lock:lapsed") is None:
+            break
+        await async_sleep(0.05)
+    assert await new.acquire(blocking=False)
+    with pytest.raises(LockNotOwnedError, match="another owner may hold it"):
+        await late.release()
+    assert await new.owned()
+    await new.release()
+    assert await backend.get("lock:lapsed") is None
+
+
+async def test_the_protocol_on_memcached(cluster: Cluster) -> None:
+    backend = async_face(cluster)
+    lock, other = AsyncLock(backend, "job", timeout=5), AsyncLock(backend, "job", timeout=5)
+    assert await lock.acquire()
+    assert await other.acquire(blocking=False) is False
+    await lock.extend(5)
+    assert await lock.owned()
+    await lock.release()
+    assert not await lock.locked()
+    async with other:
+        assert await other.owned()
+    assert not await other.locked()
+
+
+async def test_a_token_handed_over_extends_and_releases(cluster: Cluster) -> None:
+    backend = async_face(cluster)
+    lock = AsyncLock(backend, "lock:handed-over", 10)
+    assert await lock.acquire()
+    token = lock.token
+    assert token is not None
+    await AsyncLock(backend, "lock:handed-over", 10).extend(20, replace_ttl=True, token=token)
+    assert 18 <= (ttl_over_meta(cluster, "lock:handed-over") or 0) <= 22
+    await AsyncLock(backend, "lock:handed-over", 10).release(token=token)
+    assert await backend.get("lock:handed-over") is None
+    with pytest.raises(LockNotOwnedError):
+        await lock.release()  # the owner learns it is gone
+
+
+async def test_unreachable_server_raises_instead_of_looking_held() -> None:
+    cluster = Cluster([f"127.0.0.1:{free_port()}"])  # nobody listens: refused at once
+    backend = async_face(cluster)
+    lock = AsyncLock(backend, "lock:down", 10, blocking_timeout=5)
+    with pytest.raises(NodeUnavailableError, match="cannot acquire lock 'lock:down'") as caught:
+        await lock.acquire()
+    assert caught.value.node == cluster.servers[0].node
+    with pytest.raises(NodeUnavailableError, match="cannot inspect lock"):
+        await lock.locked()
+    assert await backend.get("lock:down") is None  # ordinary reads still degrade to a miss

@@ -1,0 +1,1 @@
+"""Generated from ../_async by scripts/generate_sync.py: do not edit the tests here."""

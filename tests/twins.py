@@ -1,0 +1,27 @@
+"""Hand-written pairs for the tests written once in asyncio (``tests/**/_async/``).
+
+scripts/generate_sync.py turns ``async_name`` into ``name`` when it generates a test's sync
+form (``tests/**/_sync/``): where the two forms need different objects, the asyncio source
+calls ``async_<name>`` from here and its sync form calls ``<name>``.  The tests keep the
+sync store they inspect (``store``, ``cluster``) and hand a pattern its face.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django_mcpatterns.core.cluster import Cluster
+from django_mcpatterns.core.memory import AsyncMemoryStore
+
+
+def async_face(store: Any) -> Any:
+    """The asyncio face of a sync store: a Cluster's twin (``Cluster.aio``, same servers
+    and health), or the embedded store (or a test's wrapper of it) as an AsyncMemoryStore."""
+    if isinstance(store, Cluster):
+        return store.aio
+    return AsyncMemoryStore(store)
+
+
+def face(store: Any) -> Any:
+    """The sync form of :func:`async_face`: the store itself."""
+    return store
