@@ -60,6 +60,8 @@ static PyMethodDef functions[] = {
      "hits(parts, given, cas, stale, refused, envelope): the fetched items by key as given."},
     {"trip", (PyCFunction)(void (*)(void))speedups_trip, METH_FASTCALL,
      "trip(cluster, node, request, decode, failed, admission): AsyncCluster's round trip."},
+    {"resolve", speedups_resolve, METH_VARARGS,
+     "resolve(waiters, result): a batch's result to its waiters, one loop callback for all."},
     {"bind_trip", speedups_bind_trip, METH_VARARGS,
      "bind_trip(Batch, CancelledError, get_running_loop, answered, MISS, armed) (aio.py)."},
     {NULL},
@@ -100,7 +102,8 @@ PyInit__speedups(void)
     if (PyType_Ready(&ReaderType) < 0 || PyType_Ready(&MakerType) < 0
         || PyType_Ready(&TripType) < 0
         || PyType_Ready(&ValueDecoderType) < 0
-        || PyType_Ready(&RunnerType) < 0)
+        || PyType_Ready(&RunnerType) < 0
+        || PyType_Ready(&WaiterType) < 0 || PyType_Ready(&WakeupsType) < 0)
         return NULL;
     PyObject *module = PyModule_Create(&module_def);
     if (module == NULL)
@@ -110,6 +113,7 @@ PyInit__speedups(void)
         || PyModule_AddObjectRef(module, "Trip", (PyObject *)&TripType) < 0
         || PyModule_AddObjectRef(module, "ValueDecoder", (PyObject *)&ValueDecoderType) < 0
         || PyModule_AddObjectRef(module, "Runner", (PyObject *)&RunnerType) < 0
+        || PyModule_AddObjectRef(module, "Waiter", (PyObject *)&WaiterType) < 0
         || PyModule_AddIntConstant(module, "ABI", ABI) < 0
         || PyModule_AddIntConstant(module, "MAX_VALUE_LENGTH", MAX_VALUE_LENGTH) < 0) {
         Py_DECREF(module);

@@ -97,6 +97,12 @@ extern PyTypeObject TripType, ValueDecoderType, RunnerType;
 PyObject *speedups_trip(PyObject *module, PyObject *const *args, Py_ssize_t n);
 PyObject *speedups_bind_trip(PyObject *module, PyObject *args);
 
+/* waiter.c */
+extern PyTypeObject WaiterType, WakeupsType;
+PyObject *waiter_new(PyObject *loop);
+int waiter_outcome(PyObject *waiter, PyObject **result);
+PyObject *speedups_resolve(PyObject *module, PyObject *args);
+
 /* io.c */
 PyObject *reader_request(Reader *r, PyObject *args);
 PyObject *reader_send(Reader *r, PyObject *args);

@@ -41,7 +41,8 @@ typedef struct {
     PyObject *cluster, *node, *request, *decode, *failed, *admission;
     PyObject *kb;       /* the key's wire bytes (WAIT) */
     PyObject *channel;  /* the channel the key was queued on (WAIT) */
-    PyObject *it;       /* the future's iterator (WAIT) */
+    PyObject *it;       /* the future's iterator (WAIT, an asyncio future) */
+    PyObject *waiter;   /* the Waiter (WAIT, a Waiter: waiter.c) */
     PyObject *sub;      /* the coroutine delegated to (SUB) */
     int state;
 } Trip;
@@ -58,6 +59,7 @@ trip_drop(Trip *t)
     Py_CLEAR(t->kb);
     Py_CLEAR(t->channel);
     Py_CLEAR(t->it);
+    Py_CLEAR(t->waiter);
     Py_CLEAR(t->sub);
 }
 
@@ -84,6 +86,7 @@ trip_delegate(Trip *t, PyObject *coro, PyObject **result)
     if (coro == NULL)
         return trip_done(t, PYGEN_ERROR);
     Py_CLEAR(t->it);
+    Py_CLEAR(t->waiter);
     Py_XSETREF(t->sub, coro);
     t->state = SUB;
     return trip_sub_send(t, Py_None, result);
@@ -321,16 +324,14 @@ trip_plain(Trip *t)
     return ok;
 }
 
-/* A future of `loop`: asyncio's Future made here when the loop's create_future() is
- * asyncio's own (which makes just that), else the loop's. */
+/* A future of `loop`: a Waiter (waiter.c) when the loop's create_future() is asyncio's
+ * own (which makes a plain Future), else the loop's own kind. */
 static PyObject *
 new_future(PyObject *loop)
 {
     PyObject *make = _PyType_Lookup(Py_TYPE(loop), T.s_create_future);
-    if (make == T.create_future) {
-        PyObject *args[] = {loop};
-        return PyObject_Vectorcall(T.Future, args, 0, T.k_loop);
-    }
+    if (make == T.create_future)
+        return waiter_new(loop);
     return PyObject_CallMethodNoArgs(loop, T.s_create_future);
 }
 
@@ -474,6 +475,14 @@ trip_start(Trip *t, PyObject **result)
     Py_DECREF(cas);
     if (waiter == NULL)
         return trip_failed(t, result);
+    t->state = WAIT;
+    if (Py_IS_TYPE(waiter, &WaiterType)) {  /* yielded as it is: a task waits on it */
+        PyObject *res;
+        int done = waiter_outcome(waiter, &res);  /* pending: marked blocking */
+        t->waiter = waiter;
+        return trip_after(t, done > 0 ? PYGEN_RETURN : done < 0 ? PYGEN_ERROR : PYGEN_NEXT,
+                          done ? res : Py_NewRef(waiter), result);
+    }
     PyAsyncMethods *am = Py_TYPE(waiter)->tp_as_async;
     t->it = am && am->am_await ? am->am_await(waiter) : PyObject_GetIter(waiter);
     Py_DECREF(waiter);
@@ -494,6 +503,11 @@ trip_am_send(Trip *t, PyObject *arg, PyObject **result)
     case NEW:
         return trip_start(t, result);
     case WAIT:
+        if (t->waiter != NULL) {
+            int done = waiter_outcome(t->waiter, &res);
+            r = done > 0 ? PYGEN_RETURN : done < 0 ? PYGEN_ERROR : PYGEN_NEXT;
+            return trip_after(t, r, done ? res : Py_NewRef(t->waiter), result);
+        }
         r = PyIter_Send(t->it, arg, &res);
         return trip_after(t, r, res, result);
     case SUB:
@@ -631,6 +645,7 @@ trip_traverse(Trip *t, visitproc visit, void *arg)
     Py_VISIT(t->kb);
     Py_VISIT(t->channel);
     Py_VISIT(t->it);
+    Py_VISIT(t->waiter);
     Py_VISIT(t->sub);
     return 0;
 }
@@ -698,7 +713,7 @@ speedups_trip(PyObject *module, PyObject *const *args, Py_ssize_t n)
                            &t->admission};
     for (int i = 0; i < 6; i++)
         *fields[i] = Py_NewRef(args[i]);
-    t->kb = t->channel = t->it = t->sub = NULL;
+    t->kb = t->channel = t->it = t->waiter = t->sub = NULL;
     t->state = NEW;
     PyObject_GC_Track(t);
     return (PyObject *)t;

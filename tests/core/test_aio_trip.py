@@ -13,6 +13,7 @@ twins on generated input.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -176,6 +177,41 @@ def test_a_connection_lost_mid_batch_degrades_or_is_unknown(
             return degraded, await twin.get("t:lost")
 
         assert run(work) == ("default", b"v")
+
+
+def test_each_task_wakes_in_its_own_context_and_timeouts_cancel(
+    memcached_1: list[MemcachedServer], path: str
+) -> None:
+    """A batch's tasks are woken together (one loop callback on the compiled path), each in
+    its own context; a timeout around a get cancels it as it cancels any await."""
+    flush(memcached_1)
+    mine: contextvars.ContextVar[int] = contextvars.ContextVar("mine")
+    twin = AsyncCluster([memcached_1[0].spec])
+
+    async def one(i: int) -> tuple[int, Any]:
+        mine.set(i)
+        found = await twin.get(f"t:ctx{i % 7}")
+        return mine.get(), found
+
+    async def work() -> Any:
+        await twin.set_many({f"t:ctx{i}": i for i in range(7)})
+        seen = await asyncio.gather(*(one(i) for i in range(50)))
+        with Proxy(memcached_1[0].port) as proxy:
+            proxy.delay = 0.5  # the reply comes long after the deadline
+            slow = AsyncCluster([proxy.spec], ClusterOptions(timeout=5))
+            await slow.set("t:ctx0", 0)
+            with pytest.raises(TimeoutError):
+                await asyncio.wait_for(slow.get("t:ctx0"), 0.05)
+            with pytest.raises(TimeoutError):
+                async with asyncio.timeout(0.05):
+                    await slow.get("t:ctx0")
+            after = await slow.get("t:ctx0")  # the connection is still in step
+            await slow.close()
+        return seen, after
+
+    seen, after = run(work)
+    assert seen == [(i, i % 7) for i in range(50)]
+    assert after == 0
 
 
 # -- the compiled pieces against their Python twins ------------------------------------------

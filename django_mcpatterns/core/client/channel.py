@@ -49,6 +49,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..protocol.compiled import Reader, encode
+from ..protocol.compiled import resolve as resolve_all
 from ..protocol.wire import NEED_DATA, ErrorReply, Get, Request, Value
 from . import epochs
 from .transport import (
@@ -133,10 +134,8 @@ class Batch(_Item):
         (reply,) = self.replies
         if type(reply) is list:
             self.values = {value.key: value for value in reply}
-        result = self if type(reply) is list else reply  # an ErrorReply: each caller judges it
-        for waiter in self.waiters:
-            if not waiter.done():
-                waiter.set_result(result)
+        # An ErrorReply: each caller judges it.  A cancelled caller's waiter is dropped.
+        resolve_all(self.waiters, self if type(reply) is list else reply)
 
 
 def _encode(requests: Sequence[Request[Any]]) -> bytes:

@@ -24,10 +24,11 @@ the pure-Python path.
 :func:`keyed`, :func:`grouped`, :func:`decoded`, :func:`hits`
     A multi-key command's bookkeeping: its keys' wire bytes, grouped by server,
     its values by key, then by the keys as given.
-:func:`async_trip`, :func:`async_runner`
+:func:`async_trip`, :func:`async_runner`, :func:`resolve`
     AsyncCluster's round trip of a lone get/gets on a healthy server, as one C
     awaitable (``src/speedups/trip.c``), or None on the pure-Python path; and its
-    ``run`` method, whose hot path makes that awaitable in C.
+    ``run`` method, whose hot path makes that awaitable in C; a batch's result handed
+    to its waiters (the compiled ones' tasks woken from one loop callback).
 :func:`placed`, :data:`new_call`, :func:`value_decoder`
     A key's wire and ring bytes, a plan's Call and a get's decoder, made in C on
     the hot path (a plain key, a Call's five fields, an item of a plain format).
@@ -77,6 +78,7 @@ __all__ = [
     "new_get",
     "new_store",
     "placed",
+    "resolve",
     "value_decoder",
     "why_pure",
 ]
@@ -215,6 +217,20 @@ def async_trip(
     collections.abc.Coroutine.register(speedups.Trip)
     trip: Callable[..., Coroutine[Any, Any, Any]] = speedups.trip
     return trip
+
+
+def resolve_in_python(waiters: list[Any], result: Any) -> None:
+    """Each waiter still pending gets ``result`` (a cancelled caller's is dropped)."""
+    for waiter in waiters:
+        if not waiter.done():
+            waiter.set_result(result)
+
+
+# A batch's result to its waiters: in C, the compiled get's waiters (src/speedups/waiter.c)
+# wake their tasks from one loop callback instead of one each.
+resolve: Callable[[list[Any], Any], None] = (
+    speedups.resolve if speedups is not None else resolve_in_python
+)
 
 
 def async_runner(run: Callable[..., Any]) -> Callable[..., Any]:
