@@ -55,9 +55,16 @@ def path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str
     return str(request.param)
 
 
-def run(work: Callable[[], Awaitable[Any]]) -> Any:
+def run(work: Callable[[], Awaitable[Any]], *clusters: AsyncCluster) -> Any:
+    """``work()`` in a loop of its own; the clusters' connections closed after it."""
+
     async def main() -> Any:
-        return await work()
+        try:
+            return await work()
+        finally:
+            for cluster in clusters:
+                await cluster.close()
+            await asyncio.sleep(0)  # the transports' closing callbacks
 
     return asyncio.run(main())
 
@@ -92,12 +99,13 @@ def test_gets_answer_alike_on_both_paths(memcached_1: list[MemcachedServer], pat
         tokens = [(await twin.gets(key))[0] for key in keys]
         return one_by_one, together, tokens
 
-    one_by_one, together, tokens = run(work)
+    one_by_one, together, tokens = run(work, twin)
     expected = [*STORED.values(), None, None, b"as it is", None]
     assert one_by_one == expected  # a refused item is a miss, left in place
     assert together == ["default" if v is None else v for v in expected]  # a miss's default
     assert tokens == expected
     assert raw.get("t:liar") == b"not a number"
+    raw.close()
 
 
 def test_the_awaitable_is_a_coroutine_to_asyncio(
@@ -122,7 +130,7 @@ def test_the_awaitable_is_a_coroutine_to_asyncio(
         closed.close()
         return first, await twin.get("t:task")
 
-    assert run(work) == (b"v", b"v")
+    assert run(work, twin) == (b"v", b"v")
 
 
 # -- cancellation --------------------------------------------------------------------------
@@ -148,7 +156,7 @@ def test_tasks_cancelled_mid_batch_leave_the_batch_and_the_connection(
             again = await asyncio.gather(*(twin.get(key) for key in keys))
             return outcomes, again
 
-        outcomes, again = run(work)
+        outcomes, again = run(work, twin)
         assert len(proxy.connections) == 1  # no cancellation cost the connection
     for i, (key, outcome) in enumerate(zip(keys, outcomes, strict=True)):
         if i % 3:
@@ -176,7 +184,7 @@ def test_a_connection_lost_mid_batch_degrades_or_is_unknown(
                 await twin.strict().get("t:lost")
             return degraded, await twin.get("t:lost")
 
-        assert run(work) == ("default", b"v")
+        assert run(work, twin) == ("default", b"v")
 
 
 def test_each_task_wakes_in_its_own_context_and_timeouts_cancel(
@@ -209,7 +217,7 @@ def test_each_task_wakes_in_its_own_context_and_timeouts_cancel(
             await slow.close()
         return seen, after
 
-    seen, after = run(work)
+    seen, after = run(work, twin)
     assert seen == [(i, i % 7) for i in range(50)]
     assert after == 0
 
