@@ -22,7 +22,10 @@ The round trip
     (a request queued but never written is :class:`~.channel.NotSentError`:
     certainly not applied), observation and outcome judging
     (:mod:`.outcomes`); several servers at once (:meth:`_parallel`) queue
-    every request before awaiting any reply, without tasks.
+    every request before awaiting any reply, without tasks.  Where the compiled
+    hot path is built, :meth:`run` and ``_trip``'s commonest case (a healthy
+    server's lone ``get``/``gets``, nothing observed) run in C as one awaitable
+    (``src/speedups/trip.c``), which hands everything else to these methods.
 Cancellation
     A cancelled task's request still gets its reply read by the channel and
     dropped, so a cancellation never leaves a connection out of step.
