@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import datetime
 import logging
-import random
 import re
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -49,6 +48,7 @@ from ..binding import (
     bind_cluster,
     bind_embedded,
 )
+from ..core import chance
 from ..core.aio import AsyncCluster
 from ..core.cluster import Cluster
 from ..core.exceptions import (
@@ -113,7 +113,7 @@ class PatternsCache(PatternMethods, BaseCache):
         *,
         clock: Callable[[], float] = time.time,
         sleep: Callable[[float], object] = time.sleep,
-        rng: Callable[[], float] = random.random,
+        rng: Callable[[], float] = chance.uniform,
         secret_key: str | bytes | None = None,
     ) -> None:
         super().__init__(
@@ -365,7 +365,7 @@ class KetamaMemcachedCache(PatternsCache):
         *,
         clock: Callable[[], float] = time.time,
         sleep: Callable[[float], object] = time.sleep,
-        rng: Callable[[], float] = random.random,
+        rng: Callable[[], float] = chance.uniform,
         secret_key: str | bytes | None = None,
         **options: Any,
     ) -> None:
@@ -434,7 +434,7 @@ class LocMemPatternsCache(PatternsCache):
         *,
         clock: Callable[[], float] = time.time,
         sleep: Callable[[float], object] = time.sleep,
-        rng: Callable[[], float] = random.random,
+        rng: Callable[[], float] = chance.uniform,
         secret_key: str | bytes | None = None,
         **options: Any,
     ) -> None:

@@ -12,7 +12,6 @@ report with its evidence.
 from __future__ import annotations
 
 import logging
-import random
 import time
 from collections.abc import Callable
 from typing import Any
@@ -24,6 +23,7 @@ from django_mcpatterns.core import stamps
 from django_mcpatterns.core.refresh import RefreshQueueFull, RefreshRunner
 from django_mcpatterns.core.store import Store
 
+from ..core import chance
 from . import observe
 from .rows import unpack
 
@@ -72,7 +72,7 @@ def sample(
     compute: Callable[[], Any],
 ) -> None:
     """Maybe (at ``rate``) queue an audit of a hit of ``plan`` read from ``store``."""
-    if rate <= 0 or random.random() >= rate:
+    if rate <= 0 or chance.uniform() >= rate:
         return
     try:
         _background(lambda: _check(store, plan, label, cached, compute))

@@ -1,9 +1,10 @@
-"""AsyncStampede: the issue's targets with real tasks on one event loop (AsyncMemoryStore).
+"""AsyncStampede alone: the issue's targets with real tasks on one event loop (AsyncMemoryStore).
 
-The algorithm is the sync one (generated from the same source, see
-tests/test_generated.py); these tests prove what only asyncio can break: waiters
-that must not block the loop, a winner cancelled mid-compute, the keepalive and
-background refreshes as tasks, and a plain (ORM-using) compute run off the loop.
+The algorithm's behaviour is tested once for both forms, in asyncio, by
+``tests/core/patterns/_async/test_stampede.py`` (its sync form generated beside
+it); these tests prove what only asyncio can break: waiters that must not block
+the loop, a winner cancelled mid-compute, the keepalive and background refreshes
+as tasks, and a plain (ORM-using) compute run off the loop.
 """
 
 from __future__ import annotations
@@ -266,23 +267,6 @@ def test_mark_stale_then_one_recompute_while_the_others_are_served_the_old_value
     assert marked
     assert sorted(values) == ["new"] + ["old"] * 9
     assert fresh.calls == 1
-
-
-def test_recompute_and_read() -> None:
-    _, store = stores()
-
-    async def scenario() -> tuple[Any, Any, Any]:
-        stampede = AsyncStampede(store)
-        missing = await stampede.read(KEY)
-        value = await stampede.recompute(KEY, Computes("now"), 60)
-        found = await stampede.read(KEY)
-        return missing, value, found
-
-    missing, value, found = run(scenario)
-    assert missing is None
-    assert value == "now"
-    assert found is not None
-    assert found.value == "now"
 
 
 def test_async_get_or_set_fills_under_a_lease() -> None:

@@ -1,7 +1,7 @@
 """get_or_compute under failure: shared failures, waits that end, keepalive, background jobs.
 
 On the in-process MemoryStore and one fake clock, with deterministic
-interleavings as in ``test_stampede.py``; real threads and processes on real
+interleavings as in ``patterns/_async/test_stampede.py``; real threads and processes on real
 memcached are in ``test_stampede_failures_real.py``.
 """
 

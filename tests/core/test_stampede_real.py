@@ -1,6 +1,6 @@
 """get_or_compute on real memcached: request counts per path, and real processes.
 
-The algorithm is proven step by step on a fake clock in ``test_stampede.py``;
+The algorithm is proven step by step on a fake clock in ``patterns/_async/test_stampede.py``;
 here a 3-server cluster shows what the servers see (requests per path, the
 envelope read by a plain client, the TTL memcached holds), and one smoke test
 runs 16 callers in 4 processes through a cold miss and a soft expiry.

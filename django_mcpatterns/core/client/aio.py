@@ -43,7 +43,6 @@ from __future__ import annotations
 import asyncio
 import copy
 import dataclasses
-import random
 import time
 from asyncio import get_running_loop
 from collections.abc import Callable, Coroutine, Sequence
@@ -51,6 +50,7 @@ from functools import partial
 from time import perf_counter_ns
 from typing import Any, TypeVar
 
+from .. import chance
 from ..protocol.compiled import async_runner, async_trip
 from ..protocol.plans import MISS, Call, Each, FanOut, Forget, HomeToken, Plan, install
 from ..protocol.replies import not_supported, refused_in
@@ -89,7 +89,7 @@ class AsyncCluster(Driver, AsyncStore, AsyncTokenStore, AsyncLeaseStore):
         serde: Serde = None,
         on_node_event: Callable[[NodeEvent], object] | None = None,
         clock: Callable[[], float] = time.monotonic,
-        rng: Callable[[], float] = random.random,
+        rng: Callable[[], float] = chance.uniform,
     ) -> None:
         options = options or ClusterOptions()
         shared = Shared(servers, options, serde, clock, rng)

@@ -30,12 +30,12 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import random
 import time
 from collections.abc import Callable, Sequence
 from time import perf_counter_ns
 from typing import Any, TypeVar
 
+from .. import chance
 from ..observe import Observer, Sink
 from ..protocol.compiled import encode
 from ..protocol.plans import MISS, Call, Each, FanOut, Forget, HomeToken, Plan, install
@@ -85,7 +85,7 @@ class Cluster(Driver, Store, TokenStore, LeaseStore):
         serde: Serde = None,
         on_node_event: Callable[[NodeEvent], object] | None = None,
         clock: Callable[[], float] = time.monotonic,
-        rng: Callable[[], float] = random.random,
+        rng: Callable[[], float] = chance.uniform,
     ) -> None:
         options = options or ClusterOptions()
         shared = Shared(servers, options, serde, clock, rng)

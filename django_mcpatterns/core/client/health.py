@@ -41,11 +41,12 @@ Held
 
 from __future__ import annotations
 
-import random
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
+
+from .. import chance
 
 __all__ = [
     "HELD_WAIT",
@@ -149,7 +150,7 @@ class NodeHealth:
         dead_timeout: float,
         clock: Callable[[], float],
         report: Callable[[NodeEvent], object],
-        rng: Callable[[], float] = random.random,
+        rng: Callable[[], float] = chance.uniform,
         back: Callable[[NodeEvent], object] | None = None,
     ) -> None:
         self.node = node

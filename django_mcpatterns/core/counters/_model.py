@@ -41,6 +41,8 @@ import random
 from dataclasses import dataclass
 from typing import Final
 
+from .. import chance
+
 __all__ = ["ENTER", "EXIT", "ROTATE", "Flight", "fresh", "unpack"]
 
 ENTER: Final = 1 << 20
@@ -79,5 +81,5 @@ def unpack(value: int) -> Flight:
 
 def fresh(entered: int = 0, rng: random.Random | None = None) -> int:
     """A new flight record's value: a random incarnation, ``entered`` writers in flight."""
-    incarnation = (rng or random).randrange(1, _INCARNATIONS)
+    incarnation = (rng or chance.generator).randrange(1, _INCARNATIONS)
     return (incarnation << 40) + entered * ENTER

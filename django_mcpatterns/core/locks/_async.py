@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import random
 import time
 from collections.abc import Callable
 from typing import Any, cast
@@ -35,6 +34,7 @@ from django_mcpatterns.core.keys import Key, placed
 from django_mcpatterns.core.outages import WriteDegraded, degrades
 from django_mcpatterns.core.store import AsyncStore, CasToken
 
+from .. import chance
 from ._model import (
     DEFAULT_TIMEOUT,
     MAX_TIMEOUT,
@@ -108,7 +108,7 @@ class AsyncLock:
         backoff: Backoff | None = None,
         clock: Callable[[], float] = time.monotonic,
         sleep: AsyncSleeper = async_sleep,
-        rng: Callable[[], float] = random.random,
+        rng: Callable[[], float] = chance.uniform,
         on_event: EventHook | None = None,
         thread_local: bool = True,
     ) -> None:

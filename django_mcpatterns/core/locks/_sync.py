@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import random
 import time
 from collections.abc import Callable
 from typing import Any, cast
@@ -36,6 +35,7 @@ from django_mcpatterns.core.keys import Key, placed
 from django_mcpatterns.core.outages import WriteDegraded, degrades
 from django_mcpatterns.core.store import CasToken, Store
 
+from .. import chance
 from ._model import (
     DEFAULT_TIMEOUT,
     MAX_TIMEOUT,
@@ -109,7 +109,7 @@ class Lock:
         backoff: Backoff | None = None,
         clock: Callable[[], float] = time.monotonic,
         sleep: Sleeper = sleep,
-        rng: Callable[[], float] = random.random,
+        rng: Callable[[], float] = chance.uniform,
         on_event: EventHook | None = None,
         thread_local: bool = True,
     ) -> None:

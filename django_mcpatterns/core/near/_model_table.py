@@ -11,7 +11,6 @@ import array
 import collections
 import dataclasses
 import itertools
-import random
 import re
 import sys
 import threading
@@ -19,6 +18,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any, Final
 
+from .. import chance
 from ..client.node import watch_forks
 from ..store import CasToken
 from ..values.envelope import Envelope
@@ -37,7 +37,7 @@ REPORT_EVERY: Final = 1.0  # seconds between reports to instrumentation (on a mi
 _HALF: Final = bytes(i >> 1 for i in range(256))  # halves every counter of a sketch row
 
 
-def _below(n: int, _random: Callable[[], float] = random.random) -> int:
+def _below(n: int, _random: Callable[[], float] = chance.uniform) -> int:
     """A random index below ``n`` (``random.randrange`` checks its arguments: slower)."""
     return int(_random() * n)
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-import random
 import time
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -44,6 +43,7 @@ from django_mcpatterns.core.outages import WriteDegraded
 from django_mcpatterns.core.store import AsyncStore, AsyncTokenStore, CasToken, Claimed
 from django_mcpatterns.core.values.envelope import Envelope
 
+from .. import chance
 from ._async_steps import AsyncStampedeSteps, Held, Job, Won
 from ._model import (
     MARK_STALE_ATTEMPTS,
@@ -93,7 +93,7 @@ class AsyncStampede(AsyncStampedeSteps):
         *,
         clock: Callable[[], float] = time.time,
         sleep: AsyncSleeper = async_sleep,
-        rng: Callable[[], float] = random.random,
+        rng: Callable[[], float] = chance.uniform,
         on_event: EventHook | None = None,
     ) -> None:
         self.store = store

@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-import random
 import time
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -45,6 +44,7 @@ from django_mcpatterns.core.outages import WriteDegraded
 from django_mcpatterns.core.store import CasToken, Claimed, Store, TokenStore
 from django_mcpatterns.core.values.envelope import Envelope
 
+from .. import chance
 from ._model import (
     MARK_STALE_ATTEMPTS,
     NO_VALUE,
@@ -94,7 +94,7 @@ class Stampede(StampedeSteps):
         *,
         clock: Callable[[], float] = time.time,
         sleep: Sleeper = sleep,
-        rng: Callable[[], float] = random.random,
+        rng: Callable[[], float] = chance.uniform,
         on_event: EventHook | None = None,
     ) -> None:
         self.store = store
