@@ -37,6 +37,9 @@ T = TypeVar("T")
 NOT_TAKEN = stamps.Read(False)
 LEASE_TTL = 30
 """Seconds a fill's lease lives: a filler that died blocks others' fills that long."""
+PLANS = 4096
+"""Plans a reader keeps by their query's digest (then it starts again): a process runs
+the same few query shapes over and over."""
 
 
 SPACE = ""
@@ -55,7 +58,9 @@ class Planned:
 
     __slots__ = ("db", "label", "plan", "tables")
 
-    def __init__(self, plan: stamps.Plan, tables: set[str], db: str, label: str) -> None:
+    def __init__(
+        self, plan: stamps.Plan, tables: frozenset[str] | set[str], db: str, label: str
+    ) -> None:
         self.plan = plan
         self.tables = tables
         self.db = db
@@ -98,6 +103,7 @@ class Reader:
         self.observer = getattr(store, "observer", None)
         self._tables: dict[tuple[str, str], tuple[str, str]] = {}
         self._vendors: dict[str, str] = {}
+        self._plans: dict[str, Planned] = {}
 
     def record(self, event: str, label: str, count: int = 1) -> None:
         """Count an event (orm.stats(), the orm_event signal) and tell the cache's observer
@@ -121,18 +127,35 @@ class Reader:
     # -- planning (pure: no I/O) --
 
     def plan(self, query: Query, db: str, *extra: Any) -> Planned | None:
-        """The plan of reading ``query`` on ``db`` (``extra``: the operation), or None."""
+        """The plan of reading ``query`` on ``db`` (``extra``: the operation), or None.
+
+        The digest of the query's structure (its model, ``db`` and every value
+        included) is the key: the rest of the plan (tables, pins, stamp keys) is a
+        function of it, so it is made once per digest and reused.
+        """
         try:
             shape = shape_of(query, db, *extra)
         except Uncacheable as why:
             logger.debug("not cached: %s", why)
             return None
+        digest = shape.digest()
+        plans = self._plans
+        found = plans.get(digest)
+        if found is None:
+            found = self._planned(query, db, shape.tables, digest)
+            if found is None:
+                return None
+            if len(plans) >= PLANS:
+                plans.clear()
+            plans[digest] = found
+        return found
+
+    def _planned(self, query: Query, db: str, tables: set[str], digest: str) -> Planned | None:
         model = query.model
         if model is None:
             return None
         prefix = self.prefix
         base = model._meta.db_table
-        tables = shape.tables
         tables.add(base)
         vendor = self._vendors.get(db)
         if vendor is None:
@@ -150,8 +173,8 @@ class Reader:
                 for values in combinations
             )
             schemes = ((self.table_keys(SPACE, base)[1], scheme),)
-        plan = stamps.Plan(f"{prefix}q:{shape.digest()}", tuple(stamp_keys), schemes)
-        return Planned(plan, tables, db, model._meta.label_lower)
+        plan = stamps.Plan(f"{prefix}q:{digest}", tuple(stamp_keys), schemes)
+        return Planned(plan, frozenset(tables), db, model._meta.label_lower)
 
     def bypassed(self, planned: Planned) -> bool:
         """Read your writes: the current transaction wrote a table this read uses."""

@@ -20,23 +20,26 @@ from django.db.models.base import ModelState
 __all__ = ["pack", "unpack"]
 
 _MODELS = "mcpatterns-orm-models"
+_PREFETCHED = "_prefetched_objects_cache"
 _classes: dict[str, type[Model]] = {}
+_labels: dict[type[Model], str] = {}
 
 
 def pack(value: Any) -> Any:
     """``value`` as stored: a list of plain model instances packed, anything else as is."""
-    if (
-        type(value) is list
-        and value
-        and all(isinstance(obj, Model) and _plain(obj) for obj in value)
-    ):
-        return (_MODELS, [_pack(obj) for obj in value])
-    return value
+    if type(value) is not list or not value:
+        return value
+    for obj in value:  # rows with nothing but their fields and related rows
+        if not isinstance(obj, Model) or _PREFETCHED in obj.__dict__:
+            return value
+    return (_MODELS, [_pack(obj) for obj in value])
 
 
-def _plain(obj: Model) -> bool:
-    """Rows with nothing but their fields and related rows (no prefetched objects)."""
-    return "_prefetched_objects_cache" not in obj.__dict__
+def _label(cls: type[Model]) -> str:
+    label = _labels.get(cls)
+    if label is None:  # Options.label_lower formats it on every use
+        label = _labels[cls] = cls._meta.label_lower
+    return label
 
 
 def _pack(obj: Model) -> tuple[str, str | None, dict[str, Any], dict[str, Any]]:
@@ -48,7 +51,7 @@ def _pack(obj: Model) -> tuple[str, str | None, dict[str, Any], dict[str, Any]]:
         if cached
         else {}
     )
-    return (obj._meta.label_lower, state.db, fields, related)
+    return (_label(type(obj)), state.db, fields, related)
 
 
 def unpack(value: Any) -> Any:

@@ -28,9 +28,10 @@ from typing import Any
 from django.db.models import Field, ForeignObjectRel, Model
 from django.db.models.expressions import Col, RawSQL
 from django.db.models.functions import Now, Random
+from django.db.models.lookups import Lookup
 from django.db.models.sql import Query
 from django.db.models.sql.datastructures import BaseTable, Join
-from django.db.models.sql.where import ExtraWhere
+from django.db.models.sql.where import ExtraWhere, WhereNode
 from django.utils.functional import cached_property as django_cached_property
 
 __all__ = ["Shape", "Uncacheable", "digest_of", "shape_of"]
@@ -84,6 +85,11 @@ _QUERY_IGNORED = frozenset(
     }
 )
 _cached_names: dict[type, frozenset[str]] = {}
+_walked: dict[tuple[type, tuple[str, ...]], tuple[str, ...]] = {}
+"""The attributes walked for a kind of object with those attributes, sorted (made once)."""
+_LOOKUP_SKIPPED = frozenset({*_SKIPPED, "_constructor_args"})
+"""A lookup's ``lhs``, ``rhs`` and ``bilateral_transforms`` are what its SQL is made of;
+its constructor's arguments are the same values before preparation (walked twice)."""
 
 
 def _computed(kind: type) -> frozenset[str]:
@@ -138,16 +144,25 @@ def digest_of(*parts: Any) -> str:
     return shape.digest()
 
 
+def _names(kind: type, state: dict[str, Any], skipped: frozenset[str]) -> tuple[str, ...]:
+    """The attributes of ``state`` to walk, sorted: neither ``skipped`` nor computed."""
+    found = _walked.get((kind, tuple(state)))
+    if found is None:
+        computed = _computed(kind)
+        found = tuple(sorted(n for n in state if n not in skipped and n not in computed))
+        if len(_walked) >= 4096:
+            _walked.clear()
+        _walked[kind, tuple(state)] = found
+    return found
+
+
 def _query(query: Query, shape: Shape) -> None:
     parts = shape.parts
     parts.append("Q")
     if query.model is not None:
         shape.tables.add(query.model._meta.db_table)
     state = query.__dict__
-    computed = _computed(type(query))
-    for name in sorted(state):
-        if name in _QUERY_IGNORED or name in computed:
-            continue
+    for name in _names(type(query), state, _QUERY_IGNORED):
         parts.append(name)
         _walk(state[name], shape)
 
@@ -155,19 +170,59 @@ def _query(query: Query, shape: Shape) -> None:
 def _walk(value: Any, shape: Shape) -> None:
     kind = type(value)
     handler = _HANDLERS.get(kind)
-    if handler is not None:
-        handler(value, shape)
-    elif isinstance(value, _ATOMS):
-        shape.parts.append(f"{kind.__name__}:{value!r}")
+    if handler is None:
+        handler = _handler(kind)
+    handler(value, shape)
+
+
+def _handler(kind: type) -> Callable[[Any, Shape], None]:
+    """How values of ``kind`` are walked: kept by kind where the kind decides it, otherwise
+    :func:`_object` (which looks at the value)."""
+    found: Callable[[Any, Shape], None]
+    if issubclass(kind, _ATOMS):
+        found = _typed_atom
+    elif issubclass(kind, type):
+        found = _class
+    elif issubclass(kind, Field):
+        found = _field
+    elif _plain_kind(kind):
+        found = _lookup if issubclass(kind, Lookup) else _attributes
     else:
-        _object(value, shape)
+        return _object
+    _HANDLERS[kind] = found
+    return found
+
+
+def _plain_kind(kind: type) -> bool:
+    """Lookups and where nodes: kinds :func:`_object` walks as attributes whatever the
+    instance (no ``function`` that names SQL, not callable, nothing never cached)."""
+    return (
+        issubclass(kind, (Lookup, WhereNode))
+        and not issubclass(kind, _NONDETERMINISTIC)
+        and not getattr(kind, "function", None)
+        and not any("__call__" in vars(klass) for klass in kind.__mro__)
+    )
 
 
 def _atom(value: Any, shape: Shape) -> None:
     shape.parts.append(repr(value))
 
 
+def _typed_atom(value: Any, shape: Shape) -> None:
+    shape.parts.append(f"{type(value).__name__}:{value!r}")
+
+
+def _class(value: type, shape: Shape) -> None:
+    if issubclass(value, Model):
+        shape.parts.append(f"M:{value._meta.label}")
+    else:
+        shape.parts.append(f"T:{value.__module__}.{value.__qualname__}")
+
+
 def _sequence(value: tuple[Any, ...] | list[Any], shape: Shape) -> None:
+    if not value:
+        shape.parts.append("()")
+        return
     shape.parts.append(f"({len(value)}")
     for item in value:
         _walk(item, shape)
@@ -175,6 +230,9 @@ def _sequence(value: tuple[Any, ...] | list[Any], shape: Shape) -> None:
 
 
 def _mapping(value: dict[Any, Any], shape: Shape) -> None:
+    if not value:
+        shape.parts.append("{}")
+        return
     shape.parts.append(f"{{{len(value)}")
     for key, item in value.items():
         _walk(key, shape)
@@ -232,10 +290,7 @@ def _table(value: BaseTable | Join, shape: Shape) -> None:
 
 def _object(value: Any, shape: Shape) -> None:
     if isinstance(value, type):
-        if issubclass(value, Model):
-            shape.parts.append(f"M:{value._meta.label}")
-        else:
-            shape.parts.append(f"T:{value.__module__}.{value.__qualname__}")
+        _class(value, shape)
     elif isinstance(value, Field):
         _field(value, shape)
     elif isinstance(value, ForeignObjectRel):
@@ -263,16 +318,19 @@ def _object(value: Any, shape: Shape) -> None:
         _attributes(value, shape)
 
 
-def _attributes(value: Any, shape: Shape) -> None:
+def _attributes(value: Any, shape: Shape, skipped: frozenset[str] = _SKIPPED) -> None:
     kind = type(value)
-    shape.parts.append(f"O:{kind.__module__}.{kind.__qualname__}")
+    parts = shape.parts
+    parts.append(f"O:{kind.__module__}.{kind.__qualname__}")
     state = value.__dict__
-    computed = _computed(kind)
-    for name in sorted(state):
-        if name not in _SKIPPED and name not in computed:
-            shape.parts.append(name)
-            _walk(state[name], shape)
-    shape.parts.append(";")
+    for name in _names(kind, state, skipped):
+        parts.append(name)
+        _walk(state[name], shape)
+    parts.append(";")
+
+
+def _lookup(value: Lookup[Any], shape: Shape) -> None:
+    _attributes(value, shape, _LOOKUP_SKIPPED)
 
 
 _bound: dict[int, tuple[Field[Any, Any], str]] = {}
