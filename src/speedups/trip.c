@@ -19,6 +19,7 @@
  * run one as it runs the coroutine it replaces. */
 #include "speedups.h"
 #include <stddef.h>
+#include <structmember.h>
 
 /* What aio.py binds (bind_trip): its classes and functions. */
 static struct {
@@ -33,6 +34,39 @@ static struct {
 } T;
 
 enum { NEW, WAIT, SUB, DONE };
+
+/* An attribute read through a cache of its slot: the hot path's objects (a Call, a Get,
+ * a Batch, a Node and its health, an Admission) keep their fields in __slots__, whose
+ * member descriptors PyObject_GetAttr finds again on every read.  The cache remembers,
+ * for the last type seen, where the slot is; any other type (or an empty slot) is read
+ * by PyObject_GetAttr, so a subclass or another object answers as Python would. */
+typedef struct {
+    PyTypeObject *type;  /* strong reference */
+    Py_ssize_t offset;
+} SlotCache;
+
+static PyObject *
+slot_read(PyObject *obj, PyObject *name, SlotCache *c)
+{
+    PyTypeObject *type = Py_TYPE(obj);
+    if (type != c->type) {
+        PyObject *d = _PyType_Lookup(type, name);  /* borrowed */
+        if (d == NULL || !Py_IS_TYPE(d, &PyMemberDescr_Type)
+            || ((PyMemberDescrObject *)d)->d_member->type != T_OBJECT_EX
+            || (((PyMemberDescrObject *)d)->d_member->flags & PY_AUDIT_READ))
+            return PyObject_GetAttr(obj, name);
+        Py_XSETREF(c->type, (PyTypeObject *)Py_NewRef(type));
+        c->offset = ((PyMemberDescrObject *)d)->d_member->offset;
+    }
+    PyObject *value = *(PyObject **)((char *)obj + c->offset);
+    return value != NULL ? Py_NewRef(value) : PyObject_GetAttr(obj, name);
+}
+
+/* One cache per place an attribute is read. */
+static SlotCache c_values, c_health, c_failures, c_keys, c_probe, c_links, c_channels, c_cas,
+    c_batch_cas, c_sent_under, c_batch_keys, c_waiters, c_run_health, c_open, c_request,
+    c_decode, c_failed, c_ring, c_in_flight, c_open_batch, c_loop, c_broken;
+#define SLOT(obj, name, cache) slot_read((obj), (name), &(cache))
 
 static int intern(PyObject **slot, const char *text);
 
@@ -239,7 +273,7 @@ trip_after(Trip *t, PySendResult r, PyObject *res, PyObject **result)
         return trip_failed(t, result);
     PyObject *batch = res, *reply = NULL, *value = NULL;
     if (Py_IS_TYPE(batch, (PyTypeObject *)T.Batch)) {
-        PyObject *values = PyObject_GetAttr(batch, T.s_values);
+        PyObject *values = SLOT(batch, T.s_values, c_values);
         PyObject *item = values ? PyDict_GetItemWithError(values, t->kb) : NULL;
         if (values != NULL && !PyErr_Occurred()) {
             if (Py_IS_TYPE(t->decode, &ValueDecoderType)) {  /* no reply list to make */
@@ -263,8 +297,8 @@ trip_after(Trip *t, PySendResult r, PyObject *res, PyObject **result)
     }
     if (value == NULL)
         return trip_failed(t, result);
-    PyObject *health = PyObject_GetAttr(t->node, T.s_health);
-    PyObject *failures = health ? PyObject_GetAttr(health, T.s_failures) : NULL;
+    PyObject *health = SLOT(t->node, T.s_health, c_health);
+    PyObject *failures = health ? SLOT(health, T.s_failures, c_failures) : NULL;
     Py_XDECREF(health);
     int failing = failures ? PyObject_IsTrue(failures) : -1;
     Py_XDECREF(failures);
@@ -295,7 +329,7 @@ trip_plain(Trip *t)
 {
     if (t->decode == Py_None || !PyObject_TypeCheck(t->request, (PyTypeObject *)B.Get))
         return 0;
-    PyObject *keys = PyObject_GetAttr(t->request, B.s_keys);
+    PyObject *keys = SLOT(t->request, B.s_keys, c_keys);
     if (keys == NULL)
         return -1;
     int one = (PyTuple_Check(keys) && PyTuple_GET_SIZE(keys) == 1)
@@ -311,7 +345,7 @@ trip_plain(Trip *t)
     Py_XDECREF(armed);
     if (ok <= 0)
         return ok;  /* forked: _trip sees to it */
-    PyObject *probe = PyObject_GetAttr(t->admission, T.s_probe);
+    PyObject *probe = SLOT(t->admission, T.s_probe, c_probe);
     ok = probe ? !PyObject_IsTrue(probe) : -1;
     Py_XDECREF(probe);
     if (ok <= 0)
@@ -344,7 +378,7 @@ fetch_one(PyObject *channel, PyObject *kb, PyObject *cas, PyObject *read)
     int want_cas = PyObject_IsTrue(cas);
     if (want_cas < 0)
         return NULL;
-    PyObject *in_flight = PyObject_GetAttr(channel, T.s_in_flight), *batch = NULL, *waiter = NULL;
+    PyObject *in_flight = SLOT(channel, T.s_in_flight, c_in_flight), *batch = NULL, *waiter = NULL;
     if (in_flight == NULL || !PyDict_Check(in_flight))
         goto fallback;
     batch = PyDict_GetItemWithError(in_flight, kb);
@@ -354,12 +388,12 @@ fetch_one(PyObject *channel, PyObject *kb, PyObject *cas, PyObject *read)
     if (batch != NULL) {  /* batch.joinable(cas), as channel.py inlines it */
         int join = 1;
         if (want_cas) {
-            PyObject *has = PyObject_GetAttr(batch, B.s_cas);
+            PyObject *has = SLOT(batch, B.s_cas, c_batch_cas);
             join = has ? PyObject_IsTrue(has) : -1;
             Py_XDECREF(has);
         }
         if (join > 0) {
-            PyObject *sent = PyObject_GetAttr(batch, T.s_sent_under);
+            PyObject *sent = SLOT(batch, T.s_sent_under, c_sent_under);
             PyObject *stamp = sent ? PyList_GetItem(T.completed, 0) : NULL;
             long under = stamp ? PyLong_AsLong(sent) : -1;
             if (stamp == NULL || (under == -1 && PyErr_Occurred()))
@@ -375,7 +409,7 @@ fetch_one(PyObject *channel, PyObject *kb, PyObject *cas, PyObject *read)
             Py_CLEAR(batch);
     }
     if (batch == NULL) {
-        batch = PyObject_GetAttr(channel, T.s_open_batch);
+        batch = SLOT(channel, T.s_open_batch, c_open_batch);
         if (batch == NULL)
             goto done;
         if (batch == Py_None) {
@@ -389,7 +423,7 @@ fetch_one(PyObject *channel, PyObject *kb, PyObject *cas, PyObject *read)
         }
         else if (PyObject_SetAttr(batch, T.s_read, Py_None) < 0)
             goto done;  /* another caller's key joins: the batch's own get is sent */
-        PyObject *keys = PyObject_GetAttr(batch, B.s_keys);
+        PyObject *keys = SLOT(batch, B.s_keys, c_batch_keys);
         int stored = keys == NULL ? -1 : PyObject_SetItem(keys, kb, Py_None);
         Py_XDECREF(keys);
         if (stored < 0 || PyDict_SetItem(in_flight, kb, batch) < 0)
@@ -397,10 +431,10 @@ fetch_one(PyObject *channel, PyObject *kb, PyObject *cas, PyObject *read)
         if (want_cas && PyObject_SetAttr(batch, B.s_cas, Py_True) < 0)
             goto done;
     }
-    PyObject *loop = PyObject_GetAttr(channel, T.s_loop);
+    PyObject *loop = SLOT(channel, T.s_loop, c_loop);
     waiter = loop ? new_future(loop) : NULL;
     Py_XDECREF(loop);
-    PyObject *waiters = waiter ? PyObject_GetAttr(batch, T.s_waiters) : NULL;
+    PyObject *waiters = waiter ? SLOT(batch, T.s_waiters, c_waiters) : NULL;
     if (waiters == NULL || (PyList_Check(waiters) ? PyList_Append(waiters, waiter)
                                                   : -!PyErr_Format(PyExc_TypeError, "waiters")) < 0)
         Py_CLEAR(waiter);
@@ -431,8 +465,8 @@ trip_start(Trip *t, PyObject **result)
         PyObject *loop = PyObject_CallNoArgs(T.get_running_loop);
         if (loop == NULL)
             return trip_done(t, PYGEN_ERROR);
-        PyObject *links = PyObject_GetAttr(t->node, T.s_links);
-        PyObject *channels = links ? PyObject_GetAttr(links, T.s_channels) : NULL;
+        PyObject *links = SLOT(t->node, T.s_links, c_links);
+        PyObject *channels = links ? SLOT(links, T.s_channels, c_channels) : NULL;
         Py_XDECREF(links);
         if (channels != NULL) {
             channel = PyDict_Check(channels) ? PyDict_GetItemWithError(channels, loop)
@@ -449,7 +483,7 @@ trip_start(Trip *t, PyObject **result)
             return trip_done(t, PYGEN_ERROR);
         }
         if (channel != NULL) {
-            PyObject *broken = PyObject_GetAttr(channel, T.s_broken);
+            PyObject *broken = SLOT(channel, T.s_broken, c_broken);
             if (broken == NULL) {
                 Py_DECREF(channel);
                 return trip_done(t, PYGEN_ERROR);
@@ -468,7 +502,7 @@ trip_start(Trip *t, PyObject **result)
             result);
     }
     t->channel = channel;
-    PyObject *cas = PyObject_GetAttr(t->request, B.s_cas);
+    PyObject *cas = SLOT(t->request, B.s_cas, c_cas);
     if (cas == NULL)
         return trip_done(t, PYGEN_ERROR);
     PyObject *waiter = fetch_one(channel, t->kb, cas, t->request);
@@ -754,7 +788,7 @@ runner_hot(Runner *r, PyObject *cluster, PyObject *plan)
     PyObject *node = PyObject_GetAttr(cluster, s_only);
     if (node == Py_None) {  /* several servers: the ring's choice */
         Py_DECREF(node);
-        PyObject *ring = PyObject_GetAttr(plan, s_ring);
+        PyObject *ring = SLOT(plan, s_ring, c_ring);
         PyObject *name = ring ? PyObject_CallMethodOneArg(cluster, s_locate, ring) : NULL;
         PyObject *nodes = name ? PyObject_GetAttr(cluster, s_nodes) : NULL;
         node = nodes ? PyObject_GetItem(nodes, name) : NULL;
@@ -764,8 +798,8 @@ runner_hot(Runner *r, PyObject *cluster, PyObject *plan)
     }
     if (node == NULL)
         return NULL;
-    PyObject *health = PyObject_GetAttr(node, T.s_health);
-    PyObject *admission = health ? PyObject_GetAttr(health, s_open) : NULL;
+    PyObject *health = SLOT(node, T.s_health, c_run_health);
+    PyObject *admission = health ? SLOT(health, s_open, c_open) : NULL;
     Py_XDECREF(health);
     if (admission == NULL || admission == Py_None) {
         Py_DECREF(node);
@@ -773,9 +807,9 @@ runner_hot(Runner *r, PyObject *cluster, PyObject *plan)
         return admission == NULL ? NULL : Py_NewRef(Py_None);
     }
     PyObject *args[6] = {cluster, node, NULL, NULL, NULL, admission};
-    args[2] = PyObject_GetAttr(plan, s_request);
-    args[3] = args[2] ? PyObject_GetAttr(plan, s_decode) : NULL;
-    args[4] = args[3] ? PyObject_GetAttr(plan, s_failed_field) : NULL;
+    args[2] = SLOT(plan, s_request, c_request);
+    args[3] = args[2] ? SLOT(plan, s_decode, c_decode) : NULL;
+    args[4] = args[3] ? SLOT(plan, s_failed_field, c_failed) : NULL;
     PyObject *trip = args[4] ? speedups_trip(NULL, args, 6) : NULL;
     for (int i = 1; i < 6; i++)
         Py_XDECREF(args[i]);

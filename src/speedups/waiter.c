@@ -22,7 +22,8 @@ typedef struct {
     PyObject_HEAD
     PyObject *loop;
     PyObject *result, *exception, *cancel_msg;
-    PyObject *callbacks;  /* list of (fn, context) tuples, or NULL */
+    PyObject *fn0, *ctx0;  /* the first callback and its context (a task's wakeup) */
+    PyObject *callbacks;   /* list of (fn, context) tuples: any further ones, or NULL */
     int state, blocking;
 } Waiter;
 
@@ -63,11 +64,13 @@ call_soon(PyObject *loop, PyObject *fn, PyObject *arg, PyObject *context)
 static int
 waiter_schedule(Waiter *w)
 {
-    PyObject *callbacks = w->callbacks;
-    w->callbacks = NULL;
+    PyObject *fn0 = w->fn0, *ctx0 = w->ctx0, *callbacks = w->callbacks;
+    w->fn0 = w->ctx0 = w->callbacks = NULL;
+    int rc = fn0 == NULL ? 0 : call_soon(w->loop, fn0, (PyObject *)w, ctx0);
+    Py_XDECREF(fn0);
+    Py_XDECREF(ctx0);
     if (callbacks == NULL)
-        return 0;
-    int rc = 0;
+        return rc;
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(callbacks) && rc == 0; i++) {
         PyObject *pair = PyList_GET_ITEM(callbacks, i);
         rc = call_soon(w->loop, PyTuple_GET_ITEM(pair, 0), (PyObject *)w, PyTuple_GET_ITEM(pair, 1));
@@ -86,7 +89,7 @@ waiter_new(PyObject *loop)
     if (w == NULL)
         return NULL;
     w->loop = Py_NewRef(loop);
-    w->result = w->exception = w->cancel_msg = w->callbacks = NULL;
+    w->result = w->exception = w->cancel_msg = w->callbacks = w->fn0 = w->ctx0 = NULL;
     w->state = PENDING;
     w->blocking = 0;
     PyObject_GC_Track(w);
@@ -201,20 +204,31 @@ waiter_cancel(Waiter *w, PyObject *args, PyObject *kwargs)
     Py_RETURN_TRUE;
 }
 
+/* add_done_callback(fn, *, context=None) */
 static PyObject *
-waiter_add_done_callback(Waiter *w, PyObject *args, PyObject *kwargs)
+waiter_add_done_callback(Waiter *w, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
-    static char *names[] = {"", "context", NULL};
-    PyObject *fn, *context = Py_None;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|$O:add_done_callback", names, &fn,
-                                     &context))
+    PyObject *context = Py_None;
+    Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+    if (nargs != 1 || nkw > 1
+        || (nkw == 1 && PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(kwnames, 0), "context"))) {
+        PyErr_SetString(PyExc_TypeError, "add_done_callback(fn, *, context=None)");
         return NULL;
+    }
+    if (nkw == 1)
+        context = args[1];
+    PyObject *fn = args[0];
     PyObject *ctx = context == Py_None ? PyContext_CopyCurrent() : Py_NewRef(context);
     if (ctx == NULL)
         return NULL;
     int rc;
     if (w->state != PENDING)
         rc = call_soon(w->loop, fn, (PyObject *)w, ctx);
+    else if (w->fn0 == NULL) {
+        w->fn0 = Py_NewRef(fn);
+        w->ctx0 = Py_NewRef(ctx);
+        rc = 0;
+    }
     else {
         PyObject *pair = PyTuple_Pack(2, fn, ctx);
         if (pair != NULL && w->callbacks == NULL)
@@ -232,6 +246,16 @@ static PyObject *
 waiter_remove_done_callback(Waiter *w, PyObject *fn)
 {
     Py_ssize_t removed = 0;
+    if (w->fn0 != NULL) {
+        int same = PyObject_RichCompareBool(w->fn0, fn, Py_EQ);
+        if (same < 0)
+            return NULL;
+        if (same) {
+            Py_CLEAR(w->fn0);
+            Py_CLEAR(w->ctx0);
+            removed++;
+        }
+    }
     if (w->callbacks != NULL) {
         PyObject *kept = PyList_New(0);
         if (kept == NULL)
@@ -298,12 +322,16 @@ waiter_traverse(Waiter *w, visitproc visit, void *arg)
     Py_VISIT(w->exception);
     Py_VISIT(w->cancel_msg);
     Py_VISIT(w->callbacks);
+    Py_VISIT(w->fn0);
+    Py_VISIT(w->ctx0);
     return 0;
 }
 
 static int
 waiter_clear(Waiter *w)
 {
+    Py_CLEAR(w->fn0);
+    Py_CLEAR(w->ctx0);
     Py_CLEAR(w->loop);
     Py_CLEAR(w->result);
     Py_CLEAR(w->exception);
@@ -327,7 +355,7 @@ static PyMethodDef waiter_methods[] = {
     {"set_exception", (PyCFunction)waiter_set_exception, METH_O, NULL},
     {"cancel", (PyCFunction)(void (*)(void))waiter_cancel, METH_VARARGS | METH_KEYWORDS, NULL},
     {"add_done_callback", (PyCFunction)(void (*)(void))waiter_add_done_callback,
-     METH_VARARGS | METH_KEYWORDS, NULL},
+     METH_FASTCALL | METH_KEYWORDS, NULL},
     {"remove_done_callback", (PyCFunction)waiter_remove_done_callback, METH_O, NULL},
     {"done", (PyCFunction)waiter_done, METH_NOARGS, NULL},
     {"cancelled", (PyCFunction)waiter_cancelled, METH_NOARGS, NULL},
@@ -492,33 +520,34 @@ speedups_resolve(PyObject *module, PyObject *args)
             continue;  /* a cancelled caller's waiter is dropped */
         w->result = Py_NewRef(result);
         w->state = FINISHED;
-        PyObject *callbacks = w->callbacks;
-        w->callbacks = NULL;
-        if (callbacks == NULL)
+        PyObject *fn0 = w->fn0, *ctx0 = w->ctx0, *callbacks = w->callbacks;
+        w->fn0 = w->ctx0 = w->callbacks = NULL;
+        if (fn0 == NULL && callbacks == NULL)
             continue;
         if (loop == NULL)
             loop = Py_NewRef(w->loop);
-        for (Py_ssize_t j = 0; j < PyList_GET_SIZE(callbacks); j++) {
-            PyObject *pair = PyList_GET_ITEM(callbacks, j);
-            PyObject *call = NULL;
-            if (w->loop == loop) {
-                if (calls == NULL)
-                    calls = PyList_New(0);
-                call = calls ? PyTuple_Pack(3, PyTuple_GET_ITEM(pair, 0), item,
-                                            PyTuple_GET_ITEM(pair, 1))
-                             : NULL;
+        int rc = 0;
+        Py_ssize_t count = callbacks ? PyList_GET_SIZE(callbacks) : 0;
+        for (Py_ssize_t j = fn0 ? -1 : 0; j < count && rc == 0; j++) {
+            PyObject *fn = j < 0 ? fn0 : PyTuple_GET_ITEM(PyList_GET_ITEM(callbacks, j), 0);
+            PyObject *ctx = j < 0 ? ctx0 : PyTuple_GET_ITEM(PyList_GET_ITEM(callbacks, j), 1);
+            if (w->loop != loop) {
+                rc = call_soon(w->loop, fn, item, ctx);
+                continue;
             }
-            int rc = w->loop != loop ? call_soon(w->loop, PyTuple_GET_ITEM(pair, 0), item,
-                                                 PyTuple_GET_ITEM(pair, 1))
-                     : call == NULL  ? -1
-                                     : PyList_Append(calls, call);
+            if (calls == NULL && (calls = PyList_New(0)) == NULL) {
+                rc = -1;
+                break;
+            }
+            PyObject *call = PyTuple_Pack(3, fn, item, ctx);
+            rc = call == NULL ? -1 : PyList_Append(calls, call);
             Py_XDECREF(call);
-            if (rc < 0) {
-                Py_DECREF(callbacks);
-                goto fail;
-            }
         }
-        Py_DECREF(callbacks);
+        Py_XDECREF(fn0);
+        Py_XDECREF(ctx0);
+        Py_XDECREF(callbacks);
+        if (rc < 0)
+            goto fail;
     }
     if (calls != NULL && PyList_GET_SIZE(calls) > 0) {
         Wakeups *k = PyObject_GC_New(Wakeups, &WakeupsType);

@@ -145,6 +145,24 @@ def _encode(requests: Sequence[Request[Any]]) -> bytes:
 class Channel(asyncio.Protocol):
     """One connection to one server, used by every task of one event loop (see module)."""
 
+    # Slots: the compiled get reads a channel's fields at their slots (src/speedups/trip.c).
+    __slots__ = (
+        "__weakref__",
+        "_close_when_idle",
+        "_flush_scheduled",
+        "_head_since",
+        "_in_flight",
+        "_open_batch",
+        "_out",
+        "_queue",
+        "_reader",
+        "_timer",
+        "broken",
+        "loop",
+        "timeout",
+        "transport",
+    )
+
     def __init__(self, loop: asyncio.AbstractEventLoop, timeout: float | None) -> None:
         self.loop = loop
         self.timeout = timeout
