@@ -26,7 +26,7 @@ opentelemetry without an SDK, and with the SDK sampling 1% inside requests (a
 root span per get pays the SDK's sampler on every call: reported, not targeted;
 so is "otel (SDK, all)", the SDK's own cost of recording a span: see docs).
 
-    python benchmarks/bench_observe.py [--rounds 21] [--ops 1500]
+    python benchmarks/bench_observe.py [--rounds 21] [--ops 1500] [--production]
 """
 
 from __future__ import annotations
@@ -55,6 +55,7 @@ CPU_TARGET = 8e-6  # at most 8 µs of CPU added per instrumented get (issue 23)
 PRODUCTION = ("off", "prometheus", "production")  # in the production mix
 UNTARGETED = ("otel (SDK, all)", "otel (SDK, 1%)", "prometheus+otel 1%")
 IN_REQUEST = ("off", "otel (SDK, 1%)", "prometheus+otel 1%")
+SAMPLED_AT = 37  # the sampled-in request's place in a block of 100
 
 
 class _Drop(SpanProcessor):
@@ -71,7 +72,8 @@ def _provider(ratio: float, parent_based: bool = False) -> TracerProvider:
     return provider
 
 
-def configurations() -> dict[str, dict[str, Any]]:
+def configurations(site: TracerProvider | None = None) -> dict[str, dict[str, Any]]:
+    """The clusters' options; ``site``: the tracer provider of the site's own request spans."""
     sampled, everything = _provider(0.01), _provider(1.0)
     return {
         "off": {},
@@ -87,7 +89,7 @@ def configurations() -> dict[str, dict[str, Any]]:
         # decision holds for its spans) sampling 1% of the traces it starts.
         "production": {
             "instrumentation": ("prometheus", "opentelemetry"),
-            "tracer_provider": _provider(0.01, parent_based=True),
+            "tracer_provider": site if site is not None else _provider(0.01, parent_based=True),
         },
     }
 
@@ -139,34 +141,50 @@ def in_unsampled_request(op: Callable[[], Any]) -> Callable[[], Any]:
 
 
 def production_mix(
-    ops: dict[str, Callable[[], Any]], n: int, rounds: int
+    ops: dict[str, Callable[[], Any]], n: int, rounds: int, site: TracerProvider
 ) -> dict[str, tuple[float, float]]:
     """Per configuration, the (wall, CPU) seconds of a get in a site's mix of requests.
 
-    Every call runs inside a request; one request in a hundred is sampled in (its
-    spans recorded), the rest sampled out.  The configurations take turns in
-    blocks of 100 calls (one sampled in), the order rotating.  Wall: each call
-    timed alone, the median of the sampled-out calls weighted 99 to 1 with the
-    median of the sampled-in ones, so a neighbour's stall counts for none of
-    them.  CPU: this thread's (``thread_time``: the client's work and its
-    system calls, not memcached's) per block, the median block over 100.
+    Every call runs inside a request, as a traced site runs it: the site's
+    tracer (``site``, the SDK with its default sampler, ``ParentBased``) starts
+    the request's server span under the caller's propagated trace context and
+    makes it current, the view's get runs, the span ends.  One request in a
+    hundred comes sampled in (its spans are recorded), the rest sampled out; each
+    has its own context and span, made for it.  "off" runs in the same requests:
+    the site traces its requests and only the cache's instrumentation differs.
+    The configurations take turns in blocks of 100 requests (the sampled one at
+    a place of its own, not first), the order rotating.  Wall: each get timed
+    alone, the median of the sampled-out gets weighted 99 to 1 with the median
+    of the sampled-in ones, so a neighbour's stall counts for none of them.
+    CPU: this thread's (``thread_time``: the client's work and its system calls,
+    not memcached's) per block, the requests' spans included (alike in every
+    configuration), the median block over 100.
     """
-    contexts = [request_context(sampled=i == 0) for i in range(100)]
+    tracer = site.get_tracer("site")
+    flags = [
+        trace.TraceFlags(trace.TraceFlags.SAMPLED if i == SAMPLED_AT else 0) for i in range(100)
+    ]
     walls = {(name, sampled): [] for name in ops for sampled in (False, True)}
     cpus: dict[str, list[int]] = {name: [] for name in ops}
     order = list(ops.items())
     clock, cpu_clock = time.perf_counter_ns, time.thread_time_ns
+    attach, detach, in_context = context.attach, context.detach, trace.set_span_in_context
+    kind = trace.SpanKind.SERVER
     for turn in range(rounds * max(1, n // 100)):
         rotated = order[turn % len(order) :] + order[: turn % len(order)]
         for name, op in rotated:
             sampled_out, sampled_in = walls[(name, False)], walls[(name, True)]
             cpu = cpu_clock()
-            for i, request in enumerate(contexts):
-                token = context.attach(request)
+            for i, trace_flags in enumerate(flags):
+                caller = trace.SpanContext(0x1234 + turn, 0x5678 + i, True, trace_flags)
+                remote = in_context(trace.NonRecordingSpan(caller))
+                span = tracer.start_span("GET /view", context=remote, kind=kind)
+                token = attach(in_context(span, remote))
                 start = clock()
                 op()
-                (sampled_in if i == 0 else sampled_out).append(clock() - start)
-                context.detach(token)
+                (sampled_in if i == SAMPLED_AT else sampled_out).append(clock() - start)
+                detach(token)
+                span.end()
             cpus[name].append(cpu_clock() - cpu)
 
     def wall(name: str) -> float:
@@ -219,12 +237,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=12)
     parser.add_argument("--ops", type=int, default=500, help="calls of each per round")
+    parser.add_argument(
+        "--production", action="store_true", help="only the production mix (the issue's target)"
+    )
     args = parser.parse_args()
     failures = 0
     print(
         f"{'protocol':<8} {'op':<4} {'configuration':<19} {'per call':>9} {'added':>7} "
         f"{'ratio':>6}  target"
     )
+    site = _provider(0.01, parent_based=True)  # the site's: its request spans and the cache's
     with memcached_cluster(1) as servers:
         spec = servers[0].spec
         for protocol in ("meta", "text"):
@@ -237,12 +259,14 @@ def main() -> None:
                         **options,
                     ),
                 )
-                for name, options in configurations().items()
+                for name, options in configurations(site).items()
             }
             gets = {name: operation(clusters[name], "get") for name in PRODUCTION}
             print(f"{protocol:<8} get  in production (inside requests, 1% sampled):")
-            failures += report_production(protocol, production_mix(gets, args.ops, args.rounds))
-            for op in ("get", "set"):
+            failures += report_production(
+                protocol, production_mix(gets, args.ops, args.rounds, site)
+            )
+            for op in () if args.production else ("get", "set"):
                 ops = {
                     name: operation(c, op) for name, c in clusters.items() if name != "production"
                 }

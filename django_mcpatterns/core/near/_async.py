@@ -73,12 +73,22 @@ class AsyncNearStore:
 
     async def get(self, key: Key, default: Any = None) -> Any:
         table = self.table
-        entry = table.lookup(key if type(key) is str else near_key(key))
-        if entry is not None:
-            table.saved()
+        name = key if type(key) is str else near_key(key)
+        entry = table.entries.get(name)
+        now = table.clock()
+        if entry is not None and entry.expires > now:
+            table.count_hit(entry)
             copy = entry.copy
             return entry.value if copy is None else copy(entry.value)
-        return await self._far(key, default)
+        # A miss: as cheap as this table can make it (every third read or so pays it).
+        ticket = table.miss(now)
+        if entry is not None and self._revalidates:  # past its bound: large ones revalidate
+            return await self._far(key, name, entry, default)
+        value = await self.store.get(key, _MISS)
+        if value is _MISS:
+            return default
+        table.fill(name, value, ticket)
+        return value
 
     async def get_many(self, keys: Iterable[Key]) -> dict[Key, Any]:
         """Return the hits only, keyed as given: those held near, then one ``get_many`` of
@@ -122,28 +132,33 @@ class AsyncNearStore:
         table.saved()
         return {key: entry.out() for key, entry in found.items()}
 
-    async def _far(self, key: Key, default: Any) -> Any:
-        """A single key memcached must answer: revalidated when large, else read."""
+    async def _far(self, key: Key, name: str, held: Entry, default: Any) -> Any:
+        """A single key memcached must answer whose entry ``held`` is past its bound:
+        revalidated when large, else read."""
         table = self.table
-        name = near_key(key)
-        held = table.held(name) if self._revalidates else None
-        if held is not None and held.cas is not None and await self._revalidate(key, held):
+        if held.cas is not None and await self._revalidate(key, held):
             table.saved()
             return held.out()
+        if held.large:
+            return await self._far_large(key, name, default)
         ticket = table.ticket()
-        if held is not None and held.large:
-            # Read with its cas, so the next time it is past max_age no value travels.
-            epoch = self.store.server_epoch(key)  # type: ignore[attr-defined]  # Cluster
-            value, cas = await self.store.gets(key)
-            if cas is None:
-                return default
-            # No epoch (a replicated key, a failing server): no cas that proves anything.
-            table.fill(name, value, ticket, cas=None if epoch is None else cas, epoch=epoch)
-            return value
         value = await self.store.get(key, _MISS)
         if value is _MISS:
             return default
         table.fill(name, value, ticket)
+        return value
+
+    async def _far_large(self, key: Key, name: str, default: Any) -> Any:
+        """Read a large value with its cas, so the next time it is past ``max_age`` no value
+        travels."""
+        table = self.table
+        ticket = table.ticket()
+        epoch = self.store.server_epoch(key)  # type: ignore[attr-defined]  # Cluster
+        value, cas = await self.store.gets(key)
+        if cas is None:
+            return default
+        # No epoch (a replicated key, a failing server): no cas that proves anything.
+        table.fill(name, value, ticket, cas=None if epoch is None else cas, epoch=epoch)
         return value
 
     async def _revalidate(self, key: Key, held: Entry) -> bool:
@@ -339,6 +354,9 @@ class AsyncNearStore:
         await self.store.close()  # connections only: what is held near stays
 
     def _drop(self, key: Key) -> None:
+        if type(key) is str:  # the common case, first
+            self.table.invalidate(key)
+            return
         try:
             name = near_key(key)
         except TypeError:  # not a key: the store refused it before any I/O

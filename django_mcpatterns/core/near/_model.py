@@ -27,6 +27,7 @@ __all__ = [
     "ENTRY_OVERHEAD",
     "LARGE_VALUE",
     "NEAR_OPTIONS",
+    "Copier",
     "Kept",
     "NearOptions",
     "NearStats",

@@ -22,7 +22,7 @@ from .. import chance
 from ..client.node import watch_forks
 from ..store import CasToken
 from ..values.envelope import Envelope
-from ._model import ENTRY_OVERHEAD, LARGE_VALUE, Kept, NearOptions, NearStats, keep
+from ._model import ENTRY_OVERHEAD, LARGE_VALUE, Copier, NearOptions, NearStats, keep
 
 __all__ = ["Entry", "NearTable", "Ticket"]
 
@@ -30,11 +30,17 @@ Ticket = tuple[float, int]
 """``(sent, seq)``: the clock before a request was sent, and the table's write sequence then."""
 
 STRIPES: Final = 4096  # write stamps kept per hash stripe, not per key: bounded memory
+_STRIPE: Final = STRIPES - 1  # a key's stripe: its hash & _STRIPE
 SAMPLE: Final = 5  # entries looked at to choose an eviction victim
-EXPIRE_STEPS: Final = 4  # the most expired entries a fill drops from the head of the queue
+SWEEP: Final = 256  # the most expired entries one fill drops from the head of the queue
+SLACK: Final = 1 / 16  # of max_age: how long past its bound an entry may wait to be dropped
 QUEUED: Final = 80  # the bytes of an entry's item in the expiry queue: a tuple, a float
 REPORT_EVERY: Final = 1.0  # seconds between reports to instrumentation (on a miss)
 _HALF: Final = bytes(i >> 1 for i in range(256))  # halves every counter of a sketch row
+# What a str (ASCII) or bytes object takes besides its characters: what sys.getsizeof
+# says, without its method lookup and call (a fifth of a fill's cost).
+_STR: Final = sys.getsizeof("")
+_BYTES: Final = sys.getsizeof(b"")
 
 
 def _below(n: int, _random: Callable[[], float] = chance.uniform) -> int:
@@ -43,7 +49,11 @@ def _below(n: int, _random: Callable[[], float] = chance.uniform) -> int:
 
 
 class Entry:
-    """One value held near, with its deadline (``expires``, on the table's clock)."""
+    """One value held near, with its deadline (``expires``, on the table's clock).
+
+    Made by :meth:`NearTable.fill` alone, every slot set there (no ``__init__``: the
+    call would cost a miss more than the rest of the fill).
+    """
 
     __slots__ = (
         "cas",
@@ -58,16 +68,16 @@ class Entry:
         "value",
     )
 
-    def __init__(self, key: str, kept: Kept, size: int, expires: float) -> None:
-        self.key = key
-        self.value, self.copy, _ = kept
-        self.size = size
-        self.expires = expires
-        self.hits = 0
-        self.slot = -1
-        self.envelope: Envelope | None = None  # get_or_compute's metadata (value left out)
-        self.cas: CasToken | None = None  # with the server's epoch: for revalidation
-        self.epoch: Any = None
+    key: str
+    value: Any
+    copy: Copier | None  # None: the value itself is handed out (immutable)
+    size: int  # the bytes counted against max_bytes
+    expires: float
+    hits: int  # since the sketch last aged: eviction's measure of use
+    slot: int  # the entry's index in the table's order list
+    envelope: Envelope | None  # get_or_compute's metadata (value left out)
+    cas: CasToken | None  # with the server's epoch: for revalidation
+    epoch: Any
 
     def out(self) -> Any:
         """The value for one caller: the kept object itself, or that caller's own copy."""
@@ -115,6 +125,12 @@ class NearTable:
         self._mask = width - 1
         self._sample_limit = 10 * width
         self.budget = options.max_bytes - 4 * width  # the sketch counts against max_bytes
+        # Admission is asked only when memory is full: the sketch counts the reads of fills
+        # from half full on (as Caffeine starts its sketch), so that a table with room,
+        # the common case, pays nothing for it.
+        self._sketch_from = self.budget // 2
+        self._largest = self.budget // 4  # a value larger is never held
+        self._slack = options.max_age * SLACK
         self._reset()
         watch_forks(self)
 
@@ -133,9 +149,9 @@ class NearTable:
         self._hits = itertools.count()
         self._misses = itertools.count()
         self._saved = itertools.count()
-        self._counts = dict.fromkeys(
-            ("fills", "refused", "evictions", "invalidations", "revalidated"), 0
-        )
+        self._fills = itertools.count()
+        self._sweep_at = 0.0  # when the oldest entry held is SLACK past its bound (or later)
+        self._counts = dict.fromkeys(("refused", "evictions", "invalidations", "revalidated"), 0)
 
     def after_fork(self) -> None:
         """In a forked child: start empty (another process; a parent's lock may be held)."""
@@ -152,6 +168,22 @@ class NearTable:
             return entry
         next(self._misses)
         return None
+
+    def count_hit(self, entry: Entry) -> None:
+        """Count a hit on ``entry`` answered without a round trip (a ``get`` that looked the
+        entry up itself: :meth:`lookup` and :meth:`saved` in one call)."""
+        entry.hits += 1
+        next(self._hits)
+        next(self._saved)
+
+    def miss(self, now: float) -> Ticket:
+        """Count a miss found at ``now`` (this table's clock, read before the request that
+        follows is sent) and return that request's :meth:`ticket`."""
+        next(self._misses)
+        if self._report is not None and now >= self._report_at:
+            self._report_at = now + REPORT_EVERY
+            self._report(self.stats())
+        return now, self._seq
 
     def envelope(self, key: str) -> Envelope | None:
         """``get_or_compute``'s lookup: the fresh envelope of ``key`` with this caller's own
@@ -213,6 +245,10 @@ class NearTable:
         (the value may predate it), when the key is not under ``prefixes``, when
         the value cannot be kept apart from its callers, or when admission
         prefers what memory holds.
+
+        Every miss pays for this, so its common case (a str or bytes value, room
+        in memory) is written out inline: no call but the clock's, one entry and
+        one queue item made, the lock held for a few dict and list operations.
         """
         bound = self.max_age if self.options.prefixes is None else self.bound(key)
         if bound is None:
@@ -224,46 +260,83 @@ class NearTable:
             expires = min(expires, now + envelope.soft_expiry - self._wall())
         if expires <= now:
             return False
-        kept = keep(value)
-        size = 0 if kept is None else kept[2] + sys.getsizeof(key) + ENTRY_OVERHEAD + QUEUED
-        stamp = hash(key) & (STRIPES - 1)
-        with self._lock:
+        kind = type(value)
+        if kind is str and value.isascii():
+            stored, copy, size = value, None, _STR + len(value)
+        elif kind is bytes:
+            stored, copy, size = value, None, _BYTES + len(value)
+        else:
+            kept = keep(value)
+            # Not kept apart from its callers: too large to count as held, refused below.
+            stored, copy, size = (None, None, self.budget) if kept is None else kept
+        size += (_STR + len(key) if key.isascii() else sys.getsizeof(key)) + ENTRY_OVERHEAD + QUEUED
+        entry = Entry()  # no __init__ to call: its slots are set here
+        entry.key = key
+        entry.value = stored
+        entry.copy = copy
+        entry.size = size
+        entry.expires = expires
+        entry.hits = 0
+        entry.envelope = None
+        entry.cas = None
+        entry.epoch = None
+        if envelope is not None:
+            entry.envelope = dataclasses.replace(envelope, value=None)
+        if cas is not None:
+            entry.cas, entry.epoch = cas, epoch
+        stamp = hash(key) & _STRIPE
+        lock = self._lock
+        lock.acquire()  # not `with`: its __enter__ and __exit__ lookups cost a miss 5 %
+        try:
             if seq < self._cleared or self._stamps[stamp] > seq:
                 return False  # a write of this process came after the read was sent
-            self._count_use(key)
-            queue = self._queue
-            if queue and queue[0][0] <= now:
-                self._expire(now)
-            if kept is None or not self._admit(key, size):
+            if size > self._largest:  # or a value that cannot be kept apart
                 self._counts["refused"] += 1
                 return False
-            entry = Entry(key, kept, size, expires)
-            if envelope is not None:
-                entry.envelope = dataclasses.replace(envelope, value=None)
-            if cas is not None:
-                entry.cas, entry.epoch = cas, epoch
-            self._put(entry)
+            entries, order = self.entries, self._order
+            old = entries.get(key)
+            if old is not None:
+                self._remove(old)
+            held = self._bytes + size
+            if held > self._sketch_from:
+                self._count_use(key)  # admission may soon be asked: its sketch learns
+                if held > self.budget and not self._admit(key, size, now):
+                    self._counts["refused"] += 1
+                    return False
+            entry.slot = len(order)
+            order.append(entry)
+            entries[key] = entry
+            self._bytes += size
+            queue = self._queue
             queue.append((expires, key))
-            if len(queue) > 2 * len(self._order) + 64:
-                self._compact()
-            self._counts["fills"] += 1
+            if now >= self._sweep_at or len(queue) > 2 * len(order) + 64:
+                self._expire(now)
+            next(self._fills)
             return True
+        finally:
+            lock.release()
 
     def _expire(self, now: float) -> None:
-        """Drop a few entries past their bound, oldest fill first: memory holds the
-        live ones, and a full table seldom needs to evict (a sampled eviction costs more).
+        """Drop the entries past their bound, oldest fill first (at most :data:`SWEEP`):
+        memory holds the live ones, and a full table seldom needs to evict (a sampled
+        eviction costs more).  Called once the oldest is :data:`SLACK` of ``max_age``
+        past its bound, so most fills pay nothing for it, or when the queue holds
+        more than twice the entries (then rebuilt).
 
         Large ones stay (past ``max_age`` they may be revalidated), as do those
         renewed or filled again since (their queue item is not their last).
         """
-        queue, entries = self._queue, self.entries
-        for _ in range(EXPIRE_STEPS):
+        queue, entries, popleft = self._queue, self.entries, self._queue.popleft
+        for _ in range(SWEEP):
             if not queue or queue[0][0] > now:
-                return
-            expires, key = queue.popleft()
+                break
+            expires, key = popleft()
             entry = entries.get(key)
-            if entry is not None and entry.expires == expires and not entry.large:
+            if entry is not None and entry.expires == expires and entry.size < LARGE_VALUE:
                 self._remove(entry)
+        if len(queue) > 2 * len(self._order) + 64:
+            self._compact()
+        self._sweep_at = (queue[0][0] if queue else now) + self._slack
 
     def renew(self, entry: Entry, ticket: Ticket) -> bool:
         """``entry`` was found unchanged on the server by a request sent under ``ticket``:
@@ -273,7 +346,7 @@ class NearTable:
             return False
         sent, seq = ticket
         with self._lock:
-            stamp = hash(entry.key) & (STRIPES - 1)
+            stamp = hash(entry.key) & _STRIPE
             if seq < self._cleared or self._stamps[stamp] > seq:
                 return False
             if self.entries.get(entry.key) is not entry:
@@ -285,14 +358,18 @@ class NearTable:
     def invalidate(self, key: str) -> None:
         """A write of this process to ``key`` completed (or may have): drop its copy now,
         and void the answers of reads sent before."""
-        stamp = hash(key) & (STRIPES - 1)
-        with self._lock:
-            self._seq += 1
-            self._stamps[stamp] = self._seq
+        stamp = hash(key) & _STRIPE
+        lock = self._lock
+        lock.acquire()  # not `with`: every write of the process pays this (see fill)
+        try:
+            seq = self._seq = self._seq + 1
+            self._stamps[stamp] = seq
             entry = self.entries.get(key)
             if entry is not None:
                 self._remove(entry)
                 self._counts["invalidations"] += 1
+        finally:
+            lock.release()
 
     def invalidate_many(self, keys: Iterable[str]) -> None:
         for key in keys:
@@ -338,18 +415,10 @@ class NearTable:
         r0, r1, r2, r3 = self._rows
         return min(r0[h & mask], r1[h >> 16 & mask], r2[h >> 32 & mask], r3[h >> 48 & mask])
 
-    def _admit(self, key: str, size: int) -> bool:
+    def _admit(self, key: str, size: int, now: float) -> bool:
         """Make room for ``size`` bytes, or say the newcomer is not worth it (TinyLFU)."""
         budget = self.budget
-        if size > budget // 4:
-            return False
-        old = self.entries.get(key)
-        if old is not None:
-            self._remove(old)
-        if self._bytes + size <= budget:
-            return True
         candidate = self._frequency(key)
-        now = self.clock()
         while self._bytes + size > budget and self._order:
             victim = self._victim(now)
             if victim.expires > now and victim.hits + 1 > candidate:
@@ -379,12 +448,6 @@ class NearTable:
         assert best is not None
         return best
 
-    def _put(self, entry: Entry) -> None:
-        entry.slot = len(self._order)
-        self._order.append(entry)
-        self.entries[entry.key] = entry
-        self._bytes += entry.size
-
     def _remove(self, entry: Entry) -> None:
         order = self._order
         last = order.pop()
@@ -398,7 +461,7 @@ class NearTable:
 
     def stats(self) -> NearStats:
         with self._lock:
-            counts = dict(self._counts)
+            counts = {**self._counts, "fills": _read(self._fills)}
             entries, held = len(self.entries), self._bytes
         return NearStats(
             hits=_read(self._hits),

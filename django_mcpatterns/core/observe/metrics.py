@@ -36,6 +36,7 @@ import os
 import threading
 import weakref
 from collections import Counter as Occurrences
+from collections.abc import Callable
 from typing import Any
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge
@@ -194,6 +195,13 @@ class PrometheusSink(BaseSink):
             counted = [(c, o, n) for (c, o), n in Occurrences(commands).items()]
             children = trips.children(cache, server, operation, counted)
         trips.record(children, nanoseconds)
+
+    def series(self, cache: str, server: str, command: str, result: str) -> Callable[[int], None]:
+        """What counts one command of this series with its round trip's nanoseconds
+        (the observer asks once per series, and again in a forked child)."""
+        if self._forked:
+            self._restore()
+        return self._families.trips.counter(cache, server, command, result)
 
     def event(self, cache: str, name: str) -> None:
         if self._forked:

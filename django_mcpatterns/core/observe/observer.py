@@ -22,15 +22,18 @@ from __future__ import annotations
 
 import importlib
 import logging
+import os
 import threading
-from collections.abc import Sequence
+import weakref
+from collections.abc import Callable, Sequence
 from time import perf_counter_ns
 from typing import Any
 
 from ..exceptions import ConfigurationError
-from ..protocol.wire import Request
+from ..protocol.wire import Get, Request
 from .records import (
     COMMAND_NAMES,
+    FOLD_AT,
     BaseSink,
     PatternCall,
     RoundTrip,
@@ -113,6 +116,11 @@ class Observer:
         self.servers = tuple(servers)
         self.sinks: tuple[Sink, ...] = ()
         self._lock = threading.Lock()
+        # The hot path's plan, swapped whole when a sink is added (see _plan):
+        self._counting: tuple[Any, ...] = ()  # the sinks with series(): counted per series
+        self._whole: tuple[tuple[Sink, Any], ...] = ()  # the others with their quiet(), or None
+        self._series: dict[tuple[str, str, str], tuple[Callable[[int], object], ...]] = {}
+        _observers.add(self)
         for sink in sinks:
             self.add(sink)
 
@@ -122,8 +130,22 @@ class Observer:
             if sink in self.sinks:
                 return
             self.sinks = (*self.sinks, sink)
+            self._plan()
         for server in self.servers:
             _safely(sink.server_state, self.cache, server, True)
+
+    def _plan(self) -> None:
+        """Sort the sinks for the hot path: those that count a series of round trips
+        (:meth:`Sink.series`) and those that take each record (with their ``quiet()``)."""
+        self._counting = tuple(s for s in self.sinks if callable(getattr(s, "series", None)))
+        self._whole = tuple(
+            (s, getattr(s, "quiet", None)) for s in self.sinks if s not in self._counting
+        )
+        self._series = {}  # a new dict: a request reading the old one is unharmed
+
+    def _forget_series(self) -> None:
+        """In a forked child: ask the sinks again (a sink may have to set itself up there)."""
+        self._series = {}
 
     def request(
         self,
@@ -132,7 +154,12 @@ class Observer:
         replies: object,
         started: int,
     ) -> None:
-        """A request answered: ``replies`` is its reply (a batch: the list of replies)."""
+        """A request answered: ``replies`` is its reply (a batch: the list of replies).
+
+        The hot path (one command): the sinks that count series get the time
+        through the series' hooks, made once per server, command and outcome;
+        the record is made only when a sink that takes records is not quiet.
+        """
         elapsed = perf_counter_ns() - started
         if type(request) is tuple:
             batch: tuple[Request[Any], ...] = request
@@ -141,16 +168,46 @@ class Observer:
                 for r, reply in zip(batch, replies, strict=False)  # type: ignore[call-overload]
             )
             operation = _operation(commands)
-        else:  # the hot path: one command
-            batch = (request,)  # type: ignore[assignment]
-            operation = COMMAND_NAMES.get(type(request)) or command_name(request)  # type: ignore[arg-type]
-            commands = ((operation, outcome(request, replies)),)  # type: ignore[arg-type]
-        trip = _new_trip(RoundTrip, (self.cache, server, operation, commands, elapsed, batch, None))
-        for sink in self.sinks:
+            self._send(RoundTrip(self.cache, server, operation, commands, elapsed, batch))
+            return
+        if type(request) is Get:  # the hottest: named and judged here, not in two calls
+            name = "gets" if request.cas else "get"
+            kind = type(replies)
+            result = "hit" if kind is list and replies else "miss" if replies == [] else "error"
+        else:
+            name = COMMAND_NAMES.get(type(request)) or command_name(request)  # type: ignore[arg-type]
+            result = outcome(request, replies)  # type: ignore[arg-type]
+        if self._counting:
+            hooks = self._series.get((server, name, result))
+            if hooks is None:
+                hooks = self._hooks(server, name, result)
+            for hook in hooks:
+                try:
+                    hook(elapsed)
+                except Exception:
+                    logger.exception("instrumentation sink %r failed", hook)
+        trip = None
+        for sink, quiet in self._whole:
             try:
+                if quiet is not None and quiet():
+                    continue
+                if trip is None:
+                    commands = ((name, result),)
+                    record = (self.cache, server, name, commands, elapsed, (request,), None)
+                    trip = _new_trip(RoundTrip, record)
                 sink.round_trip(trip)
             except Exception:
                 logger.exception("instrumentation sink %r failed", sink)
+
+    def _hooks(self, server: str, name: str, result: str) -> tuple[Callable[[int], object], ...]:
+        table = self._series  # before the sinks: _plan swaps the sinks, then the table
+        hooks = tuple(
+            hook
+            for sink in self._counting
+            if (hook := _safely(sink.series, self.cache, server, name, result)) is not None
+        )
+        table[(server, name, result)] = hooks
+        return hooks
 
     def failed(
         self,
@@ -220,6 +277,17 @@ class Observer:
             _safely(sink.end, call, state, result, error)
 
 
+# Every observer of the process, to forget its series' hooks in a forked child.
+_observers: weakref.WeakSet[Observer] = weakref.WeakSet()
+
+
+def _after_fork() -> None:
+    for observer in list(_observers):
+        observer._forget_series()
+
+
+os.register_at_fork(after_in_child=_after_fork)
+
 _new_trip = tuple.__new__  # a RoundTrip from a tuple, in C (NamedTuple's __new__ is Python)
 
 
@@ -266,6 +334,7 @@ class Tally(BaseSink):
         self._lock = threading.Lock()
         self._rows: dict[tuple[str, str], _Row] = {}
         self._events: dict[tuple[str, str], int] = {}
+        self._pending: list[tuple[list[int], _Row, str]] = []  # the hot path's series
 
     def round_trip(self, trip: RoundTrip) -> None:
         where = (trip[0], trip[1])  # cache, server
@@ -278,6 +347,37 @@ class Tally(BaseSink):
             for _, result in trip[3]:
                 outcomes[result] = outcomes.get(result, 0) + 1
 
+    def series(self, cache: str, server: str, command: str, result: str) -> Callable[[int], None]:
+        """What counts one command of ``server`` with this ``result`` (the hot path): it
+        appends the nanoseconds to a list, folded into the row under the lock when read
+        or once it holds ``FOLD_AT`` (as :class:`~.trips.Counted` does)."""
+        pending: list[int] = []
+        with self._lock:
+            row = self._rows.get((cache, server))
+            if row is None:
+                row = self._rows[(cache, server)] = _Row()
+            self._pending.append((pending, row, result))
+        fold = self._fold
+
+        def count(nanoseconds: int) -> None:
+            pending.append(nanoseconds)
+            if len(pending) >= FOLD_AT:
+                fold()
+
+        return count
+
+    def _fold(self) -> None:
+        with self._lock:
+            self._fold_held()
+
+    def _fold_held(self) -> None:
+        for pending, row, result in self._pending:
+            n = len(pending)  # appended later: left for the next fold
+            if n:
+                row.nanoseconds += sum(pending[:n])
+                del pending[:n]
+                row.outcomes[result] = row.outcomes.get(result, 0) + n
+
     def event(self, cache: str, name: str) -> None:
         with self._lock:
             self._events[(cache, name)] = self._events.get((cache, name), 0) + 1
@@ -285,6 +385,7 @@ class Tally(BaseSink):
     def servers(self, cache: str) -> dict[str, dict[str, Any]]:
         """``{server: {"commands": n, "seconds": s, "outcomes": {outcome: n}}}`` of one cache."""
         with self._lock:
+            self._fold_held()
             return {
                 server: {
                     "commands": sum(row.outcomes.values()),
@@ -292,7 +393,7 @@ class Tally(BaseSink):
                     "outcomes": dict(sorted(row.outcomes.items())),
                 }
                 for (name, server), row in sorted(self._rows.items())
-                if name == cache
+                if name == cache and row.outcomes
             }
 
     def events(self, cache: str) -> dict[str, int]:
@@ -301,7 +402,10 @@ class Tally(BaseSink):
 
     def reset(self) -> None:
         with self._lock:
-            self._rows.clear()
+            self._fold_held()
+            for row in self._rows.values():  # emptied in place: the series' hooks hold them
+                row.nanoseconds = 0
+                row.outcomes.clear()
             self._events.clear()
 
 

@@ -43,6 +43,7 @@ from ..protocol.wire import (
 
 __all__ = [
     "COMMAND_NAMES",
+    "FOLD_AT",
     "OUTCOMES",
     "BaseSink",
     "PatternCall",
@@ -53,6 +54,8 @@ __all__ = [
     "outcome",
     "request_keys",
 ]
+
+FOLD_AT = 256  # round trips a hot-path series keeps before a sink counts them (a read: sooner)
 
 OUTCOMES = (
     "hit",
@@ -204,7 +207,17 @@ class PatternCall:
 
 
 class Sink(Protocol):
-    """Where an :class:`Observer` sends what it sees; every method may be a no-op."""
+    """Where an :class:`Observer` sends what it sees; every method may be a no-op.
+
+    Two optional methods make a get cheaper (the observer looks for them when the
+    sink is added).  ``series(cache, server, command, outcome)`` returns a function
+    of the nanoseconds that counts one command of that series: the observer asks
+    once per series and then calls it for each single-command round trip that was
+    answered, instead of :meth:`round_trip` (batches, failures and skips still come
+    as records).  ``quiet()`` says whether the sink would ignore a round trip now
+    (the trace sink in a request sampled out): when every sink that takes records
+    is quiet, none is made.
+    """
 
     def round_trip(self, trip: RoundTrip) -> None: ...
 

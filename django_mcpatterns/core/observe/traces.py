@@ -44,6 +44,9 @@ __all__ = ["TRACER_NAME", "TraceSink"]
 TRACER_NAME = "django_mcpatterns"
 _MOST_KEYS = 16  # of a multi-key command, in db.query.text
 _SAMPLED = trace.TraceFlags.SAMPLED
+_SpanContext = trace.SpanContext
+_get = dict.get  # a Context is a dict: its get, without looking the method up
+_FLAGS, _VALID = 3, 5  # a SpanContext's trace_flags and is_valid (see _context_is_a_tuple)
 
 
 class TraceSink(BaseSink):
@@ -63,6 +66,8 @@ class TraceSink(BaseSink):
         self._awaiting_provider = provider is None
         self._seen: tuple[object, bool] = (None, False)  # the last context and its verdict
         self._current, self._span_key = _readers()
+        self._span_types: frozenset[type] = frozenset()  # the Span classes met so far
+        self._tuples = _context_is_a_tuple()
         # What sampling may look at, made once per server: db.system, server.*.
         self._servers: dict[str, dict[str, Any]] = {}
         for server in servers:
@@ -127,14 +132,27 @@ class TraceSink(BaseSink):
         if seen[0] is current:
             return seen[1]
         # What trace.get_current_span(current) does, without its two calls.
-        span = current.get(self._span_key) if self._span_key else trace.get_current_span(current)
-        off = False
-        if isinstance(span, trace.Span):  # else the API's INVALID_SPAN: no parent, not off
+        span: Any = (
+            _get(current, self._span_key) if self._span_key else trace.get_current_span(current)
+        )
+        off: bool = False
+        if span is not None:  # else no parent: a root span, not off
+            if type(span) not in self._span_types:  # once per class: an ABC's isinstance is slow
+                if not issubclass(type(span), trace.Span):
+                    self._seen = (current, False)
+                    return False
+                self._span_types = self._span_types | {type(span)}
             # Sampled out: the SDK's default sampler (ParentBased) would drop its children.
             parent = span.get_span_context()
-            off = parent.is_valid and not parent.trace_flags & _SAMPLED
+            if self._tuples and type(parent) is _SpanContext:  # without its two properties
+                fields: Any = parent
+                off = not fields[_FLAGS] & _SAMPLED and fields[_VALID]
+            else:
+                off = parent.is_valid and not parent.trace_flags & _SAMPLED
         self._seen = (current, off)  # one tuple: threads never pair a context with another's
         return off
+
+    quiet = _off  # what the observer asks before it makes a record for round_trip
 
     def event(self, cache: str, name: str) -> None:
         span = trace.get_current_span()
@@ -182,6 +200,17 @@ def _readers() -> tuple[Callable[[], context.Context], str | None]:
     ):
         return current.get, key
     return context.get_current, None
+
+
+def _context_is_a_tuple() -> bool:
+    """Whether a ``SpanContext`` is the tuple its properties read (``is_valid`` at
+    :data:`_VALID`, ``trace_flags`` at :data:`_FLAGS`): the API has made it so since 1.0;
+    an API that changes it is read through the properties."""
+    try:
+        probe = trace.SpanContext(1, 2, False, trace.TraceFlags(_SAMPLED))
+        return bool(probe[_VALID] is True and probe[_FLAGS] == _SAMPLED)
+    except Exception:
+        return False
 
 
 def _query_text(trip: RoundTrip) -> str:
