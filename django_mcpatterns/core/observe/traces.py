@@ -91,28 +91,12 @@ class TraceSink(BaseSink):
                 "db.system.name": "memcached",
                 "server.address": trip.server,
             }
-        commands = trip.commands
-        if len(commands) == 1:
-            outcomes = commands[0][1]
-            unavailable = outcomes == "unavailable"
-        else:
-            outcomes = ",".join(result for _, result in commands)
-            unavailable = "unavailable" in outcomes.split(",")
-        attributes: dict[str, Any] = {
-            "db.operation.name": trip.operation,
-            "mcpatterns.cache": trip.cache,
-            "mcpatterns.outcome": outcomes,
-        }
-        if len(commands) > 1:
-            attributes["db.operation.batch.size"] = len(commands)
-        if self.trace_keys:
-            attributes["db.query.text"] = _query_text(trip)
         start = end - trip.nanoseconds
         if self._seen[2]:  # a request's trace, sampled in: all the attributes at once
             span = self._tracer.start_span(
                 trip.operation,
                 kind=SpanKind.CLIENT,
-                attributes=where | attributes,
+                attributes=where | self._attributes(trip),
                 start_time=start,
             )
         else:  # a root span: the sampler sees where it goes; the rest if it is recorded
@@ -120,16 +104,32 @@ class TraceSink(BaseSink):
                 trip.operation, kind=SpanKind.CLIENT, attributes=where, start_time=start
             )
             if span.is_recording():
-                span.set_attributes(attributes)
+                span.set_attributes(self._attributes(trip))
         if not span.is_recording():  # no SDK, or not sampled: nothing more to make
             return
         if trip.error is not None:
             span.set_attribute("error.type", type(trip.error).__qualname__)
             span.set_status(Status(StatusCode.ERROR, str(trip.error)))
-        elif unavailable:
+        elif any(result == "unavailable" for _, result in trip.commands):
             span.set_attribute("error.type", "unavailable")
             span.set_status(Status(StatusCode.ERROR, f"{trip.server} is in its retry wait"))
         span.end(end_time=end)
+
+    def _attributes(self, trip: RoundTrip) -> dict[str, Any]:
+        """A recorded span's attributes, but for where it goes (``self._servers``)."""
+        commands = trip.commands
+        attributes: dict[str, Any] = {
+            "db.operation.name": trip.operation,
+            "mcpatterns.cache": trip.cache,
+            "mcpatterns.outcome": (
+                commands[0][1] if len(commands) == 1 else ",".join(r for _, r in commands)
+            ),
+        }
+        if len(commands) > 1:
+            attributes["db.operation.batch.size"] = len(commands)
+        if self.trace_keys:
+            attributes["db.query.text"] = _query_text(trip)
+        return attributes
 
     def _off(self) -> bool:
         """Whether no span would be recorded: no SDK configured yet, or a trace sampled out.
