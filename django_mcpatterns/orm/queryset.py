@@ -21,7 +21,7 @@ from django.db.models.manager import BaseManager
 from django.db.models.query import MAX_GET_RESULTS, ModelIterable
 
 from .conf import orm_settings
-from .reads import Planned, reader
+from .reads import Planned, Reader, reader
 from .rows import pack, unpack
 
 __all__ = ["install", "uninstall"]
@@ -69,7 +69,11 @@ def _timeout(qs: Any, op: str) -> int | None:
     return settings.timeout
 
 
-def _planned(qs: Any, op: str, *extra: Any) -> tuple[Planned, int] | None:
+Found = tuple[Planned, int, Reader, bool]
+"""The plan, its TTL, the reader and whether a result read now may be stored."""
+
+
+def _planned(qs: Any, op: str, *extra: Any) -> Found | None:
     if qs._result_cache is not None:
         return None
     timeout = _timeout(qs, op)
@@ -77,9 +81,12 @@ def _planned(qs: Any, op: str, *extra: Any) -> tuple[Planned, int] | None:
         return None
     found = reader()
     planned = found.plan(qs.query, qs.db, op, qs._iterable_class, qs._fields, *extra)
-    if planned is None or found.bypassed(planned):
+    if planned is None:
         return None
-    return planned, timeout
+    allowed = found.admit(planned)
+    if allowed is None:
+        return None
+    return planned, timeout, found, allowed
 
 
 def _known_related(qs: Any, results: list[Any]) -> None:
@@ -102,8 +109,8 @@ def _fetch_all(self: Any) -> None:
     if self._result_cache is None:
         found = _planned(self, _op.get())
         if found is not None:
-            planned, timeout = found
-            results = unpack(reader().fetch(planned, lambda: _rows(self), timeout, pack))
+            planned, timeout, read, allowed = found
+            results = unpack(read.fetch(planned, lambda: _rows(self), timeout, pack, allowed))
             _known_related(self, results)
             self._result_cache = results
     _ORIGINAL["_fetch_all"](self)
@@ -122,7 +129,8 @@ def count(self: Any) -> int:
     if found is None:
         result: int = _ORIGINAL["count"](self)
         return result
-    counted: int = reader().fetch(found[0], lambda: _ORIGINAL["count"](self), found[1])
+    planned, timeout, read, allowed = found
+    counted: int = read.fetch(planned, lambda: _ORIGINAL["count"](self), timeout, None, allowed)
     return counted
 
 
@@ -131,7 +139,8 @@ def exists(self: Any) -> bool:
     if found is None:
         result: bool = _ORIGINAL["exists"](self)
         return result
-    there: bool = reader().fetch(found[0], lambda: _ORIGINAL["exists"](self), found[1])
+    planned, timeout, read, allowed = found
+    there: bool = read.fetch(planned, lambda: _ORIGINAL["exists"](self), timeout, None, allowed)
     return there
 
 
@@ -140,7 +149,10 @@ def aggregate(self: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
     if found is None:
         result: dict[str, Any] = _ORIGINAL["aggregate"](self, *args, **kwargs)
         return result
-    return reader().fetch(found[0], lambda: _ORIGINAL["aggregate"](self, *args, **kwargs), found[1])
+    planned, timeout, read, allowed = found
+    return read.fetch(
+        planned, lambda: _ORIGINAL["aggregate"](self, *args, **kwargs), timeout, None, allowed
+    )
 
 
 # -- async: a hit is served in the event loop, a miss runs Django's sync path in a thread --
@@ -156,7 +168,7 @@ async def aget(self: Any, *args: Any, **kwargs: Any) -> Any:
     found = _planned(clone, "get")
     if found is None:
         return await _ORIGINAL["aget"](self, *args, **kwargs)
-    results = unpack(await reader().afetch(found[0], lambda: _rows(clone), found[1], pack))
+    results = unpack(await found[2].afetch(found[0], lambda: _rows(clone), found[1], pack))
     _known_related(clone, results)
     clone._result_cache = results
     if clone._prefetch_related_lookups:
@@ -182,7 +194,7 @@ async def acount(self: Any) -> int:
     if found is None:
         counted: int = await _ORIGINAL["acount"](self)
         return counted
-    result: int = await reader().afetch(found[0], lambda: _ORIGINAL["count"](self), found[1])
+    result: int = await found[2].afetch(found[0], lambda: _ORIGINAL["count"](self), found[1])
     return result
 
 
@@ -191,7 +203,7 @@ async def aexists(self: Any) -> bool:
     if found is None:
         there: bool = await _ORIGINAL["aexists"](self)
         return there
-    result: bool = await reader().afetch(found[0], lambda: _ORIGINAL["exists"](self), found[1])
+    result: bool = await found[2].afetch(found[0], lambda: _ORIGINAL["exists"](self), found[1])
     return result
 
 
@@ -200,7 +212,7 @@ async def aaggregate(self: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
     if found is None:
         done: dict[str, Any] = await _ORIGINAL["aaggregate"](self, *args, **kwargs)
         return done
-    result: dict[str, Any] = await reader().afetch(
+    result: dict[str, Any] = await found[2].afetch(
         found[0], lambda: _ORIGINAL["aggregate"](self, *args, **kwargs), found[1]
     )
     return result
@@ -212,7 +224,7 @@ def __aiter__(self: Any) -> AsyncIterator[Any]:
             found = _planned(self, "fetch")
             if found is not None:
                 results = unpack(
-                    await reader().afetch(found[0], lambda: _rows(self), found[1], pack)
+                    await found[2].afetch(found[0], lambda: _rows(self), found[1], pack)
                 )
                 _known_related(self, results)
                 self._result_cache = results

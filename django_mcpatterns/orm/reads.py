@@ -28,7 +28,7 @@ from . import audit, observe
 from .conf import OrmSettings, orm_settings
 from .pins import pins
 from .shape import Uncacheable, shape_of
-from .transactions import dirty_tables, fill_allowed
+from .transactions import dirty_tables, fill_allowed, read_state
 
 __all__ = ["SPACE", "Planned", "Reader", "global_key", "reader", "reset"]
 
@@ -184,6 +184,15 @@ class Reader:
             return True
         return False
 
+    def admit(self, planned: Planned) -> bool | None:
+        """None when the read bypasses the cache (:meth:`bypassed`), else whether a result
+        read now may be stored (``fill_allowed``): one look-up of the connection for both."""
+        dirty, allowed = read_state(planned.db)
+        if dirty is not None and not dirty.isdisjoint(planned.tables):
+            self.record("bypass", planned.label)
+            return None
+        return allowed
+
     # -- reading --
 
     def fetch(
@@ -192,14 +201,18 @@ class Reader:
         compute: Callable[[], T],
         timeout: int,
         pack: Callable[[T], Any] | None = None,
+        allowed: bool | None = None,
     ) -> T:
         """The cached value of ``planned``, or ``compute()`` (stored when it may be).
 
         ``pack``: the form to store the value in (a hit returns that form).
+        ``allowed``: :meth:`admit`'s answer in this thread, if the caller has it.
         """
+        if allowed is None:
+            allowed = fill_allowed(planned.db)
         try:
             leases = self.leases
-            if leases is not None and fill_allowed(planned.db):
+            if leases is not None and allowed:
                 read = stamps.read_leased(leases, planned.plan, LEASE_TTL)
             else:
                 read = stamps.read(self.values, planned.plan)
@@ -214,7 +227,7 @@ class Reader:
             )
             value: T = read.value
             return value
-        return self.fill(planned, read, compute, timeout, pack)
+        return self.fill(planned, read, compute, timeout, pack, allowed)
 
     async def afetch(
         self,
@@ -250,6 +263,7 @@ class Reader:
         compute: Callable[[], T],
         timeout: int,
         pack: Callable[[T], Any] | None = None,
+        allowed: bool | None = None,
     ) -> T:
         """The miss path: record the stamps' tokens, lease, compute, store.
 
@@ -262,7 +276,7 @@ class Reader:
         held = lease is not None  # a lease this fill stores over or gives back
         tokens: tuple[bytes, ...] | None = None
         try:
-            if held or fill_allowed(planned.db):
+            if held or (fill_allowed(planned.db) if allowed is None else allowed):
                 tokens = stamps.prepare(self.values, plan, read, self.settings.stamp_timeout)
             if tokens is not None and not held:
                 if self.settings.lease == "cas":

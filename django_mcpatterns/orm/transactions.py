@@ -12,17 +12,28 @@ transactions) a fill could store rows older than a stamp it read.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 from django.db import connections, transaction
 
-__all__ = ["dirty_tables", "fill_allowed", "mark_written"]
+__all__ = ["dirty_tables", "fill_allowed", "mark_written", "read_state"]
 
 _DIRTY = "_mcpatterns_orm_dirty"
 
 
 def dirty_tables(using: str) -> set[str] | None:
     """The tables the current transaction on ``using`` wrote; None outside one (or none)."""
+    return _dirty(connections[using])
+
+
+def read_state(using: str) -> tuple[set[str] | None, bool]:
+    """:func:`dirty_tables` and :func:`fill_allowed` of ``using``, its connection looked up
+    once (a look-up goes through the handler's context-local storage: ~11k instructions)."""
     conn = connections[using]
+    return _dirty(conn), _allowed(conn)
+
+
+def _dirty(conn: Any) -> set[str] | None:
     dirty: set[str] | None = conn.__dict__.get(_DIRTY)
     if not dirty:
         return None
@@ -45,7 +56,10 @@ def mark_written(using: str, tables: Iterable[str]) -> None:
 
 def fill_allowed(using: str) -> bool:
     """Whether a result read now on ``using`` may be stored."""
-    conn = connections[using]
+    return _allowed(connections[using])
+
+
+def _allowed(conn: Any) -> bool:
     if not conn.in_atomic_block:
         return True
     if conn.vendor != "postgresql":

@@ -1,10 +1,12 @@
 """Append-based sets and lists in asyncio (``AsyncAppendSets``, ``AsyncAppendLists``).
 
-The async classes are the source the sync ones are generated from; here they
-run as asyncio code: on the embedded store (``AsyncMemoryStore`` sharing a
-``MemoryStore`` with a sync reader, so both forms must agree on every byte),
-with real tasks interleaving at every request (:class:`Yielding`), and on real
-memcached through the AsyncCluster twin of a Cluster (``Cluster.aio``).
+The behaviour of both forms is tested once, in asyncio, by
+``tests/core/patterns/_async/test_sets.py`` (its sync form generated beside it).
+Here is what needs both forms at once or asyncio alone: on the embedded store
+(``AsyncMemoryStore`` sharing a ``MemoryStore`` with a sync reader, so both forms
+must agree on every byte), with real tasks interleaving at every request
+(:class:`Yielding`), and on real memcached through the AsyncCluster twin of a
+Cluster (``Cluster.aio``).
 """
 
 from __future__ import annotations

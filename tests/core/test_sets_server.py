@@ -37,7 +37,7 @@ from django_mcpatterns.core.sets import (
 )
 from django_mcpatterns.core.sets._model_layout import SET, read_header
 from tests.conftest import flush
-from tests.core.test_sets import churn
+from tests.core.patterns._sync.test_sets import churn
 from tests.fakes import CountingStore
 from tests.harness import (
     MemcachedServer,
