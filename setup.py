@@ -41,7 +41,7 @@ def compiles() -> bool:
 
 required = os.environ.get("CI") == "true" or flag("DJANGO_MCPATTERNS_REQUIRE_COMPILED")
 wanted = not flag("DJANGO_MCPATTERNS_PURE_PYTHON")
-names = ("module", "reader", "values", "meta", "encode", "many", "maker", "io")
+names = ("module", "reader", "values", "meta", "encode", "many", "maker", "io", "trip", "waiter")
 extensions = [
     Extension(
         "django_mcpatterns.core.protocol._speedups",

@@ -80,26 +80,25 @@ class Hooked:
             return target
 
         def call(*args: Any, **kwargs: Any) -> Any:
-            hook = self.before.pop(name, None)
-            if hook is not None:
-                hook(*args)
-            self.calls.append((name, args[0] if args else None))
+            self.calling(name, args)
             return target(*args, **kwargs)
 
         return call
 
+    def calling(self, name: str, args: tuple[Any, ...]) -> object:
+        """Run the hook of ``name`` (once), then record the call; the hook's result."""
+        hook = self.before.pop(name, None)
+        done = None if hook is None else hook(*args)
+        self.calls.append((name, args[0] if args else None))
+        return done
 
-class AsyncHooked:
+
+class AsyncHooked(Hooked):
     """:class:`Hooked` over an AsyncStore: a hook may be a coroutine function, awaited.
 
     The asyncio tests' form (``tests/**/_async/``); their generated sync form uses
-    :class:`Hooked`.
+    :class:`Hooked`.  (The call is recorded before an awaited hook has run.)
     """
-
-    def __init__(self, store: Any) -> None:
-        self.store = store
-        self.before: dict[str, Callable[..., object]] = {}
-        self.calls: list[tuple[str, Any]] = []
 
     def __getattr__(self, name: str) -> Any:
         target = getattr(self.store, name)
@@ -107,12 +106,9 @@ class AsyncHooked:
             return target
 
         async def call(*args: Any, **kwargs: Any) -> Any:
-            hook = self.before.pop(name, None)
-            if hook is not None:
-                done = hook(*args)
-                if inspect.isawaitable(done):
-                    await done
-            self.calls.append((name, args[0] if args else None))
+            done = self.calling(name, args)
+            if inspect.isawaitable(done):
+                await done
             return await target(*args, **kwargs)
 
         return call

@@ -53,6 +53,37 @@ speedups_keyed(PyObject *module, PyObject *args)
     return given;
 }
 
+/* placed(fallback, key): (wire, ring) of keys.py's placed(); a plain printable ASCII str
+ * key is encoded here (its wire and ring bytes are the same), any other goes to
+ * fallback (keys.py's placed), which checks, routes or refuses it.  The fallback comes
+ * first: compiled.py binds it with functools.partial. */
+PyObject *
+speedups_placed(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "placed(fallback, key)");
+        return NULL;
+    }
+    PyObject *key = args[1];
+    Py_ssize_t n;
+    if (PyUnicode_CheckExact(key) && PyUnicode_IS_ASCII(key)
+        && (n = PyUnicode_GET_LENGTH(key)) > 0 && n <= MAX_KEY_LENGTH) {
+        const Py_UCS1 *s = PyUnicode_1BYTE_DATA(key);
+        Py_ssize_t i = 0;
+        while (i < n && s[i] > 0x20 && s[i] < 0x7f)
+            i++;
+        if (i == n) {
+            PyObject *kb = PyBytes_FromStringAndSize((const char *)s, n);
+            if (kb == NULL)
+                return NULL;
+            PyObject *pair = PyTuple_Pack(2, kb, kb);
+            Py_DECREF(kb);
+            return pair;
+        }
+    }
+    return PyObject_CallOneArg(args[0], key);
+}
+
 /* decoded(values, direct, deserialize, cas): {key: value} (or (value, cas)); a value whose
  * flags have a direct decoder gets it (one raising ValueError goes to deserialize). */
 PyObject *

@@ -13,7 +13,7 @@ Bound B;
 static int64_t bound_by = -1;
 
 /* Bumped whenever what compiled.py expects of this module changes. */
-#define ABI 5
+#define ABI 6
 
 static PyObject *
 bind(PyObject *module, PyObject *args, PyObject *kwargs)
@@ -50,12 +50,20 @@ static PyMethodDef functions[] = {
      "Bind the parser to the classes it answers with (compiled.py does, in one interpreter)."},
     {"encode", speedups_encode, METH_O, "The bytes of a batch of requests, written at once."},
     {"keyed", speedups_keyed, METH_VARARGS, "keyed(keys, placed): {wire bytes: key as given}."},
+    {"placed", (PyCFunction)(void (*)(void))speedups_placed, METH_FASTCALL,
+     "placed(fallback, key): (wire, ring) bytes of a key; fallback(key) for any but plain ASCII."},
     {"decoded", speedups_decoded, METH_VARARGS,
      "decoded(values, direct, deserialize, cas): a get's values decoded, by key."},
     {"grouped", speedups_grouped, METH_VARARGS,
      "grouped(given, locate, known, routed): the wire bytes of keys by server."},
     {"hits", speedups_hits, METH_VARARGS,
      "hits(parts, given, cas, stale, refused, envelope): the fetched items by key as given."},
+    {"trip", (PyCFunction)(void (*)(void))speedups_trip, METH_FASTCALL,
+     "trip(cluster, node, request, decode, failed, admission): AsyncCluster's round trip."},
+    {"resolve", speedups_resolve, METH_VARARGS,
+     "resolve(waiters, result): a batch's result to its waiters, one loop callback for all."},
+    {"bind_trip", speedups_bind_trip, METH_VARARGS,
+     "bind_trip(Batch, CancelledError, get_running_loop, answered, MISS, armed) (aio.py)."},
     {NULL},
 };
 
@@ -91,13 +99,21 @@ PyInit__speedups(void)
         || intern(&B.k_error, "ERROR") < 0 || intern(&B.k_client_error, "CLIENT_ERROR") < 0
         || intern(&B.k_server_error, "SERVER_ERROR") < 0)
         return NULL;
-    if (PyType_Ready(&ReaderType) < 0 || PyType_Ready(&MakerType) < 0)
+    if (PyType_Ready(&ReaderType) < 0 || PyType_Ready(&MakerType) < 0
+        || PyType_Ready(&TripType) < 0
+        || PyType_Ready(&ValueDecoderType) < 0
+        || PyType_Ready(&RunnerType) < 0
+        || PyType_Ready(&WaiterType) < 0 || PyType_Ready(&WakeupsType) < 0)
         return NULL;
     PyObject *module = PyModule_Create(&module_def);
     if (module == NULL)
         return NULL;
     if (PyModule_AddObjectRef(module, "Reader", (PyObject *)&ReaderType) < 0
         || PyModule_AddObjectRef(module, "Maker", (PyObject *)&MakerType) < 0
+        || PyModule_AddObjectRef(module, "Trip", (PyObject *)&TripType) < 0
+        || PyModule_AddObjectRef(module, "ValueDecoder", (PyObject *)&ValueDecoderType) < 0
+        || PyModule_AddObjectRef(module, "Runner", (PyObject *)&RunnerType) < 0
+        || PyModule_AddObjectRef(module, "Waiter", (PyObject *)&WaiterType) < 0
         || PyModule_AddIntConstant(module, "ABI", ABI) < 0
         || PyModule_AddIntConstant(module, "MAX_VALUE_LENGTH", MAX_VALUE_LENGTH) < 0) {
         Py_DECREF(module);

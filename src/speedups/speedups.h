@@ -87,9 +87,21 @@ PyObject *speedups_encode(PyObject *module, PyObject *requests);
 
 /* many.c */
 PyObject *speedups_keyed(PyObject *module, PyObject *args);
+PyObject *speedups_placed(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
 PyObject *speedups_decoded(PyObject *module, PyObject *args);
 PyObject *speedups_grouped(PyObject *module, PyObject *args);
 PyObject *speedups_hits(PyObject *module, PyObject *args);
+
+/* trip.c */
+extern PyTypeObject TripType, ValueDecoderType, RunnerType;
+PyObject *speedups_trip(PyObject *module, PyObject *const *args, Py_ssize_t n);
+PyObject *speedups_bind_trip(PyObject *module, PyObject *args);
+
+/* waiter.c */
+extern PyTypeObject WaiterType, WakeupsType;
+PyObject *waiter_new(PyObject *loop);
+int waiter_outcome(PyObject *waiter, PyObject **result);
+PyObject *speedups_resolve(PyObject *module, PyObject *args);
 
 /* io.c */
 PyObject *reader_request(Reader *r, PyObject *args);

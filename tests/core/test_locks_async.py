@@ -30,8 +30,9 @@ from django_mcpatterns.core.memory import AsyncMemoryStore, MemoryStore
 from django_mcpatterns.core.options import ClusterOptions
 from tests.conftest import flush
 from tests.core.asyncio_tools import loop_never_blocks, others_finished
+from tests.core.patterns._async import test_locks as written_once
 from tests.drills.proxy import Proxy
-from tests.fakes import CountingStore, FakeClock
+from tests.fakes import CountingStore
 from tests.harness import MemcachedServer
 
 T = TypeVar("T")
@@ -44,23 +45,8 @@ def run(coroutine: Awaitable[T]) -> T:
     return asyncio.run(main())
 
 
-@pytest.fixture
-def astore(store: MemoryStore) -> AsyncMemoryStore:
-    return AsyncMemoryStore(store)
-
-
-@pytest.fixture
-def make_lock(
-    astore: AsyncMemoryStore, clock: FakeClock, events: list[object]
-) -> Callable[..., AsyncLock]:
-    def make(key: str = "lock:report", timeout: float = 10, **kwargs: Any) -> AsyncLock:
-        kwargs.setdefault("clock", clock)
-        kwargs.setdefault("sleep", clock.async_sleep)
-        kwargs.setdefault("rng", lambda: 0.5)
-        kwargs.setdefault("on_event", events.append)
-        return AsyncLock(kwargs.pop("store", astore), key, timeout, **kwargs)
-
-    return make
+# The lock on the embedded store and the fake clock: the fixture of the tests written once.
+make_lock = written_once.make_lock
 
 
 # -- the two forms on one item ------------------------------------------------------

@@ -12,7 +12,9 @@ import datetime
 import decimal
 import pickle
 import random
+import sys
 import threading
+import time
 import uuid
 from typing import Any
 
@@ -214,6 +216,67 @@ def test_no_lookup_breaks_the_bound_or_misses_a_write(steps: list[Any]) -> None:
                 seen, sent = found
                 assert sent > clock() - 1.0
                 assert seen >= written_at[key]
+
+
+def test_threads_filling_evicting_and_writing_keep_the_table_whole() -> None:
+    """Real threads on one table, switching as often as the interpreter allows: readers
+    fill (past half full, so the sketch counts and admission evicts; entries expire and
+    are swept), writers of this process write and invalidate.  No lookup returns a value
+    older than a write that completed before it began, and the table's books balance."""
+    table = NearTable(NearOptions(max_age=0.02, max_bytes=2**16))
+    keys = [f"k{i}" for i in range(400)]  # about a third fit: evictions and refusals
+    server = dict.fromkeys(keys, 0)  # the item's version on "memcached"
+    completed = dict.fromkeys(keys, 0)  # the newest version whose write has returned
+    guard = threading.Lock()  # the server's own atomicity
+    errors: list[str] = []
+
+    def reader(seed: int) -> None:
+        rng = random.Random(seed)
+        for _ in range(3000):
+            key = rng.choice(keys[:50] if rng.random() < 0.5 else keys)  # half on hot keys
+            began = completed[key]
+            entry = table.lookup(key)
+            if entry is not None:
+                if entry.value[1] < began:
+                    errors.append(f"{key}: version {entry.value[1]} after {began} returned")
+                continue
+            ticket = table.ticket()
+            with guard:
+                seen = server[key]
+            time.sleep(0)  # the reply's way back: other threads run (a write may land)
+            table.fill(key, (key, seen), ticket)
+
+    def writer(seed: int) -> None:
+        rng = random.Random(seed)
+        for _ in range(1500):
+            key = rng.choice(keys[:50])
+            with guard:
+                server[key] += 1
+                version = server[key]
+            table.invalidate(key)
+            with guard:
+                completed[key] = max(completed[key], version)
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        threads = [threading.Thread(target=reader, args=(i,)) for i in range(4)]
+        threads += [threading.Thread(target=writer, args=(10 + i,)) for i in range(2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert errors == []
+    stats = table.stats()
+    entries = list(table.entries.values())
+    assert stats.bytes == sum(entry.size for entry in entries) <= table.budget
+    assert sorted(map(id, table._order)) == sorted(map(id, entries))
+    assert all(table._order[entry.slot] is entry for entry in entries)
+    assert stats.fills > 0
+    assert stats.evictions + stats.refused > 0
+    assert stats.invalidations > 0
 
 
 # -- isolation ------------------------------------------------------------------------------

@@ -194,3 +194,41 @@ def test_a_sink_added_later_gets_the_hot_path_too(memcached_1: list[MemcachedSer
     assert counted[0][1] == "stored"
     assert [key[2:] for key, _ in second.counted] == [("get", "hit")]
     assert first.asked[1] == second.asked[0]  # one hook per sink and series
+
+
+def test_a_span_under_a_sampled_request_has_the_attributes_of_a_root_span(
+    memcached_1: list[MemcachedServer],
+) -> None:
+    """Under a request's span every attribute is given when the span starts; a root span
+    gives the sampler where it goes and the rest once it is recorded: the same span."""
+    from opentelemetry import trace
+    from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
+
+    from django_mcpatterns.core.options import ClusterOptions
+    from tests.observing import spans_exporter
+
+    cluster = Cluster(
+        [memcached_1[0].spec], ClusterOptions(instrumentation=("opentelemetry",), trace_keys=True)
+    )
+    request = NonRecordingSpan(SpanContext(7, 9, is_remote=True, trace_flags=TraceFlags(1)))
+    with spans_exporter() as exporter:
+        cluster.set("k", 1)
+        with trace.use_span(request):
+            cluster.get("k")
+            cluster.get_many(["k", "absent"])
+        cluster.get("k")
+        cluster.get_many(["k", "absent"])
+    spans = exporter.get_finished_spans()
+    assert [(span.name, span.parent is not None) for span in spans] == [
+        ("set", False),
+        ("get", True),
+        ("get", True),
+        ("get", False),
+        ("get", False),
+    ]
+    attributes = [dict(span.attributes or {}) for span in spans]
+    assert attributes[1] == attributes[3]
+    assert attributes[2] == attributes[4]
+    assert attributes[1]["mcpatterns.outcome"] == "hit"
+    assert attributes[1]["db.query.text"] == "get k"
+    assert attributes[1]["server.port"] == memcached_1[0].port

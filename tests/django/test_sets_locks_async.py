@@ -4,7 +4,7 @@ Reached the way an async view reaches them (``caches[...]`` built from
 ``settings.CACHES``), on the embedded store and on a 3-server cluster (once
 the cluster backend has its asyncio store): Django's key rules, versions and
 timeout conventions apply as in the sync forms, whose answers the async ones
-must give.  The algorithms are proven in ``tests/core/test_*_async.py``.
+must give.  The algorithms are proven in ``tests/core/patterns/_async/`` (both forms).
 """
 
 from __future__ import annotations

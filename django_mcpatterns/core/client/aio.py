@@ -22,7 +22,10 @@ The round trip
     (a request queued but never written is :class:`~.channel.NotSentError`:
     certainly not applied), observation and outcome judging
     (:mod:`.outcomes`); several servers at once (:meth:`_parallel`) queue
-    every request before awaiting any reply, without tasks.
+    every request before awaiting any reply, without tasks.  Where the compiled
+    hot path is built, :meth:`run` and ``_trip``'s commonest case (a healthy
+    server's lone ``get``/``gets``, nothing observed) run in C as one awaitable
+    (``src/speedups/trip.c``), which hands everything else to these methods.
 Cancellation
     A cancelled task's request still gets its reply read by the channel and
     dropped, so a cancellation never leaves a connection out of step.
@@ -48,6 +51,7 @@ from time import perf_counter_ns
 from typing import Any, TypeVar
 
 from .. import chance
+from ..protocol.compiled import async_runner, async_trip
 from ..protocol.plans import MISS, Call, Each, FanOut, Forget, HomeToken, Plan, install
 from ..protocol.replies import not_supported, refused_in
 from ..protocol.wire import Get, Request, Value, Version
@@ -61,6 +65,7 @@ from .options import ClusterOptions
 from .outcomes import NODE_ERRORS, answered, judge, probe_for, refusal_seen
 from .servers import Server
 from .shared import Driver, Serde, Shared
+from .transport import completed
 
 __all__ = ["AsyncCluster"]
 
@@ -126,6 +131,8 @@ class AsyncCluster(Driver, AsyncStore, AsyncTokenStore, AsyncLeaseStore):
             node = self._only or self._nodes[self._locate(plan.ring)]
             admission = node.health.open
             if admission is not None:  # the hot path: a healthy server, nothing to route
+                if trip is not None:  # compiled: _trip's hot path as one C awaitable
+                    return trip(self, node, plan.request, plan.decode, plan.failed, admission)
                 return self._trip(
                     node, plan.request, plan.decode, plan.failed, admission, True, True
                 )
@@ -405,6 +412,10 @@ class AsyncCluster(Driver, AsyncStore, AsyncTokenStore, AsyncLeaseStore):
 
 
 install(AsyncCluster, asynchronous=True)
+trip = async_trip(Batch, answered, MISS, armed, completed)
+run_in_python = AsyncCluster.run
+if trip is not None:  # compiled: run's hot path in C too (the plan's Call straight to a Trip)
+    setattr(AsyncCluster, "run", async_runner(run_in_python))  # noqa: B010 (mypy: a method)
 
 
 def _queue(channel: Channel, request: Requests) -> tuple[Waiters, Get | None]:

@@ -49,6 +49,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..protocol.compiled import Reader, encode
+from ..protocol.compiled import resolve as resolve_all
 from ..protocol.wire import NEED_DATA, ErrorReply, Get, Request, Value
 from . import epochs
 from .transport import (
@@ -133,10 +134,8 @@ class Batch(_Item):
         (reply,) = self.replies
         if type(reply) is list:
             self.values = {value.key: value for value in reply}
-        result = self if type(reply) is list else reply  # an ErrorReply: each caller judges it
-        for waiter in self.waiters:
-            if not waiter.done():
-                waiter.set_result(result)
+        # An ErrorReply: each caller judges it.  A cancelled caller's waiter is dropped.
+        resolve_all(self.waiters, self if type(reply) is list else reply)
 
 
 def _encode(requests: Sequence[Request[Any]]) -> bytes:
@@ -145,6 +144,24 @@ def _encode(requests: Sequence[Request[Any]]) -> bytes:
 
 class Channel(asyncio.Protocol):
     """One connection to one server, used by every task of one event loop (see module)."""
+
+    # Slots: the compiled get reads a channel's fields at their slots (src/speedups/trip.c).
+    __slots__ = (
+        "__weakref__",
+        "_close_when_idle",
+        "_flush_scheduled",
+        "_head_since",
+        "_in_flight",
+        "_open_batch",
+        "_out",
+        "_queue",
+        "_reader",
+        "_timer",
+        "broken",
+        "loop",
+        "timeout",
+        "transport",
+    )
 
     def __init__(self, loop: asyncio.AbstractEventLoop, timeout: float | None) -> None:
         self.loop = loop

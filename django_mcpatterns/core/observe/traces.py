@@ -44,7 +44,6 @@ __all__ = ["TRACER_NAME", "TraceSink"]
 TRACER_NAME = "django_mcpatterns"
 _MOST_KEYS = 16  # of a multi-key command, in db.query.text
 _SAMPLED = trace.TraceFlags.SAMPLED
-_SpanContext = trace.SpanContext
 _get = dict.get  # a Context is a dict: its get, without looking the method up
 _FLAGS, _VALID = 3, 5  # a SpanContext's trace_flags and is_valid (see _context_is_a_tuple)
 
@@ -64,10 +63,9 @@ class TraceSink(BaseSink):
         # With the global provider, spans exist only once the application sets one
         # (OpenTelemetry sets it once per process): until then every span is a no-op.
         self._awaiting_provider = provider is None
-        self._seen: tuple[object, bool] = (None, False)  # the last context and its verdict
+        # The last context, its verdict and whether it holds a request's span (see _off).
+        self._seen: tuple[object, bool, bool] = (None, False, False)
         self._current, self._span_key = _readers()
-        self._span_types: frozenset[type] = frozenset()  # the Span classes met so far
-        self._tuples = _context_is_a_tuple()
         # What sampling may look at, made once per server: db.system, server.*.
         self._servers: dict[str, dict[str, Any]] = {}
         for server in servers:
@@ -93,24 +91,22 @@ class TraceSink(BaseSink):
                 "db.system.name": "memcached",
                 "server.address": trip.server,
             }
-        span = self._tracer.start_span(
-            trip.operation,
-            kind=SpanKind.CLIENT,
-            attributes=where,
-            start_time=end - trip.nanoseconds,
-        )
+        start = end - trip.nanoseconds
+        if self._seen[2]:  # a request's trace, sampled in: all the attributes at once
+            span = self._tracer.start_span(
+                trip.operation,
+                kind=SpanKind.CLIENT,
+                attributes=where | self._attributes(trip),
+                start_time=start,
+            )
+        else:  # a root span: the sampler sees where it goes; the rest if it is recorded
+            span = self._tracer.start_span(
+                trip.operation, kind=SpanKind.CLIENT, attributes=where, start_time=start
+            )
+            if span.is_recording():
+                span.set_attributes(self._attributes(trip))
         if not span.is_recording():  # no SDK, or not sampled: nothing more to make
             return
-        attributes: dict[str, Any] = {
-            "db.operation.name": trip.operation,
-            "mcpatterns.cache": trip.cache,
-            "mcpatterns.outcome": ",".join(result for _, result in trip.commands),
-        }
-        if len(trip.commands) > 1:
-            attributes["db.operation.batch.size"] = len(trip.commands)
-        if self.trace_keys:
-            attributes["db.query.text"] = _query_text(trip)
-        span.set_attributes(attributes)
         if trip.error is not None:
             span.set_attribute("error.type", type(trip.error).__qualname__)
             span.set_status(Status(StatusCode.ERROR, str(trip.error)))
@@ -119,8 +115,28 @@ class TraceSink(BaseSink):
             span.set_status(Status(StatusCode.ERROR, f"{trip.server} is in its retry wait"))
         span.end(end_time=end)
 
+    def _attributes(self, trip: RoundTrip) -> dict[str, Any]:
+        """A recorded span's attributes, but for where it goes (``self._servers``)."""
+        commands = trip.commands
+        attributes: dict[str, Any] = {
+            "db.operation.name": trip.operation,
+            "mcpatterns.cache": trip.cache,
+            "mcpatterns.outcome": (
+                commands[0][1] if len(commands) == 1 else ",".join(r for _, r in commands)
+            ),
+        }
+        if len(commands) > 1:
+            attributes["db.operation.batch.size"] = len(commands)
+        if self.trace_keys:
+            attributes["db.query.text"] = _query_text(trip)
+        return attributes
+
     def _off(self) -> bool:
-        """Whether no span would be recorded: no SDK configured yet, or a trace sampled out."""
+        """Whether no span would be recorded: no SDK configured yet, or a trace sampled out.
+
+        Keeps its verdict with the context, and whether the context holds a request's
+        span (a valid parent: the round trip's span is its child).
+        """
         if self._awaiting_provider:
             if isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
                 return True  # the API alone: every span a no-op, so none is made
@@ -135,21 +151,21 @@ class TraceSink(BaseSink):
         span: Any = (
             _get(current, self._span_key) if self._span_key else trace.get_current_span(current)
         )
-        off: bool = False
+        off = parented = False
         if span is not None:  # else no parent: a root span, not off
-            if type(span) not in self._span_types:  # once per class: an ABC's isinstance is slow
-                if not issubclass(type(span), trace.Span):
-                    self._seen = (current, False)
-                    return False
-                self._span_types = self._span_types | {type(span)}
-            # Sampled out: the SDK's default sampler (ParentBased) would drop its children.
-            parent = span.get_span_context()
-            if self._tuples and type(parent) is _SpanContext:  # without its two properties
-                fields: Any = parent
-                off = not fields[_FLAGS] & _SAMPLED and fields[_VALID]
-            else:
-                off = parent.is_valid and not parent.trace_flags & _SAMPLED
-        self._seen = (current, off)  # one tuple: threads never pair a context with another's
+            try:
+                parent = span.get_span_context()
+                if type(parent) is _Fields:  # a SpanContext read by index, not its properties
+                    fields: Any = parent
+                    parented = fields[_VALID]
+                    off = parented and not fields[_FLAGS] & _SAMPLED
+                else:
+                    parented = parent.is_valid
+                    off = parented and not parent.trace_flags & _SAMPLED
+            except AttributeError:  # not a span: the API reads none, as here
+                off = parented = False
+        # Sampled out: the SDK's default sampler (ParentBased) would drop its children.
+        self._seen = (current, off, parented)  # one tuple: a context never gets another's
         return off
 
     quiet = _off  # what the observer asks before it makes a record for round_trip
@@ -211,6 +227,14 @@ def _context_is_a_tuple() -> bool:
         return bool(probe[_VALID] is True and probe[_FLAGS] == _SAMPLED)
     except Exception:
         return False
+
+
+class _Unknown:
+    """No span context is of this class: with a SpanContext of another layout, the
+    properties are read."""
+
+
+_Fields: type = trace.SpanContext if _context_is_a_tuple() else _Unknown
 
 
 def _query_text(trip: RoundTrip) -> str:

@@ -18,10 +18,10 @@ from functools import partial
 from typing import Any, Literal, TypeVar
 
 from ..exceptions import NeedsMetaProtocolError
-from ..keys import Key, KeyT, placed
+from ..keys import Key, KeyT
 from ..store import CasToken, Claimed, Leased
 from . import steps
-from .compiled import keyed, new_get, new_store
+from .compiled import keyed, new_call, new_get, new_store, placed
 from .decoding import (
     NO_CAS,
     Decoders,
@@ -85,18 +85,20 @@ class StoreCommands:
     @command
     def get(self, key: Key, default: Any = None) -> Plan[Any]:
         kb, ring = placed(key)
-        return Call(ring, new_get((kb,), False), self.decoders.value, default, True)  # spread
+        return new_call(ring, new_get((kb,), False), self.decoders.value, default, True)  # spread
 
     @command
     def gets(self, key: Key) -> Plan[tuple[Any, CasToken | None]]:
         kb, ring = placed(key)
-        return Call(ring, new_get((kb,), True), self.decoders.value_cas, NO_CAS, True)  # spread
+        return new_call(ring, new_get((kb,), True), self.decoders.value_cas, NO_CAS, True)  # spread
 
     @command
     def gets_envelope(self, key: Key) -> Plan[tuple[Any, CasToken | None]]:
         """``gets`` returning a soft-expiry envelope as an ``Envelope`` (see Store)."""
         kb, ring = placed(key)
-        return Call(ring, new_get((kb,), True), self.decoders.envelope_cas, NO_CAS, True)  # spread
+        return new_call(
+            ring, new_get((kb,), True), self.decoders.envelope_cas, NO_CAS, True
+        )  # spread
 
     @command
     def get_many(self, keys: Iterable[Key]) -> Plan[dict[Key, Any]]:
@@ -189,7 +191,7 @@ class StoreCommands:
         kb, ring = placed(key)
         data, flags = self.decoders.encoded(kb, value)
         request = new_store(verb, kb, data, flags, expire_time(expire), None)
-        return Call(ring, request, written, False)
+        return new_call(ring, request, written, False, False)
 
     @command
     def cas(self, key: Key, value: Any, cas: CasToken, expire: int = 0) -> Plan[bool | None]:

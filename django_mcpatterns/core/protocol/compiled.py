@@ -24,6 +24,14 @@ the pure-Python path.
 :func:`keyed`, :func:`grouped`, :func:`decoded`, :func:`hits`
     A multi-key command's bookkeeping: its keys' wire bytes, grouped by server,
     its values by key, then by the keys as given.
+:func:`async_trip`, :func:`async_runner`, :func:`resolve`
+    AsyncCluster's round trip of a lone get/gets on a healthy server, as one C
+    awaitable (``src/speedups/trip.c``), or None on the pure-Python path; and its
+    ``run`` method, whose hot path makes that awaitable in C; a batch's result handed
+    to its waiters (the compiled ones' tasks woken from one loop callback).
+:func:`placed`, :data:`new_call`, :func:`value_decoder`
+    A key's wire and ring bytes, a plan's Call and a get's decoder, made in C on
+    the hot path (a plain key, a Call's five fields, an item of a plain format).
 :func:`maker`, :data:`new_get`, :data:`new_store`
     The hot path's requests made from all their fields, positionally (in C:
     a frozen dataclass's ``__init__`` sets each field through
@@ -32,18 +40,23 @@ the pure-Python path.
 
 from __future__ import annotations
 
+import asyncio
+import collections.abc
 import dataclasses
 import importlib
 import os
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
+from functools import partial
 from types import ModuleType
 from typing import Any, TypeVar
 
 from ..exceptions import ProtocolError
-from ..keys import Key, KeyT, Routed, placed
+from ..keys import Key, KeyT, Routed
+from ..keys import placed as placed_in_python
 from ..values.envelope import STALE, Envelope
 from ..values.refusals import REFUSED
 from . import reader
+from .plans import Call
 from .wire import NEED_DATA, ErrorReply, Get, MetaReply, Request, Store, Value
 from .wire import encode as encode_in_python
 
@@ -52,6 +65,8 @@ __all__ = [
     "PURE_SWITCH",
     "ConnectionClosedError",
     "Reader",
+    "async_runner",
+    "async_trip",
     "decoded",
     "encode",
     "grouped",
@@ -59,13 +74,17 @@ __all__ = [
     "keyed",
     "load",
     "maker",
+    "new_call",
     "new_get",
     "new_store",
+    "placed",
+    "resolve",
+    "value_decoder",
     "why_pure",
 ]
 
 PURE_SWITCH = "DJANGO_MCPATTERNS_PURE_PYTHON"
-ABI = 5  # what this module expects of _speedups (its ABI constant)
+ABI = 6  # what this module expects of _speedups (its ABI constant)
 
 T = TypeVar("T")
 
@@ -128,9 +147,21 @@ def encode(requests: Sequence[Request[Any]] | Iterable[Request[Any]]) -> bytes:
 def keyed(keys: Iterable[KeyT]) -> dict[bytes, KeyT]:
     """``{wire bytes: key as given}`` of a multi-key command (:func:`~..keys.placed` each)."""
     if speedups is not None:
-        given: dict[bytes, KeyT] = speedups.keyed(keys, placed)
+        given: dict[bytes, KeyT] = speedups.keyed(keys, placed_in_python)
         return given
-    return {placed(key)[0]: key for key in keys}
+    return {placed_in_python(key)[0]: key for key in keys}
+
+
+def value_decoder(
+    direct: dict[int, Callable[[bytes], Any]], slow: Callable[[Any], Any], miss: object
+) -> Callable[[Any], Any]:
+    """A get's reply decoder: ``slow`` (``Decoders._value``), or its compiled front that
+    decodes one item of a ``direct`` format itself and answers ``miss`` for none
+    (``slow``'s own answers: the pure path's, to the object)."""
+    if speedups is None or type(direct) is not dict:
+        return slow
+    decode: Callable[[Any], Any] = speedups.ValueDecoder(direct, slow, miss)
+    return decode
 
 
 def decoded(
@@ -158,6 +189,60 @@ def decoded(
     return found
 
 
+def async_trip(
+    batch: type, answered: Callable[..., None], miss: object, armed: Any, completed: list[int]
+) -> Callable[..., Coroutine[Any, Any, Any]] | None:
+    """The compiled twin of ``AsyncCluster._trip``'s hot path, bound to the async driver's
+    ``Batch`` class, ``answered`` judge, ``MISS``, fork guard and completion stamp
+    (channel.py's ``fetch_one`` runs in C too); None on the pure path.
+
+    ``trip(cluster, node, request, decode, failed, admission)`` is an awaitable (a
+    registered ``Coroutine``) answering as ``cluster._trip(node, request, decode, failed,
+    admission, True, True)``: it runs that coroutine itself whenever the request is not
+    a lone get on a live channel without observer, probe or fork to see to.
+    """
+    if speedups is None:
+        return None
+    speedups.bind_trip(
+        batch,
+        asyncio.CancelledError,
+        asyncio.get_running_loop,
+        answered,
+        miss,
+        armed,
+        completed,
+        asyncio.Future,
+        asyncio.BaseEventLoop.create_future,
+    )
+    collections.abc.Coroutine.register(speedups.Trip)
+    trip: Callable[..., Coroutine[Any, Any, Any]] = speedups.trip
+    return trip
+
+
+def resolve_in_python(waiters: list[Any], result: Any) -> None:
+    """Each waiter still pending gets ``result`` (a cancelled caller's is dropped)."""
+    for waiter in waiters:
+        if not waiter.done():
+            waiter.set_result(result)
+
+
+# A batch's result to its waiters: in C, the compiled get's waiters (src/speedups/waiter.c)
+# wake their tasks from one loop callback instead of one each.
+resolve: Callable[[list[Any], Any], None] = (
+    speedups.resolve if speedups is not None else resolve_in_python
+)
+
+
+def async_runner(run: Callable[..., Any]) -> Callable[..., Any]:
+    """``AsyncCluster.run`` with its hot path in C (a healthy server's Call becomes the
+    awaitable of :func:`async_trip` with no Python frame), ``run`` itself for any other
+    plan; ``run`` as it is on the pure path."""
+    if speedups is None:
+        return run
+    runner: Callable[..., Any] = speedups.Runner(run, Call)
+    return runner
+
+
 def maker(cls: type[T]) -> Callable[..., T]:
     """A maker of ``cls`` from all its fields, positionally: compiled where ``cls`` is a frozen
     slots dataclass whose ``__init__`` only stores them, else ``cls`` itself."""
@@ -175,6 +260,16 @@ def maker(cls: type[T]) -> Callable[..., T]:
 
 
 new_get: Callable[[Sequence[bytes], bool], Get] = maker(Get)
+# keys.placed(key): a key's (wire, ring) bytes, a plain key's made in C when compiled.
+placed: Callable[[Key], tuple[bytes, bytes]] = (
+    partial(speedups.placed, placed_in_python) if speedups is not None else placed_in_python
+)
+# A plan's Call from its five fields, positionally (``spread`` too): made in C when compiled.
+new_call: Callable[..., Call[Any]] = (
+    speedups.Maker(Call, ("ring", "request", "decode", "failed", "spread"))
+    if speedups is not None
+    else Call
+)
 new_store: Callable[[Any, bytes, bytes, int, int, bytes | int | None], Store] = maker(Store)
 
 

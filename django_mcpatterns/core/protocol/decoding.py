@@ -19,7 +19,7 @@ from ..exceptions import ProtocolError
 from ..store import CasToken, Claimed
 from ..values.envelope import STALE, Envelope
 from ..values.refusals import REFUSED, is_refused
-from .compiled import decoded, hits, new_get, new_store
+from .compiled import decoded, hits, new_get, new_store, value_decoder
 from .meta import MetaDelete
 from .plans import MISS
 from .replies import cas_stored, first_value, meta_cas, reply_error, written
@@ -84,7 +84,7 @@ class Decoders:
         self.fetch_cas = Fetch(serde, cas=True, direct=self.direct)
         self.fetch_envelopes = Fetch(serde, envelopes=True, direct=self.direct)
         # Bound once: a plan hands these to its Call on every command.
-        self.value = self._value
+        self.value = value_decoder(self.direct, self._value, MISS)  # plain formats in C
         self.value_cas = self._value_cas
         self.envelope_cas = self._envelope_cas
 

@@ -6,7 +6,7 @@ rules (TTLs, back-off, blocking timeouts) run on the embedded store with one fak
 clock shared by the store and the lock, whose sleep advances it: deterministic and
 instant.  What only memcached decides (``cas`` with a negative exptime deleting,
 refused connections) runs on real servers.  What one form alone has stays
-hand-written: threads in ``tests/core/test_locks_threads.py``, tasks and cancellation in
+hand-written: the pure parts and threads in ``tests/core/test_locks.py``, tasks and cancellation in
 ``tests/core/test_locks_async.py``, real processes in ``tests/core/test_locks_processes.py``.
 """
 
@@ -34,13 +34,12 @@ from django_mcpatterns.core.locks import (
     LockTimedOut,
     LockWaited,
     authoritative,
-    exptime_for,
 )
 from django_mcpatterns.core.memory import MemoryStore
 from django_mcpatterns.core.options import ClusterOptions
 from django_mcpatterns.core.store import MAX_RELATIVE_EXPIRE
 from tests.conftest import flush
-from tests.fakes import START, AsyncHooked, FakeClock, near
+from tests.fakes import AsyncHooked, FakeClock, near
 from tests.harness import MemcachedServer, free_port, ttl_over_meta
 from tests.twins import async_face
 
@@ -115,21 +114,6 @@ async def test_releasing_a_lock_never_acquired_is_a_lock_error(
 
 
 # -- TTLs on memcached's whole-second clock ----------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("seconds", "exptime"), [(0.2, 2), (1, 2), (1.5, 3), (2, 3), (59.9, 61), (math.inf, 0)]
-)
-def test_exptime_keeps_an_item_at_least_the_time_asked(seconds: float, exptime: int) -> None:
-    # An item with exptime e lives more than e - 1 seconds: e = ceil(seconds) + 1.
-    assert exptime_for(seconds) == exptime
-
-
-def test_exptime_beyond_thirty_days_is_absolute() -> None:
-    seconds = MAX_RELATIVE_EXPIRE + 10
-    assert exptime_for(seconds, now=START) == math.ceil(START + seconds) + 1
-    with pytest.raises(ValueError, match="30-day"):
-        exptime_for(seconds)
 
 
 @pytest.mark.parametrize("offset", [0.0, 0.3, 0.99])
@@ -310,23 +294,6 @@ async def test_extend_needs_a_positive_time(make_lock: Callable[..., AsyncLock])
 
 
 # -- blocking: back-off, timeouts, events ------------------------------------------
-
-
-def test_backoff_grows_to_its_cap_with_jitter_in_the_upper_half() -> None:
-    backoff = Backoff(initial=0.01, maximum=0.1, multiplier=2)
-    low = [backoff.delay(n, lambda: 0.0) for n in range(6)]
-    high = [backoff.delay(n, lambda: 1.0) for n in range(6)]
-    assert high == near([0.01, 0.02, 0.04, 0.08, 0.1, 0.1])
-    assert low == near([h / 2 for h in high])
-    assert backoff.delay(10_000, lambda: 1.0) == near(0.1)  # no overflow
-
-
-@pytest.mark.parametrize(
-    "kwargs", [{"initial": 0}, {"maximum": -1}, {"initial": 1, "maximum": 0.5}, {"multiplier": 0.5}]
-)
-def test_backoff_validates(kwargs: dict[str, float]) -> None:
-    with pytest.raises(ConfigurationError):
-        Backoff(**kwargs)
 
 
 async def test_blocking_acquire_waits_with_backoff_until_the_holder_lapses(

@@ -1,4 +1,4 @@
-"""Locks and threads: one Lock object keeps an owner per thread (a sync form's own).
+"""Locks: the pure parts (exptimes, back-off), and threads (one Lock object, an owner per thread).
 
 The lock's protocol, written once for both forms, is tested in
 ``tests/core/patterns/_async/test_locks.py`` (its sync form generated beside it);
@@ -7,32 +7,62 @@ real processes are in ``test_locks_processes.py``.
 
 from __future__ import annotations
 
+import math
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 from django_mcpatterns.core.cluster import Cluster
-from django_mcpatterns.core.exceptions import LockError, LockNotOwnedError
-from django_mcpatterns.core.locks import Backoff, Lock
-from django_mcpatterns.core.options import ClusterOptions
-from tests.conftest import flush
-from tests.harness import MemcachedServer, ttl_over_meta
+from django_mcpatterns.core.exceptions import ConfigurationError, LockError, LockNotOwnedError
+from django_mcpatterns.core.locks import Backoff, Lock, exptime_for
+from django_mcpatterns.core.store import MAX_RELATIVE_EXPIRE
+from tests.core.patterns._sync import test_locks as written_once
+from tests.fakes import START, near
+from tests.harness import ttl_over_meta
+
+# -- TTLs and back-off (pure) ---------------------------------------------------
 
 
-@pytest.fixture(params=["meta", "text"])
-def cluster(
-    memcached_1: list[MemcachedServer], request: pytest.FixtureRequest
-) -> Iterator[Cluster]:
-    flush(memcached_1)
-    cluster = Cluster([memcached_1[0].spec], ClusterOptions(protocol=request.param))
-    yield cluster
-    cluster.close()
+@pytest.mark.parametrize(
+    ("seconds", "exptime"), [(0.2, 2), (1, 2), (1.5, 3), (2, 3), (59.9, 61), (math.inf, 0)]
+)
+def test_exptime_keeps_an_item_at_least_the_time_asked(seconds: float, exptime: int) -> None:
+    # An item with exptime e lives more than e - 1 seconds: e = ceil(seconds) + 1.
+    assert exptime_for(seconds) == exptime
+
+
+def test_exptime_beyond_thirty_days_is_absolute() -> None:
+    seconds = MAX_RELATIVE_EXPIRE + 10
+    assert exptime_for(seconds, now=START) == math.ceil(START + seconds) + 1
+    with pytest.raises(ValueError, match="30-day"):
+        exptime_for(seconds)
+
+
+def test_backoff_grows_to_its_cap_with_jitter_in_the_upper_half() -> None:
+    backoff = Backoff(initial=0.01, maximum=0.1, multiplier=2)
+    low = [backoff.delay(n, lambda: 0.0) for n in range(6)]
+    high = [backoff.delay(n, lambda: 1.0) for n in range(6)]
+    assert high == near([0.01, 0.02, 0.04, 0.08, 0.1, 0.1])
+    assert low == near([h / 2 for h in high])
+    assert backoff.delay(10_000, lambda: 1.0) == near(0.1)  # no overflow
+
+
+@pytest.mark.parametrize(
+    "kwargs", [{"initial": 0}, {"maximum": -1}, {"initial": 1, "maximum": 0.5}, {"multiplier": 0.5}]
+)
+def test_backoff_validates(kwargs: dict[str, float]) -> None:
+    with pytest.raises(ConfigurationError):
+        Backoff(**kwargs)
 
 
 # -- one Lock object, many threads: an owner per thread --------------------------------
+
+
+# One server, meta and text: the fixture of the tests written once.
+cluster = written_once.cluster
 
 
 def in_thread(fn: Callable[[], Any]) -> Any:
