@@ -308,14 +308,24 @@ def _object(value: Any, shape: Shape) -> None:
         _query(value, shape)
     elif isinstance(value, (BaseTable, Join)):
         _table(value, shape)
-    elif isinstance(value, _NONDETERMINISTIC) or (
-        str(getattr(value, "function", "") or "").upper() in _NONDETERMINISTIC_SQL
-    ):
+    elif isinstance(value, _NONDETERMINISTIC) or _names_volatile_sql(value):
         raise Uncacheable(f"{type(value).__name__} changes between runs")
     elif callable(value) or not hasattr(value, "__dict__"):
         raise Uncacheable(f"cannot key on {type(value).__name__}")
     else:
         _attributes(value, shape)
+
+
+def _names_volatile_sql(value: Any) -> bool:
+    """A function whose SQL names one that changes between runs: as a class attribute or
+    given to ``Func(function=...)`` (kept in ``extra``); a ``template=`` given there is SQL
+    the key cannot judge."""
+    extra = getattr(value, "extra", None)
+    if isinstance(extra, dict) and "template" in extra:
+        return True
+    named = extra.get("function") if isinstance(extra, dict) else None
+    function = named or getattr(value, "function", "") or ""
+    return str(function).upper() in _NONDETERMINISTIC_SQL
 
 
 def _attributes(value: Any, shape: Shape, skipped: frozenset[str] = _SKIPPED) -> None:

@@ -232,12 +232,15 @@ def test_cached_as(data: dict[str, Any]) -> None:
 
 
 def test_never_cached_shapes(data: dict[str, Any]) -> None:
+    from django.db.models import FloatField, Func
     from django.db.models.functions import Now
 
     for qs in (
         Product.objects.order_by("?").cache(),
         Product.objects.annotate(t=Now()).cache(),
         Product.objects.extra(where=["1=1"]).cache(),
+        Product.objects.annotate(r=Func(function="RANDOM", output_field=FloatField())).cache(),
+        Product.objects.annotate(r=Func(template="RANDOM()", output_field=FloatField())).cache(),
     ):
         list(qs)
         _, n = queries(lambda qs=qs: list(qs.all()))
