@@ -53,10 +53,11 @@ slot_read(PyObject *obj, PyObject *name, SlotCache *c)
         PyObject *d = _PyType_Lookup(type, name);  /* borrowed */
         if (d == NULL || !Py_IS_TYPE(d, &PyMemberDescr_Type)
             || ((PyMemberDescrObject *)d)->d_member->type != T_OBJECT_EX
-            || (((PyMemberDescrObject *)d)->d_member->flags & PY_AUDIT_READ))
+            || (((PyMemberDescrObject *)d)->d_member->flags & PY_AUDIT_READ)
+            || !PyObject_TypeCheck(obj, PyDescr_TYPE(d)))  /* another class's slot */
             return PyObject_GetAttr(obj, name);
+        c->offset = ((PyMemberDescrObject *)d)->d_member->offset;  /* d is borrowed */
         Py_XSETREF(c->type, (PyTypeObject *)Py_NewRef(type));
-        c->offset = ((PyMemberDescrObject *)d)->d_member->offset;
     }
     PyObject *value = *(PyObject **)((char *)obj + c->offset);
     return value != NULL ? Py_NewRef(value) : PyObject_GetAttr(obj, name);
@@ -346,8 +347,9 @@ trip_plain(Trip *t)
     if (ok <= 0)
         return ok;  /* forked: _trip sees to it */
     PyObject *probe = SLOT(t->admission, T.s_probe, c_probe);
-    ok = probe ? !PyObject_IsTrue(probe) : -1;
+    int probing = probe ? PyObject_IsTrue(probe) : -1;
     Py_XDECREF(probe);
+    ok = probing < 0 ? -1 : !probing;
     if (ok <= 0)
         return ok;
     PyObject *shared = PyObject_GetAttr(t->cluster, T.s_shared);
@@ -624,6 +626,14 @@ trip_throw(Trip *t, PyObject *const *args, Py_ssize_t n)
         return as_method(r, result);
     }
     PyObject *typ = args[0], *val = n > 1 ? args[1] : Py_None;
+    if (n > 2 && args[2] != Py_None && !PyTraceBack_Check(args[2])) {  /* as a coroutine */
+        PyErr_SetString(PyExc_TypeError, "throw() third argument must be a traceback object");
+        return NULL;
+    }
+    if (PyExceptionInstance_Check(typ) && val != Py_None) {
+        PyErr_SetString(PyExc_TypeError, "instance exception may not have a separate value");
+        return NULL;
+    }
     if (PyExceptionInstance_Check(typ))
         PyErr_SetObject((PyObject *)Py_TYPE(typ), typ);
     else if (PyExceptionClass_Check(typ))
