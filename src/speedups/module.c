@@ -103,7 +103,8 @@ PyInit__speedups(void)
         || PyType_Ready(&TripType) < 0
         || PyType_Ready(&ValueDecoderType) < 0
         || PyType_Ready(&RunnerType) < 0
-        || PyType_Ready(&WaiterType) < 0 || PyType_Ready(&WakeupsType) < 0)
+        || PyType_Ready(&WaiterType) < 0 || PyType_Ready(&WaiterIterType) < 0
+        || PyType_Ready(&WakeupsType) < 0)
         return NULL;
     PyObject *module = PyModule_Create(&module_def);
     if (module == NULL)

@@ -98,7 +98,7 @@ PyObject *speedups_trip(PyObject *module, PyObject *const *args, Py_ssize_t n);
 PyObject *speedups_bind_trip(PyObject *module, PyObject *args);
 
 /* waiter.c */
-extern PyTypeObject WaiterType, WakeupsType;
+extern PyTypeObject WaiterType, WaiterIterType, WakeupsType;
 PyObject *waiter_new(PyObject *loop);
 int waiter_outcome(PyObject *waiter, PyObject **result);
 PyObject *speedups_resolve(PyObject *module, PyObject *args);

@@ -108,10 +108,14 @@ waiter_outcome(PyObject *self, PyObject **result)
         return 0;
     }
     if (w->state == CANCELLED) {
-        if (w->cancel_msg != NULL && w->cancel_msg != Py_None)
-            PyErr_SetObject(CancelledError, w->cancel_msg);
-        else
-            PyErr_SetNone(CancelledError);
+        /* made here, not by PyErr_SetObject: a tuple message stays one argument */
+        PyObject *exc = w->cancel_msg != NULL && w->cancel_msg != Py_None
+                            ? PyObject_CallOneArg(CancelledError, w->cancel_msg)
+                            : PyObject_CallNoArgs(CancelledError);
+        if (exc != NULL) {
+            PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
+            Py_DECREF(exc);
+        }
         return -1;
     }
     if (w->exception != NULL) {
@@ -224,7 +228,7 @@ waiter_add_done_callback(Waiter *w, PyObject *const *args, Py_ssize_t nargs, PyO
     int rc;
     if (w->state != PENDING)
         rc = call_soon(w->loop, fn, (PyObject *)w, ctx);
-    else if (w->fn0 == NULL) {
+    else if (w->fn0 == NULL && (w->callbacks == NULL || PyList_GET_SIZE(w->callbacks) == 0)) {
         w->fn0 = Py_NewRef(fn);
         w->ctx0 = Py_NewRef(ctx);
         rc = 0;
@@ -242,35 +246,69 @@ waiter_add_done_callback(Waiter *w, PyObject *const *args, Py_ssize_t nargs, PyO
     Py_RETURN_NONE;
 }
 
+/* The first slot is the first callback added: when it is empty and the list is not, the
+ * list's head moves into it (callbacks run in the order added). */
+static int
+waiter_promote(Waiter *w)
+{
+    if (w->state != PENDING || w->fn0 != NULL || w->callbacks == NULL
+        || PyList_GET_SIZE(w->callbacks) == 0)
+        return 0;
+    PyObject *pair = PyList_GET_ITEM(w->callbacks, 0);
+    w->fn0 = Py_NewRef(PyTuple_GET_ITEM(pair, 0));
+    w->ctx0 = Py_NewRef(PyTuple_GET_ITEM(pair, 1));
+    return PyList_SetSlice(w->callbacks, 0, 1, NULL);
+}
+
+/* Each comparison runs Python (__eq__), which may add, remove, or resolve the waiter
+ * (its callbacks then gone): what is compared is held, and the callbacks are looked at
+ * again after each comparison. */
 static PyObject *
 waiter_remove_done_callback(Waiter *w, PyObject *fn)
 {
     Py_ssize_t removed = 0;
     if (w->fn0 != NULL) {
-        int same = PyObject_RichCompareBool(w->fn0, fn, Py_EQ);
-        if (same < 0)
-            return NULL;
-        if (same) {
+        PyObject *fn0 = Py_NewRef(w->fn0);
+        int same = PyObject_RichCompareBool(fn0, fn, Py_EQ);
+        if (same > 0 && w->fn0 == fn0) {
             Py_CLEAR(w->fn0);
             Py_CLEAR(w->ctx0);
             removed++;
         }
+        Py_DECREF(fn0);
+        if (same < 0)
+            return NULL;
     }
     if (w->callbacks != NULL) {
+        PyObject *list = Py_NewRef(w->callbacks);
         PyObject *kept = PyList_New(0);
-        if (kept == NULL)
+        if (kept == NULL) {
+            Py_DECREF(list);
             return NULL;
-        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(w->callbacks); i++) {
-            PyObject *pair = PyList_GET_ITEM(w->callbacks, i);
+        }
+        Py_ssize_t found = 0;
+        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(list) && w->callbacks == list; i++) {
+            PyObject *pair = Py_NewRef(PyList_GET_ITEM(list, i));
             int same = PyObject_RichCompareBool(PyTuple_GET_ITEM(pair, 0), fn, Py_EQ);
             if (same < 0 || (!same && PyList_Append(kept, pair) < 0)) {
+                Py_DECREF(pair);
                 Py_DECREF(kept);
+                Py_DECREF(list);
                 return NULL;
             }
-            removed += same;
+            Py_DECREF(pair);
+            found += same;
         }
-        Py_SETREF(w->callbacks, kept);
+        if (w->callbacks == list) {  /* unchanged but for appends, all looked at */
+            Py_SETREF(w->callbacks, kept);
+            removed += found;
+        }
+        else
+            Py_DECREF(kept);  /* resolved, or replaced by a nested removal: that one stands */
+        Py_DECREF(list);
     }
+    if (waiter_promote(w) < 0)
+        return NULL;
     return PyLong_FromSsize_t(removed);
 }
 
@@ -348,6 +386,106 @@ waiter_dealloc(Waiter *w)
     PyObject_GC_Del(w);
 }
 
+/* -- await waiter: yields the waiter while pending, as Future.__await__ does ------------ */
+
+typedef struct {
+    PyObject_HEAD
+    Waiter *waiter;  /* NULL once it has answered */
+    int yielded;
+} WaiterIter;
+
+static PyObject *
+waiter_iter_next(WaiterIter *it)
+{
+    Waiter *w = it->waiter;
+    if (w == NULL)
+        return NULL;
+    if (w->state == PENDING) {
+        if (!it->yielded) {
+            it->yielded = 1;
+            w->blocking = 1;
+            return Py_NewRef(w);
+        }
+        PyErr_SetString(PyExc_RuntimeError, "await wasn't used with future");
+        Py_CLEAR(it->waiter);
+        return NULL;
+    }
+    PyObject *result;
+    int rc = waiter_outcome((PyObject *)w, &result);
+    Py_CLEAR(it->waiter);
+    if (rc < 0)
+        return NULL;
+    /* StopIteration(result) made here: a tuple result stays one value */
+    PyObject *stop = PyObject_CallOneArg(PyExc_StopIteration, result);
+    Py_DECREF(result);
+    if (stop != NULL) {
+        PyErr_SetObject(PyExc_StopIteration, stop);
+        Py_DECREF(stop);
+    }
+    return NULL;
+}
+
+static PyObject *
+waiter_iter_send(WaiterIter *it, PyObject *value)
+{
+    return waiter_iter_next(it);  /* as Future's iterator: what is sent is not looked at */
+}
+
+static int
+waiter_iter_traverse(WaiterIter *it, visitproc visit, void *arg)
+{
+    Py_VISIT(it->waiter);
+    return 0;
+}
+
+static int
+waiter_iter_clear(WaiterIter *it)
+{
+    Py_CLEAR(it->waiter);
+    return 0;
+}
+
+static void
+waiter_iter_dealloc(WaiterIter *it)
+{
+    PyObject_GC_UnTrack(it);
+    waiter_iter_clear(it);
+    PyObject_GC_Del(it);
+}
+
+static PyMethodDef waiter_iter_methods[] = {
+    {"send", (PyCFunction)waiter_iter_send, METH_O, NULL},
+    {NULL},
+};
+
+PyTypeObject WaiterIterType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "django_mcpatterns.core.protocol._speedups.WaiterIter",
+    .tp_basicsize = sizeof(WaiterIter),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "What `await waiter` runs: the waiter yielded while pending, then its outcome.",
+    .tp_iter = PyObject_SelfIter,
+    .tp_iternext = (iternextfunc)waiter_iter_next,
+    .tp_methods = waiter_iter_methods,
+    .tp_traverse = (traverseproc)waiter_iter_traverse,
+    .tp_clear = (inquiry)waiter_iter_clear,
+    .tp_dealloc = (destructor)waiter_iter_dealloc,
+};
+
+static PyObject *
+waiter_await(Waiter *w)
+{
+    WaiterIter *it = PyObject_GC_New(WaiterIter, &WaiterIterType);
+    if (it == NULL)
+        return NULL;
+    it->waiter = (Waiter *)Py_NewRef(w);
+    it->yielded = 0;
+    PyObject_GC_Track(it);
+    return (PyObject *)it;
+}
+
+static PyAsyncMethods waiter_as_async = {.am_await = (unaryfunc)waiter_await};
+
 static PyMethodDef waiter_methods[] = {
     {"result", (PyCFunction)waiter_result, METH_NOARGS, NULL},
     {"exception", (PyCFunction)waiter_exception, METH_NOARGS, NULL},
@@ -376,6 +514,8 @@ PyTypeObject WaiterType = {
     .tp_basicsize = sizeof(Waiter),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
     .tp_doc = "A Trip's future: Future-compatible, resolved a batch at a time (see waiter.c).",
+    .tp_as_async = &waiter_as_async,
+    .tp_iter = (getiterfunc)waiter_await,
     .tp_methods = waiter_methods,
     .tp_getset = waiter_getset,
     .tp_traverse = (traverseproc)waiter_traverse,
