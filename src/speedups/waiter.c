@@ -12,7 +12,8 @@
  * separate call_soon()s would have.  A Waiter cancelled, failed or resolved on its
  * own (set_result, set_exception) schedules its callbacks one by one, as a Future
  * does.  Each caller keeps a waiter of its own: one cancelled task never touches
- * another's. */
+ * another's.  It is awaitable, as asyncio.isfuture() promises, and keeps a Future's
+ * rules where Python code can run mid-method (a callback's __eq__). */
 #include "speedups.h"
 #include <stddef.h>
 
