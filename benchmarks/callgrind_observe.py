@@ -31,10 +31,7 @@ import argparse
 import ctypes
 import gc
 import json
-import os
-import re
 import shutil
-import subprocess
 import sys
 import tempfile
 from collections.abc import Callable
@@ -43,6 +40,8 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from benchmarks.callgrind_ops import run_under_callgrind  # noqa: E402
 
 CASES = ("off", "prometheus", "otel 1%", "production", "production, 0%", "production, 1 request")
 
@@ -96,27 +95,7 @@ def main() -> None:
 
 
 def under_callgrind(plan: dict[str, Any], tmp: Path) -> dict[str, float]:
-    command = [
-        "valgrind",
-        "--tool=callgrind",
-        "--instr-atstart=no",
-        f"--callgrind-out-file={tmp}/callgrind.out",
-        sys.executable,
-        __file__,
-        "--inner",
-        json.dumps(plan),
-    ]
-    env = {**os.environ, "PYTHONHASHSEED": "0"}
-    done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        sys.exit(f"valgrind run failed ({done.returncode}):\n{done.stderr[-3000:]}")
-    totals: dict[str, int] = {}
-    for dump in tmp.glob("callgrind.out*"):
-        text = dump.read_text(errors="replace")
-        label = re.search(r"^desc: Trigger: Client Request: (\S+)", text, re.M)
-        count = re.search(r"^(?:totals|summary): (\d+)", text, re.M)
-        if label and count:
-            totals[label.group(1)] = int(count.group(1))
+    totals, _ = run_under_callgrind(__file__, plan, tmp)
     n = plan["requests"]
     found = {}
     for label in {label.split("|")[0] for label in totals}:

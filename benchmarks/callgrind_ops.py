@@ -110,15 +110,19 @@ def build_stub(tmp: Path) -> Path:
     return lib
 
 
-def under_callgrind(plan: dict[str, Any], out: Path) -> dict[str, float]:
-    """Run the inner process under callgrind; instructions per op by case."""
+def run_under_callgrind(script: str, plan: dict[str, Any], out: Path) -> tuple[dict[str, int], str]:
+    """Run ``script --inner plan`` under callgrind: instructions by dump label, and its stdout.
+
+    The inner process labels each dump with callgrind's client request
+    (``CALLGRIND_DUMP_STATS_AT``); the other callgrind scripts run through this too.
+    """
     command = [
         "valgrind",
         "--tool=callgrind",
         "--instr-atstart=no",
         f"--callgrind-out-file={out}/callgrind.out",
         sys.executable,
-        __file__,
+        script,
         "--inner",
         json.dumps(plan),
     ]
@@ -133,7 +137,13 @@ def under_callgrind(plan: dict[str, Any], out: Path) -> dict[str, float]:
         count = re.search(r"^(?:totals|summary): (\d+)", text, re.M)
         if label and count:
             totals[label.group(1)] = int(count.group(1))
-    counts = json.loads(done.stdout.strip().splitlines()[-1])  # the ops of each case
+    return totals, done.stdout
+
+
+def under_callgrind(plan: dict[str, Any], out: Path) -> dict[str, float]:
+    """Run the inner process under callgrind; instructions per op by case."""
+    totals, stdout = run_under_callgrind(__file__, plan, out)
+    counts = json.loads(stdout.strip().splitlines()[-1])  # the ops of each case
     return {
         case: (totals[f"{case}:ops"] - totals[f"{case}:idle"]) / ops for case, ops in counts.items()
     }

@@ -25,10 +25,7 @@ import argparse
 import ctypes
 import gc
 import json
-import os
-import re
 import shutil
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -39,7 +36,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import bench_orm  # noqa: E402
-from callgrind_ops import build_stub  # noqa: E402
+from callgrind_ops import build_stub, run_under_callgrind  # noqa: E402
 
 CASES = ("delete", "uncached", "warm", "cold")
 
@@ -88,27 +85,8 @@ def main() -> None:
 
 def under_callgrind(plan: dict[str, Any], out: Path) -> dict[str, float]:
     """Run the inner process under callgrind; instructions per read by case."""
-    command = [
-        "valgrind",
-        "--tool=callgrind",
-        "--instr-atstart=no",
-        f"--callgrind-out-file={out}/callgrind.out",
-        sys.executable,
-        __file__,
-        "--inner",
-        json.dumps(plan),
-    ]
-    env = {**os.environ, "PYTHONHASHSEED": "0"}
-    done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        sys.exit(f"valgrind run failed ({done.returncode}):\n{done.stderr[-3000:]}")
-    counts: dict[str, float] = {}
-    for dump in out.glob("callgrind.out*"):
-        text = dump.read_text(errors="replace")
-        case = re.search(r"^desc: Trigger: Client Request: (\S+)", text, re.M)
-        total = re.search(r"^(?:summary|totals): (\d+)", text, re.M)
-        if case and total:
-            counts[case.group(1)] = int(total.group(1)) / plan["ops"]
+    totals, _ = run_under_callgrind(__file__, plan, out)
+    counts = {case: total / plan["ops"] for case, total in totals.items()}
     counts["cold"] -= counts["delete"]  # the deletion that makes each read cold
     return counts
 
