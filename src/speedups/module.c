@@ -13,7 +13,7 @@ Bound B;
 static int64_t bound_by = -1;
 
 /* Bumped whenever what compiled.py expects of this module changes. */
-#define ABI 6
+#define ABI 7
 
 static PyObject *
 bind(PyObject *module, PyObject *args, PyObject *kwargs)
@@ -64,6 +64,10 @@ static PyMethodDef functions[] = {
      "resolve(waiters, result): a batch's result to its waiters, one loop callback for all."},
     {"bind_trip", speedups_bind_trip, METH_VARARGS,
      "bind_trip(Batch, CancelledError, get_running_loop, answered, MISS, armed) (aio.py)."},
+    {"bind_near", speedups_bind_near, METH_VARARGS,
+     "bind_near(Entry, NearTable, deque, lock type, str size, bytes size, overhead) (near)."},
+    {"near_fill", (PyCFunction)(void (*)(void))speedups_near_fill, METH_FASTCALL,
+     "near_fill(table, key, value, ticket): table.fill(key, value, ticket), its common case in C."},
     {NULL},
 };
 

@@ -20,11 +20,12 @@ from typing import Any, Final
 
 from .. import chance
 from ..client.node import watch_forks
+from ..protocol import compiled
 from ..store import CasToken
 from ..values.envelope import Envelope
 from ._model import ENTRY_OVERHEAD, LARGE_VALUE, Copier, NearOptions, NearStats, keep
 
-__all__ = ["Entry", "NearTable", "Ticket"]
+__all__ = ["Entry", "NearTable", "Ticket", "fill"]
 
 Ticket = tuple[float, int]
 """``(sent, seq)``: the clock before a request was sent, and the table's write sequence then."""
@@ -101,6 +102,43 @@ class NearTable:
     (``KEY_PREFIX:version:``), skipped before ``prefixes`` are matched.
     """
 
+    # Slots: the hot paths' reads are the interpreter's quickest, and the compiled fill
+    # (:func:`fill`) finds each where Python keeps it.
+    __slots__ = (
+        "__weakref__",
+        "_added",
+        "_bytes",
+        "_cleared",
+        "_counts",
+        "_fills",
+        "_fixed",
+        "_hits",
+        "_largest",
+        "_lock",
+        "_mask",
+        "_misses",
+        "_order",
+        "_queue",
+        "_report",
+        "_report_at",
+        "_rng",
+        "_rows",
+        "_sample_limit",
+        "_saved",
+        "_scope",
+        "_seq",
+        "_sketch_from",
+        "_slack",
+        "_stamps",
+        "_sweep_at",
+        "_wall",
+        "budget",
+        "clock",
+        "entries",
+        "max_age",
+        "options",
+    )
+
     def __init__(
         self,
         options: NearOptions,
@@ -113,6 +151,8 @@ class NearTable:
     ) -> None:
         self.options = options
         self.max_age = options.max_age
+        # Every key's bound, or None: under ``prefixes`` each key has its own (bound()).
+        self._fixed = options.max_age if options.prefixes is None else None
         self.clock = clock
         self._wall = wall
         self._report = report
@@ -250,8 +290,8 @@ class NearTable:
         in memory) is written out inline: no call but the clock's, one entry and
         one queue item made, the lock held for a few dict and list operations.
         """
-        bound = self.max_age if self.options.prefixes is None else self.bound(key)
-        if bound is None:
+        bound = self._fixed
+        if bound is None and (bound := self.bound(key)) is None:
             return False
         sent, seq = ticket
         now = self.clock()
@@ -473,6 +513,14 @@ class NearTable:
             max_age=self.max_age,
             **counts,
         )
+
+
+fill: Final = compiled.near_fill(
+    Entry, NearTable, (_STR, _BYTES, ENTRY_OVERHEAD + QUEUED), NearTable.fill
+)
+"""``fill(table, key, value, ticket)``: ``table.fill(key, value, ticket)``, its common case
+(a str or bytes value, room in memory, no sweep due) compiled where the hot path is
+(``src/speedups/near.c``: the same answer, the same table afterwards)."""
 
 
 def _read(counter: itertools.count[int]) -> int:

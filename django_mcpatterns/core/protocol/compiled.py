@@ -32,6 +32,8 @@ the pure-Python path.
 :func:`placed`, :data:`new_call`, :func:`value_decoder`
     A key's wire and ring bytes, a plan's Call and a get's decoder, made in C on
     the hot path (a plain key, a Call's five fields, an item of a plain format).
+:func:`near_fill`
+    The near cache's fill (``NearTable.fill``), its common case in C.
 :func:`maker`, :data:`new_get`, :data:`new_store`
     The hot path's requests made from all their fields, positionally (in C:
     a frozen dataclass's ``__init__`` sets each field through
@@ -45,6 +47,7 @@ import collections.abc
 import dataclasses
 import importlib
 import os
+import threading
 from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from functools import partial
 from types import ModuleType
@@ -74,6 +77,7 @@ __all__ = [
     "keyed",
     "load",
     "maker",
+    "near_fill",
     "new_call",
     "new_get",
     "new_store",
@@ -84,7 +88,7 @@ __all__ = [
 ]
 
 PURE_SWITCH = "DJANGO_MCPATTERNS_PURE_PYTHON"
-ABI = 6  # what this module expects of _speedups (its ABI constant)
+ABI = 7  # what this module expects of _speedups (its ABI constant)
 
 T = TypeVar("T")
 
@@ -241,6 +245,21 @@ def async_runner(run: Callable[..., Any]) -> Callable[..., Any]:
         return run
     runner: Callable[..., Any] = speedups.Runner(run, Call)
     return runner
+
+
+def near_fill(
+    entry: type, table: type[T], sizes: tuple[int, int, int], fill: Callable[..., bool]
+) -> Callable[[T, str, Any, tuple[float, int]], bool]:
+    """``fill(table, key, value, ticket)`` (``NearTable.fill``, given), with its common case
+    in C (``src/speedups/near.c``: a str or bytes value, room, no sweep due, the same
+    answer and table), bound to the table's ``Entry`` and ``NearTable`` classes and
+    ``sizes`` (what an empty str and bytes take, and an entry's fixed overhead); ``fill``
+    itself on the pure path."""
+    if speedups is None:
+        return fill
+    speedups.bind_near(entry, table, collections.deque, type(threading.Lock()), *sizes)
+    filled: Callable[[T, str, Any, tuple[float, int]], bool] = speedups.near_fill
+    return filled
 
 
 def maker(cls: type[T]) -> Callable[..., T]:
