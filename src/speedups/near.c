@@ -1,7 +1,9 @@
-/* The near cache's fill, its common case in C (core/near/_model_table.py, NearTable.fill).
+/* The near cache's hit and fill in C (core/near/_model_table.py: NearTable.hit, .fill).
  *
- * Every read the near cache misses ends in a fill; in Python its common case (a str or
- * bytes value, room in memory, no sweep due) is most of a miss's own cost.  near_fill
+ * near_hit answers a get from a live entry as NearTable.hit does (counted, the value or
+ * the caller's copy), or says MISS.  Every read the near cache misses ends in a fill; in
+ * Python its common case (a str or bytes value, room in memory, no sweep due) is most
+ * of a miss's own cost.  near_fill
  * does that case here, with the same answers and the same table afterwards; any other
  * case (another type of value or key, prefixes, a table half full whose admission sketch
  * counts, a sweep due, the table's lock held) it hands to NearTable.fill, before it
@@ -24,12 +26,12 @@ static struct {
     PyTypeObject *Entry, *Table, *deque, *lock;
     Py_ssize_t str_size, bytes_size, overhead;
     /* NearTable's slots */
-    Py_ssize_t t_clock, t_fixed, t_cleared, t_stamps, t_lock, t_entries, t_order, t_queue,
+    Py_ssize_t t_hits, t_saved, t_clock, t_fixed, t_cleared, t_stamps, t_lock, t_entries, t_order, t_queue,
         t_bytes, t_sketch_from, t_largest, t_sweep_at, t_fills;
     /* Entry's slots */
     Py_ssize_t e_key, e_value, e_copy, e_size, e_expires, e_hits, e_slot, e_envelope, e_cas,
         e_epoch;
-    PyObject *s_fill, *s_locked, *s_append, *zero;
+    PyObject *s_fill, *s_hit, *s_locked, *s_append, *zero, *one, *MISS;
     int bound;
 } N;
 
@@ -53,14 +55,14 @@ slot_offset(PyTypeObject *type, const char *name)
     return offset;
 }
 
-/* bind_near(Entry, NearTable, deque, lock type, str size, bytes size, overhead) */
+/* bind_near(Entry, NearTable, MISS, deque, lock type, str size, bytes size, overhead) */
 PyObject *
 speedups_bind_near(PyObject *module, PyObject *args)
 {
-    PyObject *entry, *table, *deque, *lock;
+    PyObject *entry, *table, *miss, *deque, *lock;
     Py_ssize_t str_size, bytes_size, overhead;
-    if (!PyArg_ParseTuple(args, "O!O!O!O!nnn:bind_near", &PyType_Type, &entry, &PyType_Type,
-                          &table, &PyType_Type, &deque, &PyType_Type, &lock, &str_size,
+    if (!PyArg_ParseTuple(args, "O!O!OO!O!nnn:bind_near", &PyType_Type, &entry, &PyType_Type,
+                          &table, &miss, &PyType_Type, &deque, &PyType_Type, &lock, &str_size,
                           &bytes_size, &overhead))
         return NULL;
     PyTypeObject *E = (PyTypeObject *)entry, *T = (PyTypeObject *)table;
@@ -69,6 +71,7 @@ speedups_bind_near(PyObject *module, PyObject *args)
         PyTypeObject *type;
         const char *name;
     } slots[] = {
+        {&N.t_hits, T, "_hits"},         {&N.t_saved, T, "_saved"},
         {&N.t_clock, T, "clock"},        {&N.t_fixed, T, "_fixed"},
         {&N.t_cleared, T, "_cleared"},   {&N.t_stamps, T, "_stamps"},
         {&N.t_lock, T, "_lock"},         {&N.t_entries, T, "entries"},
@@ -92,6 +95,8 @@ speedups_bind_near(PyObject *module, PyObject *args)
     }
     if (N.s_fill == NULL) {
         if ((N.s_fill = PyUnicode_InternFromString("fill")) == NULL
+            || (N.s_hit = PyUnicode_InternFromString("hit")) == NULL
+            || (N.one = PyLong_FromLong(1)) == NULL
             || (N.s_locked = PyUnicode_InternFromString("locked")) == NULL
             || (N.s_append = PyUnicode_InternFromString("append")) == NULL
             || (N.zero = PyLong_FromLong(0)) == NULL)
@@ -101,6 +106,7 @@ speedups_bind_near(PyObject *module, PyObject *args)
     Py_XSETREF(N.Table, (PyTypeObject *)Py_NewRef(table));
     Py_XSETREF(N.deque, (PyTypeObject *)Py_NewRef(deque));
     Py_XSETREF(N.lock, (PyTypeObject *)Py_NewRef(lock));
+    Py_XSETREF(N.MISS, Py_NewRef(miss));
     N.str_size = str_size;
     N.bytes_size = bytes_size;
     N.overhead = overhead;
@@ -125,6 +131,69 @@ as_double(PyObject *o, int *ok)
     }
     *ok = 0;
     return -1.0;
+}
+
+/* near_hit(table, key): table.hit(key), the same answer and counts. */
+PyObject *
+speedups_near_hit(PyObject *module, PyObject *const *args, Py_ssize_t n)
+{
+    if (n != 2) {
+        PyErr_SetString(PyExc_TypeError, "near_hit(table, key)");
+        return NULL;
+    }
+    PyObject *table = args[0], *key = args[1];
+    PyObject *entries = N.bound && Py_IS_TYPE(table, N.Table) ? AT(table, N.t_entries) : NULL;
+    PyObject *clock = entries != NULL ? AT(table, N.t_clock) : NULL;
+    if (clock == NULL || !PyDict_CheckExact(entries) || !PyUnicode_CheckExact(key))
+        return PyObject_CallMethodOneArg(table, N.s_hit, key);
+    PyObject *entry = PyDict_GetItemWithError(entries, key);  /* borrowed */
+    if (entry == NULL)
+        return PyErr_Occurred() ? NULL : Py_NewRef(N.MISS);
+    if (!Py_IS_TYPE(entry, N.Entry))
+        return PyObject_CallMethodOneArg(table, N.s_hit, key);
+    Py_INCREF(entry);  /* the clock may run Python code (a test's): the entry may go */
+    PyObject *result = NULL, *now_obj = PyObject_CallNoArgs(clock);
+    if (now_obj == NULL)
+        goto done;
+    PyObject *expires = AT(entry, N.e_expires);
+    int live;
+    if (expires != NULL && PyFloat_CheckExact(expires) && PyFloat_CheckExact(now_obj))
+        live = PyFloat_AS_DOUBLE(expires) > PyFloat_AS_DOUBLE(now_obj);
+    else if (expires != NULL)
+        live = PyObject_RichCompareBool(expires, now_obj, Py_GT);
+    else {
+        PyErr_SetString(PyExc_AttributeError, "expires");
+        live = -1;
+    }
+    Py_DECREF(now_obj);
+    if (live <= 0) {
+        result = live < 0 ? NULL : Py_NewRef(N.MISS);
+        goto done;
+    }
+    PyObject *hits = AT(entry, N.e_hits), *count;
+    PyObject *counted = hits == NULL ? NULL : PyNumber_Add(hits, N.one);
+    if (counted == NULL)
+        goto done;
+    Py_XSETREF(AT(entry, N.e_hits), counted);
+    PyObject *counters[] = {AT(table, N.t_hits), AT(table, N.t_saved)};
+    for (int i = 0; i < 2; i++) {
+        if (counters[i] == NULL || (count = PyIter_Next(counters[i])) == NULL) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_RuntimeError, "a near table's counter ended");
+            goto done;
+        }
+        Py_DECREF(count);
+    }
+    PyObject *copy = AT(entry, N.e_copy), *value = AT(entry, N.e_value);
+    if (copy == NULL || value == NULL)
+        PyErr_SetString(PyExc_AttributeError, "copy");
+    else if (copy == Py_None)
+        result = Py_NewRef(value);
+    else
+        result = PyObject_CallOneArg(copy, value);
+done:
+    Py_DECREF(entry);
+    return result;
 }
 
 static PyObject *

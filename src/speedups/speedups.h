@@ -103,8 +103,9 @@ PyObject *waiter_new(PyObject *loop);
 int waiter_outcome(PyObject *waiter, PyObject **result);
 PyObject *speedups_resolve(PyObject *module, PyObject *args);
 
-/* near.c: the near cache's fill (core/near/_model_table.py) */
+/* near.c: the near cache's hit and fill (core/near/_model_table.py) */
 PyObject *speedups_bind_near(PyObject *module, PyObject *args);
+PyObject *speedups_near_hit(PyObject *module, PyObject *const *args, Py_ssize_t n);
 PyObject *speedups_near_fill(PyObject *module, PyObject *const *args, Py_ssize_t n);
 
 /* io.c */

@@ -1,10 +1,11 @@
-"""The near table's fill on both paths: ``NearTable.fill`` (Python) and the module's ``fill``
-(its common case compiled, ``src/speedups/near.c``, where the hot path is built).
+"""The near table's hit and fill on both paths: ``NearTable.hit`` and ``NearTable.fill``
+(Python), and the module's ``hit`` and ``fill`` (compiled, ``src/speedups/near.c``, where
+the hot path is built).
 
-Every miss of the near cache ends in a fill, so its common case (a str or bytes value,
-room in memory, no sweep due) runs in C; any other case goes to ``NearTable.fill``.
-Both must give the same answer and leave the same table: hypothesis drives two tables
-through the same fills, tickets, writes, clears and time, one table per path.
+A near hit is ``hit``; every miss ends in a fill, whose common case (a str or bytes
+value, room in memory, no sweep due) runs in C, any other case in ``NearTable.fill``.
+Both paths must give the same answers and leave the same table: hypothesis drives two
+tables through the same fills, hits, tickets, writes, clears and time, one per path.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from django_mcpatterns.core.near import NearOptions, NearTable
-from django_mcpatterns.core.near._model_table import fill
+from django_mcpatterns.core.near._model_table import MISS, fill, hit
 from django_mcpatterns.core.protocol import compiled
 from tests.fakes import FakeClock
 
@@ -35,6 +36,7 @@ VALUES = st.one_of(
     st.binary(max_size=20),
     st.integers(),
     st.tuples(st.integers(), st.text(max_size=5)),
+    st.dictionaries(st.text(max_size=3), st.integers(), max_size=3),  # copied per hit
     st.none(),
 )
 STEPS = st.lists(
@@ -45,6 +47,7 @@ STEPS = st.lists(
         st.tuples(st.just("tick"), st.floats(0, 0.4)),
         st.tuples(st.just("clear")),
         st.tuples(st.just("look"), st.sampled_from(KEYS)),
+        st.tuples(st.just("hit"), st.sampled_from(KEYS)),
     ),
     max_size=60,
 )
@@ -68,8 +71,9 @@ def state(table: NearTable) -> Any:
 
 
 @pytest.mark.skipif(not compiled.COMPILED, reason=f"pure Python: {compiled.why_pure}")
-def test_the_module_fill_is_compiled() -> None:
+def test_the_module_hit_and_fill_are_compiled() -> None:
     assert fill is not NearTable.fill
+    assert hit is not NearTable.hit
 
 
 @settings(max_examples=300, deadline=None)
@@ -103,6 +107,14 @@ def test_both_paths_answer_alike_and_leave_the_same_table(
         elif step[0] == "clear":
             python.clear()
             module.clear()
+        elif step[0] == "hit":
+            a, b = NearTable.hit(python, step[1]), hit(module, step[1])
+            assert (a is MISS) == (b is MISS)
+            assert a == b
+            if isinstance(a, dict):  # each caller its own copy
+                assert a is not b
+                assert a is not python.entries[step[1]].value
+                assert b is not module.entries[step[1]].value
         else:
             a, b = python.lookup(step[1]), module.lookup(step[1])
             assert (a is None) == (b is None)
@@ -137,6 +149,27 @@ def test_both_paths_alike_at_the_edges() -> None:
         both("again", "v" * i)
     for i in range(400):  # many keys: half full (the sketch counts), then full (admission)
         both(f"m{i}", "w" * 300)
+
+
+@pytest.mark.parametrize(("hitting", "filling"), [(NearTable.hit, NearTable.fill), (hit, fill)])
+def test_a_hit_until_the_bound_each_caller_its_own_copy(hitting: Any, filling: Any) -> None:
+    clock = FakeClock(1000.0)
+    table = table_of(clock)
+    ticket = table.ticket()
+    filling(table, "first", "v", ticket)  # the first fill sweeps: Python's
+    clock.advance(0.25)
+    assert filling(table, "plain", "v", ticket)
+    assert filling(table, "flat", {"a": 1}, ticket)
+    first, second = hitting(table, "flat"), hitting(table, "flat")
+    assert first == second == {"a": 1}
+    assert first is not second
+    assert hitting(table, "plain") == "v"
+    assert hitting(table, "none") is MISS
+    clock.advance(0.75)  # exactly max_age after the read was sent: no longer served
+    assert hitting(table, "plain") is MISS
+    stats = table.stats()
+    assert (stats.hits, stats.round_trips_saved, stats.misses) == (3, 3, 0)
+    assert table.entries["flat"].hits == 2
 
 
 @pytest.mark.parametrize("filling", PATHS)

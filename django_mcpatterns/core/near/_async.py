@@ -22,7 +22,7 @@ from django_mcpatterns.core.store import (
 )
 
 from ._model import near_key
-from ._model_table import Entry, NearTable, fill
+from ._model_table import MISS, Entry, NearTable, fill, hit
 
 _MISS: Any = object()
 
@@ -88,16 +88,13 @@ class AsyncNearStore:
     async def get(self, key: Key, default: Any = None) -> Any:
         table = self.table
         name = key if type(key) is str else near_key(key)
-        entry = table.entries.get(name)
-        now = table.clock()
-        if entry is not None and entry.expires > now:
-            table.count_hit(entry)
-            copy = entry.copy
-            return entry.value if copy is None else copy(entry.value)
+        value = hit(table, name)
+        if value is not MISS:
+            return value
         # A miss: as cheap as this table can make it (every third read or so pays it).
-        ticket = table.miss(now)
-        if entry is not None and self._revalidates:  # past its bound: large ones revalidate
-            return await self._far(key, name, entry, default)
+        ticket = table.miss(table.clock())
+        if self._revalidates and (held := table.held(name)) is not None:
+            return await self._far(key, name, held, default)  # large ones revalidate
         value = await self.store.get(key, _MISS)
         if value is _MISS:
             return default

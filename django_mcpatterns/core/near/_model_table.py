@@ -25,7 +25,10 @@ from ..store import CasToken
 from ..values.envelope import Envelope
 from ._model import ENTRY_OVERHEAD, LARGE_VALUE, Copier, NearOptions, NearStats, keep
 
-__all__ = ["Entry", "NearTable", "Ticket", "fill"]
+__all__ = ["MISS", "Entry", "NearTable", "Ticket", "fill", "hit"]
+
+MISS: Final[Any] = object()
+"""What :meth:`NearTable.hit` answers when no live entry holds the key."""
 
 Ticket = tuple[float, int]
 """``(sent, seq)``: the clock before a request was sent, and the table's write sequence then."""
@@ -209,12 +212,18 @@ class NearTable:
         next(self._misses)
         return None
 
-    def count_hit(self, entry: Entry) -> None:
-        """Count a hit on ``entry`` answered without a round trip (a ``get`` that looked the
-        entry up itself: :meth:`lookup` and :meth:`saved` in one call)."""
-        entry.hits += 1
-        next(self._hits)
-        next(self._saved)
+    def hit(self, key: str) -> Any:
+        """The value of ``key``'s live entry for one caller (counted as a hit and a round trip
+        saved: a ``get`` answered), else :data:`MISS` (not counted: the caller's :meth:`miss`
+        counts it).  Compiled where the hot path is (:func:`hit`)."""
+        entry = self.entries.get(key)
+        if entry is not None and entry.expires > self.clock():
+            entry.hits += 1
+            next(self._hits)
+            next(self._saved)
+            copy = entry.copy
+            return entry.value if copy is None else copy(entry.value)
+        return MISS
 
     def miss(self, now: float) -> Ticket:
         """Count a miss found at ``now`` (this table's clock, read before the request that
@@ -515,12 +524,13 @@ class NearTable:
         )
 
 
-fill: Final = compiled.near_fill(
-    Entry, NearTable, (_STR, _BYTES, ENTRY_OVERHEAD + QUEUED), NearTable.fill
+fill, hit = compiled.near(
+    Entry, NearTable, MISS, (_STR, _BYTES, ENTRY_OVERHEAD + QUEUED), NearTable.fill, NearTable.hit
 )
-"""``fill(table, key, value, ticket)``: ``table.fill(key, value, ticket)``, its common case
-(a str or bytes value, room in memory, no sweep due) compiled where the hot path is
-(``src/speedups/near.c``: the same answer, the same table afterwards)."""
+"""``fill(table, key, value, ticket)`` and ``hit(table, key)``: ``table.fill(key, value,
+ticket)`` and ``table.hit(key)``, compiled where the hot path is (``src/speedups/near.c``:
+the same answers, the same table afterwards; a fill's common case only, a str or bytes
+value, room in memory, no sweep due)."""
 
 
 def _read(counter: itertools.count[int]) -> int:

@@ -32,8 +32,8 @@ the pure-Python path.
 :func:`placed`, :data:`new_call`, :func:`value_decoder`
     A key's wire and ring bytes, a plan's Call and a get's decoder, made in C on
     the hot path (a plain key, a Call's five fields, an item of a plain format).
-:func:`near_fill`
-    The near cache's fill (``NearTable.fill``), its common case in C.
+:func:`near`
+    The near cache's hit and fill (``NearTable.hit`` and ``.fill``), in C.
 :func:`maker`, :data:`new_get`, :data:`new_store`
     The hot path's requests made from all their fields, positionally (in C:
     a frozen dataclass's ``__init__`` sets each field through
@@ -77,7 +77,7 @@ __all__ = [
     "keyed",
     "load",
     "maker",
-    "near_fill",
+    "near",
     "new_call",
     "new_get",
     "new_store",
@@ -91,6 +91,8 @@ PURE_SWITCH = "DJANGO_MCPATTERNS_PURE_PYTHON"
 ABI = 7  # what this module expects of _speedups (its ABI constant)
 
 T = TypeVar("T")
+F = TypeVar("F", bound=Callable[..., Any])
+H = TypeVar("H", bound=Callable[..., Any])
 
 why_pure = ""  # why the pure-Python path runs, when it does
 
@@ -247,19 +249,19 @@ def async_runner(run: Callable[..., Any]) -> Callable[..., Any]:
     return runner
 
 
-def near_fill(
-    entry: type, table: type[T], sizes: tuple[int, int, int], fill: Callable[..., bool]
-) -> Callable[[T, str, Any, tuple[float, int]], bool]:
-    """``fill(table, key, value, ticket)`` (``NearTable.fill``, given), with its common case
-    in C (``src/speedups/near.c``: a str or bytes value, room, no sweep due, the same
-    answer and table), bound to the table's ``Entry`` and ``NearTable`` classes and
-    ``sizes`` (what an empty str and bytes take, and an entry's fixed overhead); ``fill``
-    itself on the pure path."""
+def near(
+    entry: type, table: type[T], miss: object, sizes: tuple[int, int, int], fill: F, hit: H
+) -> tuple[F, H]:
+    """The near table's ``fill(table, key, value, ticket)`` and ``hit(table, key)``
+    (``NearTable.fill`` and ``NearTable.hit``, given), in C where the hot path is built
+    (``src/speedups/near.c``: the same answers and table; a fill's common case only, a
+    str or bytes value, room, no sweep due), bound to the table's ``Entry`` and
+    ``NearTable`` classes, its ``MISS`` and ``sizes`` (what an empty str and bytes take,
+    and an entry's fixed overhead); ``fill`` and ``hit`` themselves on the pure path."""
     if speedups is None:
-        return fill
-    speedups.bind_near(entry, table, collections.deque, type(threading.Lock()), *sizes)
-    filled: Callable[[T, str, Any, tuple[float, int]], bool] = speedups.near_fill
-    return filled
+        return fill, hit
+    speedups.bind_near(entry, table, miss, collections.deque, type(threading.Lock()), *sizes)
+    return speedups.near_fill, speedups.near_hit
 
 
 def maker(cls: type[T]) -> Callable[..., T]:
