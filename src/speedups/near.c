@@ -26,12 +26,12 @@ static struct {
     PyTypeObject *Entry, *Table, *deque, *lock;
     Py_ssize_t str_size, bytes_size, overhead;
     /* NearTable's slots */
-    Py_ssize_t t_hits, t_saved, t_clock, t_fixed, t_cleared, t_stamps, t_lock, t_entries, t_order, t_queue,
+    Py_ssize_t t_hits, t_saved, t_misses, t_report, t_report_at, t_seq, t_clock, t_fixed, t_cleared, t_stamps, t_lock, t_entries, t_order, t_queue,
         t_bytes, t_sketch_from, t_largest, t_sweep_at, t_fills;
     /* Entry's slots */
     Py_ssize_t e_key, e_value, e_copy, e_size, e_expires, e_hits, e_slot, e_envelope, e_cas,
         e_epoch;
-    PyObject *s_fill, *s_hit, *s_locked, *s_append, *zero, *one, *MISS;
+    PyObject *s_fill, *s_hit, *s_miss, *s_missed, *s_locked, *s_append, *zero, *one, *MISS;
     int bound;
 } N;
 
@@ -72,6 +72,8 @@ speedups_bind_near(PyObject *module, PyObject *args)
         const char *name;
     } slots[] = {
         {&N.t_hits, T, "_hits"},         {&N.t_saved, T, "_saved"},
+        {&N.t_misses, T, "_misses"},     {&N.t_report, T, "_report"},
+        {&N.t_report_at, T, "_report_at"}, {&N.t_seq, T, "_seq"},
         {&N.t_clock, T, "clock"},        {&N.t_fixed, T, "_fixed"},
         {&N.t_cleared, T, "_cleared"},   {&N.t_stamps, T, "_stamps"},
         {&N.t_lock, T, "_lock"},         {&N.t_entries, T, "entries"},
@@ -96,6 +98,8 @@ speedups_bind_near(PyObject *module, PyObject *args)
     if (N.s_fill == NULL) {
         if ((N.s_fill = PyUnicode_InternFromString("fill")) == NULL
             || (N.s_hit = PyUnicode_InternFromString("hit")) == NULL
+            || (N.s_miss = PyUnicode_InternFromString("miss")) == NULL
+            || (N.s_missed = PyUnicode_InternFromString("missed")) == NULL
             || (N.one = PyLong_FromLong(1)) == NULL
             || (N.s_locked = PyUnicode_InternFromString("locked")) == NULL
             || (N.s_append = PyUnicode_InternFromString("append")) == NULL
@@ -194,6 +198,37 @@ speedups_near_hit(PyObject *module, PyObject *const *args, Py_ssize_t n)
 done:
     Py_DECREF(entry);
     return result;
+}
+
+/* near_missed(table): table.missed(), the same ticket and counts. */
+PyObject *
+speedups_near_missed(PyObject *module, PyObject *table)
+{
+    if (!N.bound || !Py_IS_TYPE(table, N.Table))
+        return PyObject_CallMethodNoArgs(table, N.s_missed);
+    PyObject *clock = AT(table, N.t_clock), *misses = AT(table, N.t_misses);
+    PyObject *report = AT(table, N.t_report), *seq = AT(table, N.t_seq);
+    if (clock == NULL || misses == NULL || report == NULL || seq == NULL)
+        return PyObject_CallMethodNoArgs(table, N.s_missed);
+    PyObject *now = PyObject_CallNoArgs(clock);
+    if (now == NULL)
+        return NULL;
+    if (report != Py_None) {  /* instrumentation: a report may be due, Python's to send */
+        PyObject *result = PyObject_CallMethodOneArg(table, N.s_miss, now);
+        Py_DECREF(now);
+        return result;
+    }
+    PyObject *count = PyIter_Next(misses);
+    if (count == NULL) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_RuntimeError, "a near table's counter ended");
+        Py_DECREF(now);
+        return NULL;
+    }
+    Py_DECREF(count);
+    PyObject *ticket = PyTuple_Pack(2, now, seq);
+    Py_DECREF(now);
+    return ticket;
 }
 
 static PyObject *

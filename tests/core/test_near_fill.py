@@ -21,7 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from django_mcpatterns.core.near import NearOptions, NearTable
-from django_mcpatterns.core.near._model_table import MISS, fill, hit
+from django_mcpatterns.core.near._model_table import MISS, fill, hit, missed
 from django_mcpatterns.core.protocol import compiled
 from tests.fakes import FakeClock
 
@@ -48,6 +48,7 @@ STEPS = st.lists(
         st.tuples(st.just("clear")),
         st.tuples(st.just("look"), st.sampled_from(KEYS)),
         st.tuples(st.just("hit"), st.sampled_from(KEYS)),
+        st.tuples(st.just("missed")),
     ),
     max_size=60,
 )
@@ -74,6 +75,7 @@ def state(table: NearTable) -> Any:
 def test_the_module_hit_and_fill_are_compiled() -> None:
     assert fill is not NearTable.fill
     assert hit is not NearTable.hit
+    assert missed is not NearTable.missed
 
 
 @settings(max_examples=300, deadline=None)
@@ -96,6 +98,9 @@ def test_both_paths_answer_alike_and_leave_the_same_table(
             _, key, value, age = step
             ticket = tickets[max(0, len(tickets) - 1 - age)]
             assert NearTable.fill(python, key, value, ticket) == fill(module, key, value, ticket)
+        elif step[0] == "missed":
+            tickets.append(NearTable.missed(python))
+            assert missed(module) == tickets[-1]
         elif step[0] == "ticket":
             tickets.append(python.ticket())
             assert module.ticket() == tickets[-1]
@@ -170,6 +175,21 @@ def test_a_hit_until_the_bound_each_caller_its_own_copy(hitting: Any, filling: A
     stats = table.stats()
     assert (stats.hits, stats.round_trips_saved, stats.misses) == (3, 3, 0)
     assert table.entries["flat"].hits == 2
+
+
+@pytest.mark.parametrize("missing", [NearTable.missed, missed])
+def test_a_miss_is_counted_and_reported_at_most_every_second(missing: Any) -> None:
+    clock = FakeClock(1000.0)
+    reports: list[Any] = []
+    table = NearTable(NearOptions(max_age=1.0), clock=clock, report=reports.append)
+    table.invalidate("k")  # the write sequence moves: the ticket carries it
+    assert missing(table) == (1000.0, 1)
+    clock.advance(0.5)
+    assert missing(table) == (1000.5, 1)
+    clock.advance(0.5)
+    missing(table)
+    assert [r.misses for r in reports] == [1, 3]  # the first miss, and the third: a second on
+    assert table.stats().misses == 3
 
 
 @pytest.mark.parametrize("filling", PATHS)

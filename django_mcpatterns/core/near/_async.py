@@ -22,7 +22,7 @@ from django_mcpatterns.core.store import (
 )
 
 from ._model import near_key
-from ._model_table import MISS, Entry, NearTable, fill, hit
+from ._model_table import MISS, Entry, NearTable, fill, hit, missed
 
 _MISS: Any = object()
 
@@ -92,8 +92,8 @@ class AsyncNearStore:
         if value is not MISS:
             return value
         # A miss: as cheap as this table can make it (every third read or so pays it).
-        ticket = table.miss(table.clock())
-        if self._revalidates and (held := table.held(name)) is not None:
+        ticket = missed(table)
+        if self._revalidates and (held := table.entries.get(name)) is not None:
             return await self._far(key, name, held, default)  # large ones revalidate
         value = await self.store.get(key, _MISS)
         if value is _MISS:

@@ -25,7 +25,7 @@ from ..store import CasToken
 from ..values.envelope import Envelope
 from ._model import ENTRY_OVERHEAD, LARGE_VALUE, Copier, NearOptions, NearStats, keep
 
-__all__ = ["MISS", "Entry", "NearTable", "Ticket", "fill", "hit"]
+__all__ = ["MISS", "Entry", "NearTable", "Ticket", "fill", "hit", "missed"]
 
 MISS: Final[Any] = object()
 """What :meth:`NearTable.hit` answers when no live entry holds the key."""
@@ -233,6 +233,11 @@ class NearTable:
             self._report_at = now + REPORT_EVERY
             self._report(self.stats())
         return now, self._seq
+
+    def missed(self) -> Ticket:
+        """:meth:`miss` now: a ``get`` this table did not answer, about to be sent.  Compiled
+        where the hot path is (:func:`missed`)."""
+        return self.miss(self.clock())
 
     def envelope(self, key: str) -> Envelope | None:
         """``get_or_compute``'s lookup: the fresh envelope of ``key`` with this caller's own
@@ -524,11 +529,17 @@ class NearTable:
         )
 
 
-fill, hit = compiled.near(
-    Entry, NearTable, MISS, (_STR, _BYTES, ENTRY_OVERHEAD + QUEUED), NearTable.fill, NearTable.hit
+fill, hit, missed = compiled.near(
+    Entry,
+    NearTable,
+    MISS,
+    (_STR, _BYTES, ENTRY_OVERHEAD + QUEUED),
+    NearTable.fill,
+    NearTable.hit,
+    NearTable.missed,
 )
-"""``fill(table, key, value, ticket)`` and ``hit(table, key)``: ``table.fill(key, value,
-ticket)`` and ``table.hit(key)``, compiled where the hot path is (``src/speedups/near.c``:
+"""``fill(table, key, value, ticket)``, ``hit(table, key)`` and ``missed(table)``: the
+table's methods of those names, compiled where the hot path is (``src/speedups/near.c``:
 the same answers, the same table afterwards; a fill's common case only, a str or bytes
 value, room in memory, no sweep due)."""
 

@@ -33,7 +33,7 @@ the pure-Python path.
     A key's wire and ring bytes, a plan's Call and a get's decoder, made in C on
     the hot path (a plain key, a Call's five fields, an item of a plain format).
 :func:`near`
-    The near cache's hit and fill (``NearTable.hit`` and ``.fill``), in C.
+    The near cache's hit, miss and fill (``NearTable.hit``, ``.missed``, ``.fill``), in C.
 :func:`maker`, :data:`new_get`, :data:`new_store`
     The hot path's requests made from all their fields, positionally (in C:
     a frozen dataclass's ``__init__`` sets each field through
@@ -93,6 +93,7 @@ ABI = 7  # what this module expects of _speedups (its ABI constant)
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
 H = TypeVar("H", bound=Callable[..., Any])
+M = TypeVar("M", bound=Callable[..., Any])
 
 why_pure = ""  # why the pure-Python path runs, when it does
 
@@ -250,18 +251,25 @@ def async_runner(run: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def near(
-    entry: type, table: type[T], miss: object, sizes: tuple[int, int, int], fill: F, hit: H
-) -> tuple[F, H]:
-    """The near table's ``fill(table, key, value, ticket)`` and ``hit(table, key)``
-    (``NearTable.fill`` and ``NearTable.hit``, given), in C where the hot path is built
+    entry: type,
+    table: type[T],
+    miss: object,
+    sizes: tuple[int, int, int],
+    fill: F,
+    hit: H,
+    missed: M,
+) -> tuple[F, H, M]:
+    """The near table's ``fill(table, key, value, ticket)``, ``hit(table, key)`` and
+    ``missed(table)`` (``NearTable.fill``, ``.hit`` and ``.missed``, given), in C where the
+    hot path is built
     (``src/speedups/near.c``: the same answers and table; a fill's common case only, a
     str or bytes value, room, no sweep due), bound to the table's ``Entry`` and
     ``NearTable`` classes, its ``MISS`` and ``sizes`` (what an empty str and bytes take,
-    and an entry's fixed overhead); ``fill`` and ``hit`` themselves on the pure path."""
+    and an entry's fixed overhead); those given on the pure path."""
     if speedups is None:
-        return fill, hit
+        return fill, hit, missed
     speedups.bind_near(entry, table, miss, collections.deque, type(threading.Lock()), *sizes)
-    return speedups.near_fill, speedups.near_hit
+    return speedups.near_fill, speedups.near_hit, speedups.near_missed
 
 
 def maker(cls: type[T]) -> Callable[..., T]:
