@@ -36,7 +36,7 @@ class WriteDegraded:
 
     ``key``: the memcached key (bytes, or a namespace's ``Routed`` version
     key); ``command``: ``"sadd"``, ``"srem"``, ``"rpush"``, ``"lrem"``,
-    ``"smove"``, ``"sunionstore"``..., ``"invalidate_namespace"``,
+    ``"smove"``, ``"spop"``, ``"sunionstore"``..., ``"invalidate_namespace"``,
     ``"counter"``, ``"mark_stale"``, ``"release"``; ``error``: the exception.
     """
 

@@ -65,7 +65,9 @@ class AsyncSetMethods(PatternHost):
     ) -> Any:
         made = self._pattern_key(key, version)
         expire = self._pattern_expire(timeout)
-        return await self.binding.async_sets.spop(made, count, expire=expire, loader=loader)
+        return await self.binding.async_sets.spop(
+            made, count, expire=expire, loader=loader, report=self._pattern_event
+        )
 
     async def asmove(
         self,

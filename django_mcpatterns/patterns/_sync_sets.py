@@ -66,7 +66,9 @@ class SetMethods(PatternHost):
     ) -> Any:
         made = self._pattern_key(key, version)
         expire = self._pattern_expire(timeout)
-        return self.binding.sets.spop(made, count, expire=expire, loader=loader)
+        return self.binding.sets.spop(
+            made, count, expire=expire, loader=loader, report=self._pattern_event
+        )
 
     def smove(
         self,

@@ -13,7 +13,7 @@ Bound B;
 static int64_t bound_by = -1;
 
 /* Bumped whenever what compiled.py expects of this module changes. */
-#define ABI 7
+#define ABI 8
 
 static PyObject *
 bind(PyObject *module, PyObject *args, PyObject *kwargs)
@@ -62,6 +62,10 @@ static PyMethodDef functions[] = {
      "trip(cluster, node, request, decode, failed, admission): AsyncCluster's round trip."},
     {"resolve", speedups_resolve, METH_VARARGS,
      "resolve(waiters, result): a batch's result to its waiters, one loop callback for all."},
+    {"pack_rows", speedups_pack_rows, METH_VARARGS,
+     "pack_rows(rows, labels, label_of, Model): the ORM's cached rows, or None (rows.c)."},
+    {"unpack_rows", speedups_unpack_rows, METH_VARARGS,
+     "unpack_rows(rows, classes, model_of, ModelState): the rows' instances, fresh (rows.c)."},
     {"bind_trip", speedups_bind_trip, METH_VARARGS,
      "bind_trip(Batch, CancelledError, get_running_loop, answered, MISS, armed) (aio.py)."},
     {"bind_near", speedups_bind_near, METH_VARARGS,

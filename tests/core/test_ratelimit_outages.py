@@ -107,3 +107,45 @@ def test_a_limit_decided_alone_for_one_cluster_is_never_counted_on_another(drive
         out.close()
         up.close()
         stop_all(servers)
+
+
+def test_across_a_kill_and_restart_each_bound_holds_by_decision() -> None:
+    """Four processes (a cluster each, so a fallback each) share a limit not yet used up when
+    its server is killed: each decides alone while it is out, at most the limit less what it
+    last saw; the server's decisions, before the kill and after its empty return, at most
+    2 x the limit (docs/ratelimit.md: the two bounds add up)."""
+    servers = start_memcached(1)
+    clock = FakeClock(1_800_000_000.0)
+    options = ClusterOptions(timeout=0.5, connect_timeout=0.5, retry_timeout=0.05)
+    clusters = [Cluster([servers[0].spec], options) for _ in range(4)]
+    limiters = [RateLimiter(cluster, "10/m", clock=clock) for cluster in clusters]
+    key = f"kill:{uuid.uuid4().hex}"
+    try:
+        before = [limiter.hit(key) for limiter in limiters for _ in range(2)]  # 8 of 10
+        assert [d.allowed for d in before] == [True] * 8
+        assert not any(d.degraded for d in before)
+        servers[0].kill()
+        alone = [[limiter.hit(key) for _ in range(10)] for limiter in limiters]
+        assert all(d.degraded for decisions in alone for d in decisions)
+        # Each saw its own last count (2, 4, 6, 8 of the 8 counted): 8, 6, 4 and 2 alone.
+        assert [sum(d.allowed for d in decisions) for decisions in alone] == [8, 6, 4, 2]
+        servers[0].start()  # empty
+        deadline = time.monotonic() + 10
+        after: list[Decision] = []
+        for limiter in limiters:
+            decision = limiter.hit(key)
+            while decision.degraded and time.monotonic() < deadline:  # until its probe passes
+                time.sleep(0.05)
+                decision = limiter.hit(key)
+            after.append(decision)
+        after += [limiter.hit(key) for limiter in limiters for _ in range(5)]
+        assert not any(d.degraded for d in after)
+        # What each gave back (its last count and what it admitted alone) left nothing to
+        # admit: without the fallback's counts the empty server would have admitted 10 more.
+        by_server = sum(d.allowed for d in before + after)
+        assert by_server <= 2 * 10
+        assert sum(d.allowed for d in after) == 0
+    finally:
+        for cluster in clusters:
+            cluster.close()
+        stop_all(servers)

@@ -34,6 +34,9 @@ the pure-Python path.
     the hot path (a plain key, a Call's five fields, an item of a plain format).
 :func:`near`
     The near cache's hit, miss and fill (``NearTable.hit``, ``.missed``, ``.fill``), in C.
+:data:`pack_rows`, :data:`unpack_rows`
+    The ORM's cached rows (``orm/rows.py``: the pure form, and what they do), in C;
+    None on the pure-Python path.
 :func:`maker`, :data:`new_get`, :data:`new_store`
     The hot path's requests made from all their fields, positionally (in C:
     a frozen dataclass's ``__init__`` sets each field through
@@ -81,14 +84,16 @@ __all__ = [
     "new_call",
     "new_get",
     "new_store",
+    "pack_rows",
     "placed",
     "resolve",
+    "unpack_rows",
     "value_decoder",
     "why_pure",
 ]
 
 PURE_SWITCH = "DJANGO_MCPATTERNS_PURE_PYTHON"
-ABI = 7  # what this module expects of _speedups (its ABI constant)
+ABI = 8  # what this module expects of _speedups (its ABI constant)
 
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
@@ -289,6 +294,8 @@ def maker(cls: type[T]) -> Callable[..., T]:
 
 
 new_get: Callable[[Sequence[bytes], bool], Get] = maker(Get)
+pack_rows: Callable[..., list[Any] | None] | None = getattr(speedups, "pack_rows", None)
+unpack_rows: Callable[..., list[Any]] | None = getattr(speedups, "unpack_rows", None)
 # keys.placed(key): a key's (wire, ring) bytes, a plain key's made in C when compiled.
 placed: Callable[[Key], tuple[bytes, bytes]] = (
     partial(speedups.placed, placed_in_python) if speedups is not None else placed_in_python

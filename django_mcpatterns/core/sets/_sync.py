@@ -18,6 +18,7 @@ from django_mcpatterns.core.exceptions import (
     EncodingError,
     IncompleteSetError,
     NodeUnavailableError,
+    OutcomeUnknownError,
 )
 from django_mcpatterns.core.keys import PlainKey, key_bytes
 
@@ -154,22 +155,30 @@ class AppendSets(AppendCollections):
         *,
         loader: Loader | None = None,
         expire: int = 0,
+        report: Report | None = None,
     ) -> Member | set[Member] | None:
         """Remove and return a random member (``count``: a set of up to ``count``).
 
         The removal is a ``cas`` on the read item, so two concurrent pops never
-        return the same member.
+        return the same member.  A pop its server could not take pops nothing (a
+        degraded read's answer; see :meth:`sadd`); one whose reply never came
+        leaves the set incomplete, so no member is dropped unseen.
         """
         if count is not None and count < 0:
             raise ValueError(f"spop count must not be negative, not {count}")
         kb = key_bytes(key)
-        for _ in range(self.options.attempts):
-            view = self._whole(kb, loader, expire)
-            if view is None or not view.members or count == 0:
-                return None if count is None else set()
-            chosen = self._rng.sample(list(view.members), min(count or 1, len(view.members)))
-            if self._pop(kb, view, chosen):
-                return chosen[0] if count is None else set(chosen)
+        try:
+            for _ in range(self.options.attempts):
+                view = self._whole(kb, loader, expire)
+                if view is None or not view.members or count == 0:
+                    return None if count is None else set()
+                chosen = self._rng.sample(list(view.members), min(count or 1, len(view.members)))
+                if self._pop(kb, view, chosen):
+                    return chosen[0] if count is None else set(chosen)
+        except NodeUnavailableError as exc:  # repaired only if it may have been applied
+            unknown = isinstance(exc, OutcomeUnknownError)
+            self._lost(kb, SET, "spop", exc, expire, report, repair=unknown)
+            return None if count is None else set()
         raise self._contention(kb, "spop of")
 
     def compact(self, key: PlainKey) -> bool:
@@ -475,16 +484,9 @@ class AppendSets(AppendCollections):
             length = Header.unpack(shard).snapshot
             members.update(decode_snapshot(shard, Header.SIZE, Header.SIZE + length))
             snapshot_bytes += length
+        mentioned: set[Member] | None = set() if header.pending else None
         view = SetView(
-            data,
-            token,
-            header,
-            members,
-            set() if header.pending else None,
-            len(data) - start,
-            snapshot_bytes,
-            partial,
-            ttl,
+            data, token, header, members, mentioned, len(data) - start, snapshot_bytes, partial, ttl
         )
         replay(view, data, start)
         return view

@@ -270,17 +270,22 @@ class AppendCollections:
         error: NodeUnavailableError,
         expire: int,
         report: Report | None,
+        *,
+        repair: bool = True,
     ) -> int:
         """A write that could not reach its server: the collection repaired, then 0 or raise.
 
         The item becomes an empty pending one of ``kind`` (``expire``), now or
-        through its server's journal (see "Unreachable servers").
+        through its server's journal (see "Unreachable servers"); not when
+        ``repair`` is False (a pop certainly not applied left it whole).
         """
-        marker = self._new_header(kind, expire, pending=True).pack()
-        self.store.forget(key, marker, expire)
+        if repair:
+            marker = self._new_header(kind, expire, pending=True).pack()
+            self.store.forget(key, marker, expire)
         if not self._degrade:
             raise error
-        logger.warning("%s of %r not written (%s): it reads as incomplete", command, key, error)
+        outcome = "it reads as incomplete" if repair else "it is unchanged"
+        logger.warning("%s of %r not written (%s): %s", command, key, error, outcome)
         if report is not None:
             try:
                 report(WriteDegraded(key, command, error))

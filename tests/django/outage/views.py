@@ -39,8 +39,10 @@ def locked(request: HttpRequest) -> JsonResponse:
 
 
 def limited(request: HttpRequest) -> JsonResponse:
+    """A limited page: says whether its worker decided alone (its server out) and which it is."""
     decision = cache.ratelimit(f"outage:limit:{request.GET['k']}", RATE)
-    return JsonResponse({"allowed": decision.allowed}, status=200 if decision.allowed else 429)
+    answer = {"allowed": decision.allowed, "degraded": decision.degraded, "pid": os.getpid()}
+    return JsonResponse(answer, status=200 if decision.allowed else 429)
 
 
 def members(request: HttpRequest) -> JsonResponse:
