@@ -41,7 +41,19 @@ def compiles() -> bool:
 
 required = os.environ.get("CI") == "true" or flag("DJANGO_MCPATTERNS_REQUIRE_COMPILED")
 wanted = not flag("DJANGO_MCPATTERNS_PURE_PYTHON")
-names = ("module", "reader", "values", "meta", "encode", "many", "maker", "io", "trip", "waiter")
+names = (
+    "module",
+    "reader",
+    "values",
+    "meta",
+    "encode",
+    "many",
+    "maker",
+    "io",
+    "trip",
+    "waiter",
+    "rows",
+)
 extensions = [
     Extension(
         "django_mcpatterns.core.protocol._speedups",

@@ -55,6 +55,8 @@ typedef struct {
 
 extern PyTypeObject ReaderType;
 extern PyTypeObject MakerType;  /* maker.c */
+PyObject *speedups_pack_rows(PyObject *module, PyObject *args);   /* rows.c */
+PyObject *speedups_unpack_rows(PyObject *module, PyObject *args);
 
 enum { SCAN_NEED, SCAN_LINE, SCAN_MISMATCH };
 

@@ -32,6 +32,9 @@ the pure-Python path.
 :func:`placed`, :data:`new_call`, :func:`value_decoder`
     A key's wire and ring bytes, a plan's Call and a get's decoder, made in C on
     the hot path (a plain key, a Call's five fields, an item of a plain format).
+:data:`pack_rows`, :data:`unpack_rows`
+    The ORM's cached rows (``orm/rows.py``: the pure form, and what they do), in C;
+    None on the pure-Python path.
 :func:`maker`, :data:`new_get`, :data:`new_store`
     The hot path's requests made from all their fields, positionally (in C:
     a frozen dataclass's ``__init__`` sets each field through
@@ -77,8 +80,10 @@ __all__ = [
     "new_call",
     "new_get",
     "new_store",
+    "pack_rows",
     "placed",
     "resolve",
+    "unpack_rows",
     "value_decoder",
     "why_pure",
 ]
@@ -260,6 +265,8 @@ def maker(cls: type[T]) -> Callable[..., T]:
 
 
 new_get: Callable[[Sequence[bytes], bool], Get] = maker(Get)
+pack_rows: Callable[..., list[Any] | None] | None = getattr(speedups, "pack_rows", None)
+unpack_rows: Callable[..., list[Any]] | None = getattr(speedups, "unpack_rows", None)
 # keys.placed(key): a key's (wire, ring) bytes, a plain key's made in C when compiled.
 placed: Callable[[Key], tuple[bytes, bytes]] = (
     partial(speedups.placed, placed_in_python) if speedups is not None else placed_in_python

@@ -1,0 +1,149 @@
+"""Cached rows: the compiled packing and unpacking answer as the pure-Python forms do.
+
+Rows are made as Django's ``from_db`` makes them (no database needed): random field
+values, deferred fields, annotations, related rows present, None or absent, nested,
+the child of a multi-table model, another database alias.  Both forms must pack them
+to the same data, and rebuild from it instances with the same class, attributes and
+state, fresh on every unpacking.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.db.models import Model
+from django.db.models.base import ModelState
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from django_mcpatterns.core.protocol import compiled
+from django_mcpatterns.orm import rows
+from tests.orm.shop.models import Category, Product, Special
+
+needs_compiled = pytest.mark.skipif(
+    compiled.pack_rows is None, reason=f"the compiled path is not built: {compiled.why_pure}"
+)
+
+names = st.text(max_size=8)
+ids = st.integers(1, 2**40)
+aliases = st.sampled_from(["default", "replica"])
+
+
+@st.composite
+def categories(draw: st.DrawFn) -> Category:
+    return Category.from_db(draw(aliases), None, (draw(ids), draw(names), draw(st.booleans())))
+
+
+@st.composite
+def products(draw: st.DrawFn) -> Product:
+    special = draw(st.booleans())
+    values: list[Any] = [draw(ids), draw(names), draw(ids), draw(st.integers()), draw(names)]
+    values.append(draw(st.none() | ids))
+    if special:
+        values += [values[0], draw(names)]  # product_ptr_id, badge
+    cls = Special if special else Product
+    obj = cls.from_db(draw(aliases), None, tuple(values))
+    for name in draw(st.sets(st.sampled_from(["name", "price", "status"]))):
+        del obj.__dict__[name]  # deferred (.only()/.defer())
+    if draw(st.booleans()):
+        obj.__dict__["n_tags"] = draw(st.integers())  # an annotation
+    for field in ("category", "supplier"):
+        related = draw(st.sampled_from(["absent", "none", "row"]))
+        if related != "absent":
+            obj._state.fields_cache[field] = None if related == "none" else draw(categories())
+    if special and draw(st.booleans()):
+        obj._state.fields_cache["product_ptr"] = Product.from_db(
+            obj._state.db, None, (values[0], "", values[2], 0, "", None)
+        )
+    return obj
+
+
+def shape(obj: Any) -> Any:
+    """An instance as plain data: its class, attributes and state, related rows alike."""
+    if not isinstance(obj, Model):
+        return obj
+    attributes = {k: v for k, v in obj.__dict__.items() if k != "_state"}
+    state = dict(obj._state.__dict__)
+    cache = state.pop("fields_cache", {})
+    return (type(obj), attributes, state, {k: shape(v) for k, v in cache.items()})
+
+
+ARGS_PACK = (rows._labels, rows._label, Model)
+ARGS_UNPACK = (rows._classes, rows._model, ModelState)
+
+
+@given(st.lists(products(), min_size=1, max_size=8))
+@settings(max_examples=150, deadline=None)
+def test_the_pure_form_rebuilds_what_it_packed(made: list[Product]) -> None:
+    packed = rows._pack_rows(made, *ARGS_PACK)
+    assert packed is not None
+    again = rows._unpack_rows(packed, *ARGS_UNPACK)
+    assert [shape(o) for o in again] == [shape(o) for o in made]
+    for obj in again:
+        assert obj._state.adding is False
+
+
+@needs_compiled
+@given(st.lists(products(), min_size=1, max_size=8))
+@settings(max_examples=150, deadline=None)
+def test_both_forms_pack_and_unpack_alike(made: list[Product]) -> None:
+    pure = rows._pack_rows(made, *ARGS_PACK)
+    built = rows.pack_rows(made, *ARGS_PACK)
+    assert built == pure
+    assert built is not None
+    first = rows.unpack_rows(built, *ARGS_UNPACK)
+    second = rows.unpack_rows(built, *ARGS_UNPACK)
+    expected = [shape(o) for o in rows._unpack_rows(built, *ARGS_UNPACK)]
+    assert [shape(o) for o in first] == expected == [shape(o) for o in made]
+    for a, b, row in zip(first, second, built, strict=True):  # fresh every time
+        assert a is not b
+        assert a._state is not b._state
+        assert a.__dict__ is not b.__dict__
+        assert a.__dict__ is not row[2]  # the packed fields stay as they were
+        assert "_state" not in row[2]
+
+
+@pytest.mark.parametrize("pack", [rows._pack_rows, rows.pack_rows], ids=["pure", "compiled"])
+def test_rows_that_are_not_plain_instances_are_not_packed(pack: Any) -> None:
+    if pack is None:
+        pytest.skip("the compiled path is not built")
+    c = Category.from_db("default", None, (1, "c", True))
+    prefetched = Category.from_db("default", None, (2, "d", True))
+    prefetched._prefetched_objects_cache = {}
+    assert pack([c, {"id": 1}], *ARGS_PACK) is None
+    assert pack([c, prefetched], *ARGS_PACK) is None
+    assert pack([c], *ARGS_PACK) == [("mcpatterns_orm_shop.category", "default", c_fields(c), {})]
+
+
+def c_fields(c: Category) -> dict[str, Any]:
+    return {k: v for k, v in c.__dict__.items() if k != "_state"}
+
+
+@needs_compiled
+@pytest.mark.parametrize(
+    "bad",
+    [[("a", "default", {})], [["x", "default", {}, {}]], [("x", "default", [], {})], [1]],
+)
+def test_the_compiled_unpacking_refuses_what_packing_never_makes(bad: list[Any]) -> None:
+    with pytest.raises(TypeError):
+        rows.unpack_rows(bad, *ARGS_UNPACK)
+
+
+@pytest.mark.parametrize("unpack", [rows._unpack_rows, rows.unpack_rows], ids=["pure", "compiled"])
+def test_a_class_not_known_yet_is_asked_for_by_its_label(unpack: Any) -> None:
+    if unpack is None:
+        pytest.skip("the compiled path is not built")
+    c = Category.from_db("default", None, (1, "c", True))
+    packed = rows.pack([c, c])[1]
+    asked: list[str] = []
+
+    def model_of(label: str) -> type[Model]:
+        asked.append(label)
+        return Category
+
+    made = unpack(packed, {}, model_of, ModelState)
+    assert [shape(o) for o in made] == [shape(c), shape(c)]
+    assert asked == ["mcpatterns_orm_shop.category"] * 2
+    with pytest.raises(LookupError):
+        unpack([("mcpatterns_orm_shop.nothing", "default", {}, {})], {}, rows._model, ModelState)
