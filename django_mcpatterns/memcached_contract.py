@@ -51,7 +51,7 @@ __all__ = [
 
 logger = logging.getLogger("django_mcpatterns.backend")
 
-MADE_KEYS = 4096  # keys made and kept per cache (the most a hot key set reuses), then again
+MADE_KEYS = 1024  # keys made and kept per cache (about 100 KB; then made again): the hot ones
 
 MISSING: Any = object()
 """A ``default`` no stored value is: what tells a stored ``None`` from a miss."""
