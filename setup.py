@@ -53,6 +53,7 @@ names = (
     "trip",
     "waiter",
     "rows",
+    "near",
 )
 extensions = [
     Extension(

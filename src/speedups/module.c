@@ -13,7 +13,7 @@ Bound B;
 static int64_t bound_by = -1;
 
 /* Bumped whenever what compiled.py expects of this module changes. */
-#define ABI 6
+#define ABI 7
 
 static PyObject *
 bind(PyObject *module, PyObject *args, PyObject *kwargs)
@@ -68,6 +68,13 @@ static PyMethodDef functions[] = {
      "unpack_rows(rows, classes, model_of, ModelState): the rows' instances, fresh (rows.c)."},
     {"bind_trip", speedups_bind_trip, METH_VARARGS,
      "bind_trip(Batch, CancelledError, get_running_loop, answered, MISS, armed) (aio.py)."},
+    {"bind_near", speedups_bind_near, METH_VARARGS,
+     "bind_near(Entry, NearTable, MISS, deque, lock type, str size, bytes size, overhead)."},
+    {"near_hit", (PyCFunction)(void (*)(void))speedups_near_hit, METH_FASTCALL,
+     "near_hit(table, key): table.hit(key), in C."},
+    {"near_missed", speedups_near_missed, METH_O, "near_missed(table): table.missed(), in C."},
+    {"near_fill", (PyCFunction)(void (*)(void))speedups_near_fill, METH_FASTCALL,
+     "near_fill(table, key, value, ticket): table.fill(key, value, ticket), its common case in C."},
     {NULL},
 };
 

@@ -105,6 +105,12 @@ PyObject *waiter_new(PyObject *loop);
 int waiter_outcome(PyObject *waiter, PyObject **result);
 PyObject *speedups_resolve(PyObject *module, PyObject *args);
 
+/* near.c: the near cache's hit and fill (core/near/_model_table.py) */
+PyObject *speedups_bind_near(PyObject *module, PyObject *args);
+PyObject *speedups_near_hit(PyObject *module, PyObject *const *args, Py_ssize_t n);
+PyObject *speedups_near_missed(PyObject *module, PyObject *table);
+PyObject *speedups_near_fill(PyObject *module, PyObject *const *args, Py_ssize_t n);
+
 /* io.c */
 PyObject *reader_request(Reader *r, PyObject *args);
 PyObject *reader_send(Reader *r, PyObject *args);

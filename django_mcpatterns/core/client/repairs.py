@@ -15,9 +15,10 @@ Epochs
     restarted, empty: logged as a warning and told to the cluster's restart
     listeners (``Cluster.listen(on_restart=...)``), in every process that
     sees it come back, not only in those that journaled.  Before a process
-    knows a server's epoch, a start time after the outage began (as this
-    process saw it) counts as a restart.  Epochs of the other servers are
-    read at the first outage, for later comparison.
+    knows a server's epoch, a server younger than this process's first
+    connection to it (noted when the connection opened, no request) counts
+    as a restart: a stall never does, whenever the server started.  Epochs
+    of the other servers are read at the first outage, for later comparison.
 
 Nothing runs in a process that never sees a server fail.  A forked child
 starts its own thread when it first needs one.
@@ -32,12 +33,22 @@ import weakref
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-__all__ = ["EPOCH_SLACK", "INTERVAL", "Epoch", "Repairer", "epoch_of", "repairer", "restarted"]
+__all__ = [
+    "EPOCH_SLACK",
+    "INTERVAL",
+    "UPTIME_SLACK",
+    "Epoch",
+    "Repairer",
+    "epoch_of",
+    "repairer",
+    "restarted",
+]
 
 logger = logging.getLogger("django_mcpatterns.cluster")
 
 INTERVAL = 0.2  # seconds between the repairer's rounds while it has work
 EPOCH_SLACK = 2  # seconds a start time may move (memcached's clock ticks in whole seconds)
+UPTIME_SLACK = 1  # seconds memcached's uptime may lag its age (a late tick of its clock)
 
 Epoch = tuple[int, int]
 """A server's incarnation: its pid and its start time (Unix seconds, from its own clock)."""
@@ -62,13 +73,25 @@ def epoch_of(stats: object) -> tuple[Epoch | None, int]:
     return (pid, now - uptime), uptime
 
 
-def restarted(known: Epoch | None, epoch: Epoch, uptime: int, down: float) -> bool:
+def restarted(
+    known: Epoch | None, epoch: Epoch, uptime: int, down: float, met: float | None = None
+) -> bool:
     """Whether a server whose epoch is now ``epoch`` restarted since ``known`` was read.
 
-    Without ``known``: whether it started after the outage began (``down``
-    seconds ago, as this process saw it).
+    Without ``known`` (this process's first outage there): whether it is
+    younger than this process's first connection to it, ``met`` seconds ago
+    (it was up then), by more than memcached's uptime can be off.  A stall
+    is never taken for a restart, whenever the server started; a restart
+    within a few seconds of that first connection is not recognised.  Never
+    connected (``met`` None): whether it started after the outage began
+    (``down`` seconds ago).
     """
-    if known is None:  # memcached counts its uptime in whole seconds, from 2 s before its start
+    if known is None:
+        # memcached's uptime counts whole seconds from 2 s before its start, ticking once a
+        # second: it exceeds the server's age by less than 3 s, and falls short of it only
+        # by a late tick.
+        if met is not None:
+            return uptime + UPTIME_SLACK < met
         return uptime <= down + 3
     return known[0] != epoch[0] or abs(known[1] - epoch[1]) > EPOCH_SLACK
 

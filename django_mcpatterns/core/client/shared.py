@@ -14,8 +14,10 @@ added to one is seen by all.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
@@ -75,6 +77,7 @@ class Shared:
         self.node_listeners: Listeners[NodeEvent] = Listeners("on_node_event")
         self.restart_listeners: Listeners[str] = Listeners("on_restart")
         self.epochs: dict[str, Epoch] = {}  # each server's (pid, start time), once read
+        self.met: dict[str, float] = {}  # when (clock) this process first connected to each
         self._checks: dict[str, float | None] = {}  # epochs to read: outage length, or None
         self._checks_lock = threading.Lock()  # request threads add, the repairer takes
         self.refused_listeners: Listeners[ValueRefused] = Listeners("on_value_refused")
@@ -91,6 +94,7 @@ class Shared:
         )
         self._clock, self._rng = clock, rng
         self.nodes = {server.node: self._node(server) for server in self.servers}
+        self._meet()
         self.observer: Observer | None = build_observer(
             options.instrumentation_name,
             self.servers,
@@ -186,6 +190,25 @@ class Shared:
             if held:
                 repairer().wake(self)
 
+    def _meet(self) -> None:
+        """Note when this process first connects to each server (:attr:`met`): no request.
+
+        A server was up then, so one whose uptime is longer did not restart
+        since; see :func:`.repairs.restarted`.
+        """
+        me = weakref.WeakMethod(self._met)  # a cluster that never connects may go
+
+        def met(name: str) -> None:
+            shared = me()
+            if shared is not None:
+                shared(name)
+
+        for name, node in self.nodes.items():
+            epochs.when_opened(node.server.address, functools.partial(met, name))
+
+    def _met(self, name: str) -> None:
+        self.met.setdefault(name, self._clock())
+
     def _back(self, event: NodeEvent) -> None:
         """A failing server answered again: logged once, and its epoch read in the background."""
         logger.warning(
@@ -222,7 +245,9 @@ class Shared:
             return  # down again, or a proxy that does not pass stats
         known = self.epochs.get(name)
         self.epochs[name] = epoch
-        if down is not None and restarted(known, epoch, uptime, down):
+        met = self.met.get(name)
+        since = None if met is None else self._clock() - met
+        if down is not None and restarted(known, epoch, uptime, down, since):
             logger.warning(
                 "memcached server %s restarted (up %ds): everything it held is gone", name, uptime
             )

@@ -20,11 +20,15 @@ from typing import Any, Final
 
 from .. import chance
 from ..client.node import watch_forks
+from ..protocol import compiled
 from ..store import CasToken
 from ..values.envelope import Envelope
 from ._model import ENTRY_OVERHEAD, LARGE_VALUE, Copier, NearOptions, NearStats, keep
 
-__all__ = ["Entry", "NearTable", "Ticket"]
+__all__ = ["MISS", "Entry", "NearTable", "Ticket", "fill", "hit", "missed"]
+
+MISS: Final[Any] = object()
+"""What :meth:`NearTable.hit` answers when no live entry holds the key."""
 
 Ticket = tuple[float, int]
 """``(sent, seq)``: the clock before a request was sent, and the table's write sequence then."""
@@ -101,6 +105,43 @@ class NearTable:
     (``KEY_PREFIX:version:``), skipped before ``prefixes`` are matched.
     """
 
+    # Slots: the hot paths' reads are the interpreter's quickest, and the compiled fill
+    # (:func:`fill`) finds each where Python keeps it.
+    __slots__ = (
+        "__weakref__",
+        "_added",
+        "_bytes",
+        "_cleared",
+        "_counts",
+        "_fills",
+        "_fixed",
+        "_hits",
+        "_largest",
+        "_lock",
+        "_mask",
+        "_misses",
+        "_order",
+        "_queue",
+        "_report",
+        "_report_at",
+        "_rng",
+        "_rows",
+        "_sample_limit",
+        "_saved",
+        "_scope",
+        "_seq",
+        "_sketch_from",
+        "_slack",
+        "_stamps",
+        "_sweep_at",
+        "_wall",
+        "budget",
+        "clock",
+        "entries",
+        "max_age",
+        "options",
+    )
+
     def __init__(
         self,
         options: NearOptions,
@@ -113,6 +154,8 @@ class NearTable:
     ) -> None:
         self.options = options
         self.max_age = options.max_age
+        # Every key's bound, or None: under ``prefixes`` each key has its own (bound()).
+        self._fixed = options.max_age if options.prefixes is None else None
         self.clock = clock
         self._wall = wall
         self._report = report
@@ -169,12 +212,18 @@ class NearTable:
         next(self._misses)
         return None
 
-    def count_hit(self, entry: Entry) -> None:
-        """Count a hit on ``entry`` answered without a round trip (a ``get`` that looked the
-        entry up itself: :meth:`lookup` and :meth:`saved` in one call)."""
-        entry.hits += 1
-        next(self._hits)
-        next(self._saved)
+    def hit(self, key: str) -> Any:
+        """The value of ``key``'s live entry for one caller (counted as a hit and a round trip
+        saved: a ``get`` answered), else :data:`MISS` (not counted: the caller's :meth:`miss`
+        counts it).  Compiled where the hot path is (:func:`hit`)."""
+        entry = self.entries.get(key)
+        if entry is not None and entry.expires > self.clock():
+            entry.hits += 1
+            next(self._hits)
+            next(self._saved)
+            copy = entry.copy
+            return entry.value if copy is None else copy(entry.value)
+        return MISS
 
     def miss(self, now: float) -> Ticket:
         """Count a miss found at ``now`` (this table's clock, read before the request that
@@ -184,6 +233,11 @@ class NearTable:
             self._report_at = now + REPORT_EVERY
             self._report(self.stats())
         return now, self._seq
+
+    def missed(self) -> Ticket:
+        """:meth:`miss` now: a ``get`` this table did not answer, about to be sent.  Compiled
+        where the hot path is (:func:`missed`)."""
+        return self.miss(self.clock())
 
     def envelope(self, key: str) -> Envelope | None:
         """``get_or_compute``'s lookup: the fresh envelope of ``key`` with this caller's own
@@ -250,8 +304,8 @@ class NearTable:
         in memory) is written out inline: no call but the clock's, one entry and
         one queue item made, the lock held for a few dict and list operations.
         """
-        bound = self.max_age if self.options.prefixes is None else self.bound(key)
-        if bound is None:
+        bound = self._fixed
+        if bound is None and (bound := self.bound(key)) is None:
             return False
         sent, seq = ticket
         now = self.clock()
@@ -473,6 +527,21 @@ class NearTable:
             max_age=self.max_age,
             **counts,
         )
+
+
+fill, hit, missed = compiled.near(
+    Entry,
+    NearTable,
+    MISS,
+    (_STR, _BYTES, ENTRY_OVERHEAD + QUEUED),
+    NearTable.fill,
+    NearTable.hit,
+    NearTable.missed,
+)
+"""``fill(table, key, value, ticket)``, ``hit(table, key)`` and ``missed(table)``: the
+table's methods of those names, compiled where the hot path is (``src/speedups/near.c``:
+the same answers, the same table afterwards; a fill's common case only, a str or bytes
+value, room in memory, no sweep due)."""
 
 
 def _read(counter: itertools.count[int]) -> int:

@@ -23,7 +23,7 @@ from django_mcpatterns.core.store import (
 )
 
 from ._model import near_key
-from ._model_table import Entry, NearTable
+from ._model_table import MISS, Entry, NearTable, fill, hit, missed
 
 _MISS: Any = object()
 
@@ -57,10 +57,24 @@ class NearStore:
         """The store's serde (namespaces and the stampede encode with it)."""
         return self.store.serde  # type: ignore[attr-defined]  # Cluster/MemoryStore/chunked
 
-    def __getattr__(self, name: str) -> Any:
-        # What the store says of itself (text, ring, servers...): never a command, all of
-        # which are defined here.
-        return getattr(self.store, name)
+    # What the store says of itself, named here (not a ``__getattr__`` passing any name
+    # through: the interpreter would then specialise none of this class's attribute reads,
+    # the hot path's among them); each is missing where the store has none.
+
+    @property
+    def options(self) -> Any:
+        """The store's options (whether its patterns degrade on an outage)."""
+        return getattr(self.store, "options")  # noqa: B009  # AttributeError when it has none
+
+    @property
+    def observer(self) -> Any:
+        """The store's observer (instrumentation)."""
+        return getattr(self.store, "observer")  # noqa: B009
+
+    @property
+    def text(self) -> Any:
+        """Whether the store speaks memcached's text protocol."""
+        return getattr(self.store, "text")  # noqa: B009
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} over {self.store!r}>"
@@ -75,20 +89,17 @@ class NearStore:
     def get(self, key: Key, default: Any = None) -> Any:
         table = self.table
         name = key if type(key) is str else near_key(key)
-        entry = table.entries.get(name)
-        now = table.clock()
-        if entry is not None and entry.expires > now:
-            table.count_hit(entry)
-            copy = entry.copy
-            return entry.value if copy is None else copy(entry.value)
+        value = hit(table, name)
+        if value is not MISS:
+            return value
         # A miss: as cheap as this table can make it (every third read or so pays it).
-        ticket = table.miss(now)
-        if entry is not None and self._revalidates:  # past its bound: large ones revalidate
-            return self._far(key, name, entry, default)
+        ticket = missed(table)
+        if self._revalidates and (held := table.entries.get(name)) is not None:
+            return self._far(key, name, held, default)  # large ones revalidate
         value = self.store.get(key, _MISS)
         if value is _MISS:
             return default
-        table.fill(name, value, ticket)
+        fill(table, name, value, ticket)
         return value
 
     def get_many(self, keys: Iterable[Key]) -> dict[Key, Any]:
@@ -109,7 +120,7 @@ class NearStore:
         ticket = table.ticket()
         fetched = self.store.get_many(far)
         for key, value in fetched.items():
-            table.fill(near_key(key), value, ticket)
+            fill(table, near_key(key), value, ticket)
         found.update(fetched)
         return found
 
@@ -146,7 +157,7 @@ class NearStore:
         value = self.store.get(key, _MISS)
         if value is _MISS:
             return default
-        table.fill(name, value, ticket)
+        fill(table, name, value, ticket)
         return value
 
     def _far_large(self, key: Key, name: str, default: Any) -> Any:

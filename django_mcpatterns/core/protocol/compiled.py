@@ -32,6 +32,8 @@ the pure-Python path.
 :func:`placed`, :data:`new_call`, :func:`value_decoder`
     A key's wire and ring bytes, a plan's Call and a get's decoder, made in C on
     the hot path (a plain key, a Call's five fields, an item of a plain format).
+:func:`near`
+    The near cache's hit, miss and fill (``NearTable.hit``, ``.missed``, ``.fill``), in C.
 :data:`pack_rows`, :data:`unpack_rows`
     The ORM's cached rows (``orm/rows.py``: the pure form, and what they do), in C;
     None on the pure-Python path.
@@ -48,6 +50,7 @@ import collections.abc
 import dataclasses
 import importlib
 import os
+import threading
 from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from functools import partial
 from types import ModuleType
@@ -77,6 +80,7 @@ __all__ = [
     "keyed",
     "load",
     "maker",
+    "near",
     "new_call",
     "new_get",
     "new_store",
@@ -89,9 +93,12 @@ __all__ = [
 ]
 
 PURE_SWITCH = "DJANGO_MCPATTERNS_PURE_PYTHON"
-ABI = 6  # what this module expects of _speedups (its ABI constant)
+ABI = 7  # what this module expects of _speedups (its ABI constant)
 
 T = TypeVar("T")
+F = TypeVar("F", bound=Callable[..., Any])
+H = TypeVar("H", bound=Callable[..., Any])
+M = TypeVar("M", bound=Callable[..., Any])
 
 why_pure = ""  # why the pure-Python path runs, when it does
 
@@ -246,6 +253,28 @@ def async_runner(run: Callable[..., Any]) -> Callable[..., Any]:
         return run
     runner: Callable[..., Any] = speedups.Runner(run, Call)
     return runner
+
+
+def near(
+    entry: type,
+    table: type[T],
+    miss: object,
+    sizes: tuple[int, int, int],
+    fill: F,
+    hit: H,
+    missed: M,
+) -> tuple[F, H, M]:
+    """The near table's ``fill(table, key, value, ticket)``, ``hit(table, key)`` and
+    ``missed(table)`` (``NearTable.fill``, ``.hit`` and ``.missed``, given), in C where the
+    hot path is built
+    (``src/speedups/near.c``: the same answers and table; a fill's common case only, a
+    str or bytes value, room, no sweep due), bound to the table's ``Entry`` and
+    ``NearTable`` classes, its ``MISS`` and ``sizes`` (what an empty str and bytes take,
+    and an entry's fixed overhead); those given on the pure path."""
+    if speedups is None:
+        return fill, hit, missed
+    speedups.bind_near(entry, table, miss, collections.deque, type(threading.Lock()), *sizes)
+    return speedups.near_fill, speedups.near_hit, speedups.near_missed
 
 
 def maker(cls: type[T]) -> Callable[..., T]:

@@ -1,0 +1,433 @@
+/* The near cache's hit and fill in C (core/near/_model_table.py: NearTable.hit, .fill).
+ *
+ * near_hit answers a get from a live entry as NearTable.hit does (counted, the value or
+ * the caller's copy), or says MISS.  Every read the near cache misses ends in a fill; in
+ * Python its common case (a str or bytes value, room in memory, no sweep due) is most
+ * of a miss's own cost.  near_fill
+ * does that case here, with the same answers and the same table afterwards; any other
+ * case (another type of value or key, prefixes, a table half full whose admission sketch
+ * counts, a sweep due, the table's lock held) it hands to NearTable.fill, before it
+ * changed anything.
+ *
+ * The table's lock: NearTable.fill holds it across a few dict and list operations.  Here
+ * the lock is seen free (`locked()`) and the whole change is made without releasing the
+ * GIL and without running Python code (every object allocated and every call made before
+ * the look; what is dropped is let go after), so no thread runs in between: none can be
+ * inside the lock's section meanwhile, and one that takes it afterwards sees the change
+ * complete. */
+#include "speedups.h"
+
+#include <structmember.h>
+
+#define STRIPE 4095  /* _model_table.STRIPES - 1 */
+
+/* What _model_table.py binds (bind_near): its classes, the size constants, slot offsets. */
+static struct {
+    PyTypeObject *Entry, *Table, *deque, *lock;
+    Py_ssize_t str_size, bytes_size, overhead;
+    /* NearTable's slots */
+    Py_ssize_t t_hits, t_saved, t_misses, t_report, t_report_at, t_seq, t_clock, t_fixed, t_cleared, t_stamps, t_lock, t_entries, t_order, t_queue,
+        t_bytes, t_sketch_from, t_largest, t_sweep_at, t_fills;
+    /* Entry's slots */
+    Py_ssize_t e_key, e_value, e_copy, e_size, e_expires, e_hits, e_slot, e_envelope, e_cas,
+        e_epoch;
+    PyObject *s_fill, *s_hit, *s_miss, *s_missed, *s_locked, *s_append, *zero, *one, *MISS;
+    int bound;
+} N;
+
+#define AT(obj, offset) (*(PyObject **)((char *)(obj) + (offset)))
+
+/* The offset of `name`, an object slot of `type` (its member descriptor), or -1. */
+static Py_ssize_t
+slot_offset(PyTypeObject *type, const char *name)
+{
+    PyObject *d = PyObject_GetAttrString((PyObject *)type, name);
+    if (d == NULL)
+        return -1;
+    Py_ssize_t offset = -1;
+    if (Py_IS_TYPE(d, &PyMemberDescr_Type)
+        && ((PyMemberDescrObject *)d)->d_member->type == T_OBJECT_EX
+        && PyDescr_TYPE(d) == type)
+        offset = ((PyMemberDescrObject *)d)->d_member->offset;
+    else
+        PyErr_Format(PyExc_TypeError, "%s.%s is not a slot of its own", type->tp_name, name);
+    Py_DECREF(d);
+    return offset;
+}
+
+/* bind_near(Entry, NearTable, MISS, deque, lock type, str size, bytes size, overhead) */
+PyObject *
+speedups_bind_near(PyObject *module, PyObject *args)
+{
+    PyObject *entry, *table, *miss, *deque, *lock;
+    Py_ssize_t str_size, bytes_size, overhead;
+    if (!PyArg_ParseTuple(args, "O!O!OO!O!nnn:bind_near", &PyType_Type, &entry, &PyType_Type,
+                          &table, &miss, &PyType_Type, &deque, &PyType_Type, &lock, &str_size,
+                          &bytes_size, &overhead))
+        return NULL;
+    PyTypeObject *E = (PyTypeObject *)entry, *T = (PyTypeObject *)table;
+    struct {
+        Py_ssize_t *at;
+        PyTypeObject *type;
+        const char *name;
+    } slots[] = {
+        {&N.t_hits, T, "_hits"},         {&N.t_saved, T, "_saved"},
+        {&N.t_misses, T, "_misses"},     {&N.t_report, T, "_report"},
+        {&N.t_report_at, T, "_report_at"}, {&N.t_seq, T, "_seq"},
+        {&N.t_clock, T, "clock"},        {&N.t_fixed, T, "_fixed"},
+        {&N.t_cleared, T, "_cleared"},   {&N.t_stamps, T, "_stamps"},
+        {&N.t_lock, T, "_lock"},         {&N.t_entries, T, "entries"},
+        {&N.t_order, T, "_order"},       {&N.t_queue, T, "_queue"},
+        {&N.t_bytes, T, "_bytes"},       {&N.t_sketch_from, T, "_sketch_from"},
+        {&N.t_largest, T, "_largest"},   {&N.t_sweep_at, T, "_sweep_at"},
+        {&N.t_fills, T, "_fills"},       {&N.e_key, E, "key"},
+        {&N.e_value, E, "value"},        {&N.e_copy, E, "copy"},
+        {&N.e_size, E, "size"},          {&N.e_expires, E, "expires"},
+        {&N.e_hits, E, "hits"},          {&N.e_slot, E, "slot"},
+        {&N.e_envelope, E, "envelope"},  {&N.e_cas, E, "cas"},
+        {&N.e_epoch, E, "epoch"},
+    };
+    for (size_t i = 0; i < sizeof slots / sizeof slots[0]; i++)
+        if ((*slots[i].at = slot_offset(slots[i].type, slots[i].name)) < 0)
+            return NULL;
+    if (E->tp_itemsize != 0 || E->tp_dictoffset != 0 || E->tp_new != PyBaseObject_Type.tp_new
+        || E->tp_init != PyBaseObject_Type.tp_init) {
+        PyErr_SetString(PyExc_TypeError, "Entry must be a plain slots class without __init__");
+        return NULL;
+    }
+    if (N.s_fill == NULL) {
+        if ((N.s_fill = PyUnicode_InternFromString("fill")) == NULL
+            || (N.s_hit = PyUnicode_InternFromString("hit")) == NULL
+            || (N.s_miss = PyUnicode_InternFromString("miss")) == NULL
+            || (N.s_missed = PyUnicode_InternFromString("missed")) == NULL
+            || (N.one = PyLong_FromLong(1)) == NULL
+            || (N.s_locked = PyUnicode_InternFromString("locked")) == NULL
+            || (N.s_append = PyUnicode_InternFromString("append")) == NULL
+            || (N.zero = PyLong_FromLong(0)) == NULL)
+            return NULL;
+    }
+    Py_XSETREF(N.Entry, (PyTypeObject *)Py_NewRef(entry));
+    Py_XSETREF(N.Table, (PyTypeObject *)Py_NewRef(table));
+    Py_XSETREF(N.deque, (PyTypeObject *)Py_NewRef(deque));
+    Py_XSETREF(N.lock, (PyTypeObject *)Py_NewRef(lock));
+    Py_XSETREF(N.MISS, Py_NewRef(miss));
+    N.str_size = str_size;
+    N.bytes_size = bytes_size;
+    N.overhead = overhead;
+    N.bound = 1;
+    Py_RETURN_NONE;
+}
+
+/* A number read as a double (int or float, as Python would add them), else -1 with
+ * *ok = 0 (the caller takes the Python path, which says what is wrong). */
+static double
+as_double(PyObject *o, int *ok)
+{
+    if (PyFloat_CheckExact(o))
+        return PyFloat_AS_DOUBLE(o);
+    if (PyLong_CheckExact(o)) {
+        double d = PyLong_AsDouble(o);
+        if (d == -1.0 && PyErr_Occurred()) {
+            PyErr_Clear();
+            *ok = 0;
+        }
+        return d;
+    }
+    *ok = 0;
+    return -1.0;
+}
+
+/* near_hit(table, key): table.hit(key), the same answer and counts. */
+PyObject *
+speedups_near_hit(PyObject *module, PyObject *const *args, Py_ssize_t n)
+{
+    if (n != 2) {
+        PyErr_SetString(PyExc_TypeError, "near_hit(table, key)");
+        return NULL;
+    }
+    PyObject *table = args[0], *key = args[1];
+    PyObject *entries = N.bound && Py_IS_TYPE(table, N.Table) ? AT(table, N.t_entries) : NULL;
+    PyObject *clock = entries != NULL ? AT(table, N.t_clock) : NULL;
+    if (clock == NULL || !PyDict_CheckExact(entries) || !PyUnicode_CheckExact(key))
+        return PyObject_CallMethodOneArg(table, N.s_hit, key);
+    PyObject *entry = PyDict_GetItemWithError(entries, key);  /* borrowed */
+    if (entry == NULL)
+        return PyErr_Occurred() ? NULL : Py_NewRef(N.MISS);
+    if (!Py_IS_TYPE(entry, N.Entry))
+        return PyObject_CallMethodOneArg(table, N.s_hit, key);
+    Py_INCREF(entry);  /* the clock may run Python code (a test's): the entry may go */
+    PyObject *result = NULL, *now_obj = PyObject_CallNoArgs(clock);
+    if (now_obj == NULL)
+        goto done;
+    PyObject *expires = AT(entry, N.e_expires);
+    int live;
+    if (expires != NULL && PyFloat_CheckExact(expires) && PyFloat_CheckExact(now_obj))
+        live = PyFloat_AS_DOUBLE(expires) > PyFloat_AS_DOUBLE(now_obj);
+    else if (expires != NULL)
+        live = PyObject_RichCompareBool(expires, now_obj, Py_GT);
+    else {
+        PyErr_SetString(PyExc_AttributeError, "expires");
+        live = -1;
+    }
+    Py_DECREF(now_obj);
+    if (live <= 0) {
+        result = live < 0 ? NULL : Py_NewRef(N.MISS);
+        goto done;
+    }
+    PyObject *hits = AT(entry, N.e_hits), *count;
+    PyObject *counted = hits == NULL ? NULL : PyNumber_Add(hits, N.one);
+    if (counted == NULL)
+        goto done;
+    Py_XSETREF(AT(entry, N.e_hits), counted);
+    PyObject *counters[] = {AT(table, N.t_hits), AT(table, N.t_saved)};
+    for (int i = 0; i < 2; i++) {
+        if (counters[i] == NULL || (count = PyIter_Next(counters[i])) == NULL) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_RuntimeError, "a near table's counter ended");
+            goto done;
+        }
+        Py_DECREF(count);
+    }
+    PyObject *copy = AT(entry, N.e_copy), *value = AT(entry, N.e_value);
+    if (copy == NULL || value == NULL)
+        PyErr_SetString(PyExc_AttributeError, "copy");
+    else if (copy == Py_None)
+        result = Py_NewRef(value);
+    else
+        result = PyObject_CallOneArg(copy, value);
+done:
+    Py_DECREF(entry);
+    return result;
+}
+
+/* near_missed(table): table.missed(), the same ticket and counts. */
+PyObject *
+speedups_near_missed(PyObject *module, PyObject *table)
+{
+    if (!N.bound || !Py_IS_TYPE(table, N.Table))
+        return PyObject_CallMethodNoArgs(table, N.s_missed);
+    PyObject *clock = AT(table, N.t_clock), *misses = AT(table, N.t_misses);
+    PyObject *report = AT(table, N.t_report), *seq = AT(table, N.t_seq);
+    if (clock == NULL || misses == NULL || report == NULL || seq == NULL)
+        return PyObject_CallMethodNoArgs(table, N.s_missed);
+    PyObject *now = PyObject_CallNoArgs(clock);
+    if (now == NULL)
+        return NULL;
+    if (report != Py_None) {  /* instrumentation: a report may be due, Python's to send */
+        PyObject *result = PyObject_CallMethodOneArg(table, N.s_miss, now);
+        Py_DECREF(now);
+        return result;
+    }
+    PyObject *count = PyIter_Next(misses);
+    if (count == NULL) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_RuntimeError, "a near table's counter ended");
+        Py_DECREF(now);
+        return NULL;
+    }
+    Py_DECREF(count);
+    PyObject *ticket = PyTuple_Pack(2, now, seq);
+    Py_DECREF(now);
+    return ticket;
+}
+
+static PyObject *
+slow(PyObject *const *args)
+{
+    return PyObject_CallMethodObjArgs(args[0], N.s_fill, args[1], args[2], args[3], NULL);
+}
+
+/* near_fill(table, key, value, ticket): table.fill(key, value, ticket), the same answer
+ * and the same table afterwards. */
+PyObject *
+speedups_near_fill(PyObject *module, PyObject *const *args, Py_ssize_t n)
+{
+    if (n != 4) {
+        PyErr_SetString(PyExc_TypeError, "near_fill(table, key, value, ticket)");
+        return NULL;
+    }
+    PyObject *table = args[0], *key = args[1], *value = args[2], *ticket = args[3];
+    if (!N.bound || Py_TYPE(table) != N.Table || !PyUnicode_CheckExact(key)
+        || !PyUnicode_IS_ASCII(key) || !PyTuple_CheckExact(ticket)
+        || PyTuple_GET_SIZE(ticket) != 2 || !PyLong_CheckExact(PyTuple_GET_ITEM(ticket, 1)))
+        return slow(args);
+    PyObject *fixed = AT(table, N.t_fixed), *clock = AT(table, N.t_clock);
+    if (fixed == NULL || fixed == Py_None || clock == NULL)
+        return slow(args);  /* prefixes: each key's bound is its own */
+    int ok = 1;
+    double bound = as_double(fixed, &ok), sent = as_double(PyTuple_GET_ITEM(ticket, 0), &ok);
+    if (!ok)
+        return slow(args);
+    long long seq = PyLong_AsLongLong(PyTuple_GET_ITEM(ticket, 1));
+    if (seq == -1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return slow(args);
+    }
+    PyObject *now_obj = PyObject_CallNoArgs(clock);
+    if (now_obj == NULL)
+        return NULL;
+    double now = as_double(now_obj, &ok);
+    Py_DECREF(now_obj);
+    if (!ok)
+        return slow(args);
+    double expires = sent + bound;
+    if (expires <= now)
+        Py_RETURN_FALSE;
+    Py_ssize_t size;
+    if (PyUnicode_CheckExact(value) && PyUnicode_IS_ASCII(value))
+        size = N.str_size + PyUnicode_GET_LENGTH(value);
+    else if (PyBytes_CheckExact(value))
+        size = N.bytes_size + PyBytes_GET_SIZE(value);
+    else
+        return slow(args);  /* kept apart from its callers: copied or pickled (keep) */
+    size += N.str_size + PyUnicode_GET_LENGTH(key) + N.overhead;
+    Py_hash_t hash = PyObject_Hash(key);
+    if (hash == -1)
+        return NULL;
+
+    /* What the change needs, made before the table is looked at. */
+    PyObject *entry = N.Entry->tp_alloc(N.Entry, 0);
+    if (entry == NULL)
+        return NULL;
+    PyObject *size_obj = PyLong_FromSsize_t(size), *expires_obj = PyFloat_FromDouble(expires);
+    PyObject *item = expires_obj == NULL ? NULL : PyTuple_Pack(2, expires_obj, key);
+    PyObject *result = NULL, *old = NULL, *dropped = NULL;
+    if (size_obj == NULL || item == NULL)
+        goto done;
+    PyObject **fields[] = {&AT(entry, N.e_key),     &AT(entry, N.e_value),
+                           &AT(entry, N.e_copy),    &AT(entry, N.e_size),
+                           &AT(entry, N.e_expires), &AT(entry, N.e_hits),
+                           &AT(entry, N.e_envelope), &AT(entry, N.e_cas),
+                           &AT(entry, N.e_epoch)};
+    PyObject *values[] = {key, value, Py_None, size_obj, expires_obj, N.zero,
+                          Py_None, Py_None, Py_None};
+    for (int i = 0; i < 9; i++)
+        *fields[i] = Py_NewRef(values[i]);
+
+    PyObject *lock = AT(table, N.t_lock), *entries = AT(table, N.t_entries);
+    PyObject *order = AT(table, N.t_order), *queue = AT(table, N.t_queue);
+    PyObject *stamps = AT(table, N.t_stamps), *cleared = AT(table, N.t_cleared);
+    PyObject *held_obj = AT(table, N.t_bytes), *sketch_from = AT(table, N.t_sketch_from);
+    PyObject *largest = AT(table, N.t_largest), *sweep_at = AT(table, N.t_sweep_at);
+    PyObject *fills = AT(table, N.t_fills);
+    if (lock == NULL || !Py_IS_TYPE(lock, N.lock) || entries == NULL
+        || !PyDict_CheckExact(entries) || order == NULL || !PyList_CheckExact(order)
+        || queue == NULL || !Py_IS_TYPE(queue, N.deque) || stamps == NULL || cleared == NULL
+        || !PyLong_CheckExact(cleared) || held_obj == NULL || !PyLong_CheckExact(held_obj)
+        || sketch_from == NULL || !PyLong_CheckExact(sketch_from) || largest == NULL
+        || !PyLong_CheckExact(largest) || sweep_at == NULL || fills == NULL)
+        goto fallback;
+    double sweep = as_double(sweep_at, &ok);
+    Py_ssize_t held = PyLong_AsSsize_t(held_obj), from = PyLong_AsSsize_t(sketch_from);
+    Py_ssize_t most = PyLong_AsSsize_t(largest);
+    long long cleared_at = PyLong_AsLongLong(cleared);
+    if (!ok || PyErr_Occurred()) {
+        PyErr_Clear();
+        goto fallback;
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(stamps, &view, PyBUF_SIMPLE) < 0) {
+        PyErr_Clear();
+        goto fallback;
+    }
+    long long stamp = 0;
+    int stamped = view.len >= (Py_ssize_t)((STRIPE + 1) * sizeof(long long));
+    if (stamped)
+        stamp = ((long long *)view.buf)[hash & STRIPE];
+    PyBuffer_Release(&view);
+    if (!stamped)
+        goto fallback;
+    if (size > most)
+        goto fallback;  /* refused, and counted there */
+
+    /* The look: is the lock free?  From here to its end no Python code runs. */
+    PyObject *locked = PyObject_CallMethodNoArgs(lock, N.s_locked);
+    if (locked == NULL)
+        goto done;
+    Py_DECREF(locked);
+    if (locked != Py_False)
+        goto fallback;  /* another thread is inside: NearTable.fill waits for it */
+    if (seq < cleared_at || stamp > seq) {
+        result = Py_NewRef(Py_False);  /* a write of this process came after the read was sent */
+        goto done;
+    }
+    old = PyDict_GetItemWithError(entries, key);  /* borrowed */
+    if (old == NULL && PyErr_Occurred())
+        goto done;
+    Py_ssize_t count = PyList_GET_SIZE(order);
+    if (old != NULL) {
+        PyObject *old_size = Py_IS_TYPE(old, N.Entry) ? AT(old, N.e_size) : NULL;
+        PyObject *old_slot = Py_IS_TYPE(old, N.Entry) ? AT(old, N.e_slot) : NULL;
+        if (old_size == NULL || !PyLong_CheckExact(old_size) || old_slot == NULL
+            || !PyLong_CheckExact(old_slot))
+            goto fallback;
+        held -= PyLong_AsSsize_t(old_size);
+        count -= 1;
+    }
+    held += size;
+    Py_ssize_t queued = PyObject_Size(queue);
+    if (queued < 0)
+        goto done;
+    if (held > from || now >= sweep || queued + 1 > 2 * (count + 1) + 64)
+        goto fallback;  /* the sketch counts, admission may be asked, or a sweep is due */
+    PyObject *new_held = PyLong_FromSsize_t(held);
+    if (new_held == NULL)
+        goto done;
+    if (old != NULL) {  /* NearTable._remove(old), its references let go after */
+        dropped = Py_NewRef(old);
+        Py_ssize_t last_at = PyList_GET_SIZE(order) - 1;
+        PyObject *last = Py_NewRef(PyList_GET_ITEM(order, last_at));
+        if (PyList_SetSlice(order, last_at, last_at + 1, NULL) < 0) {
+            Py_DECREF(last);
+            Py_DECREF(new_held);
+            goto done;
+        }
+        if (last != old) {
+            PyObject *at = AT(old, N.e_slot);
+            Py_ssize_t i = PyLong_AsSsize_t(at);
+            Py_XSETREF(AT(last, N.e_slot), Py_NewRef(at));
+            PyList_SetItem(order, i, last);  /* steals last */
+        }
+        else
+            Py_DECREF(last);
+        if (PyDict_DelItem(entries, key) < 0) {
+            Py_DECREF(new_held);
+            goto done;
+        }
+    }
+    PyObject *slot = PyLong_FromSsize_t(PyList_GET_SIZE(order));
+    if (slot == NULL) {
+        Py_DECREF(new_held);
+        goto done;
+    }
+    AT(entry, N.e_slot) = slot;
+    if (PyList_Append(order, entry) < 0 || PyDict_SetItem(entries, key, entry) < 0) {
+        Py_DECREF(new_held);
+        goto done;
+    }
+    Py_SETREF(AT(table, N.t_bytes), new_held);
+    PyObject *r = PyObject_CallMethodOneArg(queue, N.s_append, item);
+    if (r == NULL)
+        goto done;
+    Py_DECREF(r);
+    PyObject *counted = PyIter_Next(fills);
+    if (counted == NULL)
+        goto done;
+    Py_DECREF(counted);
+    result = Py_NewRef(Py_True);
+    goto done;
+
+fallback:
+    Py_DECREF(entry);
+    Py_XDECREF(size_obj);
+    Py_XDECREF(expires_obj);
+    Py_XDECREF(item);
+    return slow(args);
+done:
+    Py_DECREF(entry);
+    Py_XDECREF(size_obj);
+    Py_XDECREF(expires_obj);
+    Py_XDECREF(item);
+    Py_XDECREF(dropped);  /* the entry replaced, let go once the table is whole */
+    return result;
+}
