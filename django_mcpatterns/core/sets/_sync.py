@@ -337,14 +337,15 @@ class AppendSets(AppendCollections):
         return self._build(kb, view, loader, expire)
 
     def _whole(self, kb: bytes, loader: Loader | None, expire: int) -> SetView | None:
-        """A complete, whole view (built from the loader first when needed)."""
+        """A complete, whole view (built from the loader first when needed); None when
+        missing, or unreadable once built (its server failed: a degraded read's answer)."""
         view = self._read(kb, loader)
         if view is None or not view.complete:
             if view is None and loader is None:
                 return None
             self._build(kb, view, loader, expire)
             view = self._read(kb, loader)
-            if view is None or not view.complete:
+            if view is not None and not view.complete:
                 raise IncompleteSetError(f"set {kb!r} could not be rebuilt from its loader")
         return view
 
