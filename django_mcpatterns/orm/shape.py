@@ -162,12 +162,20 @@ def _query(query: Query, shape: Shape) -> None:
     if query.model is not None:
         shape.tables.add(query.model._meta.db_table)
     state = query.__dict__
+    handlers = _HANDLERS
     for name in _names(type(query), state, _QUERY_IGNORED):
         parts.append(name)
-        _walk(state[name], shape)
+        value = state[name]  # _walk(value, shape), inlined (as in the loops below)
+        handler = handlers.get(type(value))
+        if handler is _atom:
+            parts.append(repr(value))
+        else:
+            (handler or _handler(type(value)))(value, shape)
 
 
 def _walk(value: Any, shape: Shape) -> None:
+    """Write ``value`` down.  The loops over parts inline it: a frame per value was
+    half of the walk of a page query."""
     kind = type(value)
     handler = _HANDLERS.get(kind)
     if handler is None:
@@ -220,24 +228,36 @@ def _class(value: type, shape: Shape) -> None:
 
 
 def _sequence(value: tuple[Any, ...] | list[Any], shape: Shape) -> None:
+    parts = shape.parts
     if not value:
-        shape.parts.append("()")
+        parts.append("()")
         return
-    shape.parts.append(f"({len(value)}")
+    parts.append(f"({len(value)}")
+    handlers = _HANDLERS
     for item in value:
-        _walk(item, shape)
-    shape.parts.append(")")
+        handler = handlers.get(type(item))
+        if handler is _atom:
+            parts.append(repr(item))
+        else:
+            (handler or _handler(type(item)))(item, shape)
+    parts.append(")")
 
 
 def _mapping(value: dict[Any, Any], shape: Shape) -> None:
+    parts = shape.parts
     if not value:
-        shape.parts.append("{}")
+        parts.append("{}")
         return
-    shape.parts.append(f"{{{len(value)}")
+    parts.append(f"{{{len(value)}")
+    handlers = _HANDLERS
     for key, item in value.items():
-        _walk(key, shape)
-        _walk(item, shape)
-    shape.parts.append("}")
+        for part in (key, item):
+            handler = handlers.get(type(part))
+            if handler is _atom:
+                parts.append(repr(part))
+            else:
+                (handler or _handler(type(part)))(part, shape)
+    parts.append("}")
 
 
 def _unordered(value: set[Any] | frozenset[Any], shape: Shape) -> None:
@@ -333,9 +353,15 @@ def _attributes(value: Any, shape: Shape, skipped: frozenset[str] = _SKIPPED) ->
     parts = shape.parts
     parts.append(f"O:{kind.__module__}.{kind.__qualname__}")
     state = value.__dict__
+    handlers = _HANDLERS
     for name in _names(kind, state, skipped):
         parts.append(name)
-        _walk(state[name], shape)
+        item = state[name]
+        handler = handlers.get(type(item))
+        if handler is _atom:
+            parts.append(repr(item))
+        else:
+            (handler or _handler(type(item)))(item, shape)
     parts.append(";")
 
 

@@ -1,15 +1,18 @@
 /* The ORM's cached rows, packed and unpacked in C (django_mcpatterns/orm/rows.py).
  *
- * A cached list of model instances is stored as (label, db, fields, related) per row:
- * the instance's __dict__ without its ModelState, the state's db, and the related rows
+ * A cached list of model instances is stored as (label, db, names, values, related) per
+ * row: the names of the instance's attributes but its ModelState (one tuple shared by the
+ * rows that have the same ones), their values, the state's db, and the related rows
  * select_related left in state.fields_cache, packed alike.  rows.py does the same in
  * Python (the pure path; a test holds both to the same answers); here each row costs a
- * dict copy and a few lookups instead of a Python frame and its bytecode, on every warm
+ * few tuple and dict operations instead of a Python frame and its bytecode, on every warm
  * read (unpack: 40 instances rebuilt for a page of 20 products with their category) and
  * every fill (pack). */
 #include "speedups.h"
 
-static PyObject *s_state, *s_db, *s_adding, *s_fields_cache, *s_prefetched, *s_dict, *empty;
+#define KNOWN_NAMES 4096 /* names tuples kept (rows.py's _NAMES_KEPT) */
+
+static PyObject *s_state, *s_db, *s_adding, *s_fields_cache, *s_prefetched, *empty;
 
 static int
 names_ready(void)
@@ -21,9 +24,8 @@ names_ready(void)
     s_adding = PyUnicode_InternFromString("adding");
     s_fields_cache = PyUnicode_InternFromString("fields_cache");
     s_prefetched = PyUnicode_InternFromString("_prefetched_objects_cache");
-    s_dict = PyUnicode_InternFromString("__dict__");
     if (empty == NULL || s_db == NULL || s_adding == NULL || s_fields_cache == NULL
-        || s_prefetched == NULL || s_dict == NULL)
+        || s_prefetched == NULL)
         return -1;
     s_state = PyUnicode_InternFromString("_state"); /* last: set means all are */
     return s_state == NULL ? -1 : 0;
@@ -41,27 +43,87 @@ label_of(PyObject *obj, PyObject *labels, PyObject *fallback)
     return PyObject_CallOneArg(fallback, (PyObject *)Py_TYPE(obj));
 }
 
-static PyObject *
-pack_one(PyObject *obj, PyObject *labels, PyObject *fallback, PyObject *model)
+/* The names and values of an instance's attributes but _state (in their order), the
+ * names tuple the one kept in known for them; and its state.  0, or -1 with an error.
+ * seen: the names of the last row of each class in this call, taken as they are when the
+ * keys are those very objects (no tuple hashed). */
+static int
+split(PyObject *obj, PyObject *known, PyObject *seen, PyObject **names, PyObject **values,
+      PyObject **state)
 {
-    PyObject *fields = NULL, *state = NULL, *db = NULL, *cached = NULL, *related = NULL;
-    PyObject *label = NULL, *row = NULL;
     PyObject *attributes = PyObject_GenericGetDict(obj, NULL);
     if (attributes == NULL)
-        return NULL;
-    fields = PyDict_Copy(attributes);
-    Py_DECREF(attributes);
-    if (fields == NULL)
-        return NULL;
-    state = PyDict_GetItemWithError(fields, s_state);
-    if (state == NULL) {
-        if (!PyErr_Occurred())
-            PyErr_SetObject(PyExc_KeyError, s_state);
-        goto done;
+        return -1;
+    Py_ssize_t n = PyDict_GET_SIZE(attributes), i = 0, pos = 0;
+    PyObject *key, *value;
+    *names = PyTuple_New(n ? n - 1 : 0);
+    *values = PyTuple_New(n ? n - 1 : 0);
+    *state = NULL;
+    if (*names == NULL || *values == NULL)
+        goto fail;
+    PyObject *last = PyDict_GetItemWithError(seen, (PyObject *)Py_TYPE(obj));
+    if (last == NULL && PyErr_Occurred())
+        goto fail;
+    int same = last != NULL && PyTuple_GET_SIZE(last) == n - 1;
+    while (PyDict_Next(attributes, &pos, &key, &value)) {
+        int is_state = key == s_state;
+        if (!is_state && PyUnicode_CheckExact(key)
+            && PyUnicode_GET_LENGTH(key) == PyUnicode_GET_LENGTH(s_state)) {
+            is_state = PyUnicode_Compare(key, s_state) == 0;
+            if (is_state == 0 && PyErr_Occurred())
+                goto fail;
+        }
+        if (is_state && *state == NULL) {
+            *state = Py_NewRef(value);
+            continue;
+        }
+        if (i >= n - 1) /* no _state among them */
+            break;
+        same = same && PyTuple_GET_ITEM(last, i) == key;
+        PyTuple_SET_ITEM(*names, i, Py_NewRef(key));
+        PyTuple_SET_ITEM(*values, i, Py_NewRef(value));
+        i++;
     }
-    Py_INCREF(state);
-    if (PyDict_DelItem(fields, s_state) < 0)
-        goto done;
+    if (*state == NULL) {
+        PyErr_SetObject(PyExc_KeyError, s_state);
+        goto fail;
+    }
+    Py_DECREF(attributes);
+    attributes = NULL;
+    if (same && i == n - 1) {
+        Py_SETREF(*names, Py_NewRef(last));
+        return 0;
+    }
+    PyObject *shared = PyDict_GetItemWithError(known, *names);
+    if (shared != NULL)
+        Py_SETREF(*names, Py_NewRef(shared));
+    else if (PyErr_Occurred())
+        goto fail;
+    else {
+        if (PyDict_GET_SIZE(known) >= KNOWN_NAMES)
+            PyDict_Clear(known);
+        if (PyDict_SetItem(known, *names, *names) < 0)
+            goto fail;
+    }
+    if (PyDict_SetItem(seen, (PyObject *)Py_TYPE(obj), *names) < 0)
+        goto fail;
+    return 0;
+fail:
+    Py_XDECREF(attributes);
+    Py_CLEAR(*names);
+    Py_CLEAR(*values);
+    Py_CLEAR(*state);
+    return -1;
+}
+
+static PyObject *
+pack_one(PyObject *obj, PyObject *labels, PyObject *fallback, PyObject *model, PyObject *known,
+         PyObject *seen)
+{
+    PyObject *names = NULL, *values = NULL, *state = NULL, *db = NULL, *cached = NULL;
+    PyObject *related = NULL, *label = NULL, *row = NULL, *attributes;
+    if (split(obj, known, seen, &names, &values, &state) < 0)
+        return NULL;
     if ((db = PyObject_GetAttr(state, s_db)) == NULL)
         goto done;
     if ((related = PyDict_New()) == NULL)
@@ -89,9 +151,11 @@ pack_one(PyObject *obj, PyObject *labels, PyObject *fallback, PyObject *model)
                 Py_INCREF(name); /* held: the calls below may run Python code */
                 Py_INCREF(rel);
                 int is_model = PyObject_IsInstance(rel, model);
-                PyObject *packed = is_model < 0   ? NULL
-                                   : is_model ? pack_one(rel, labels, fallback, model)
-                                              : Py_NewRef(rel);
+                PyObject *packed = NULL;
+                if (is_model > 0)
+                    packed = pack_one(rel, labels, fallback, model, known, seen);
+                else if (is_model == 0)
+                    packed = Py_NewRef(rel);
                 int failed = packed == NULL || PyDict_SetItem(related, name, packed) < 0;
                 Py_XDECREF(packed);
                 Py_DECREF(name);
@@ -103,9 +167,10 @@ pack_one(PyObject *obj, PyObject *labels, PyObject *fallback, PyObject *model)
     }
     if ((label = label_of(obj, labels, fallback)) == NULL)
         goto done;
-    row = PyTuple_Pack(4, label, db, fields, related);
+    row = PyTuple_Pack(5, label, db, names, values, related);
 done:
-    Py_XDECREF(fields);
+    Py_XDECREF(names);
+    Py_XDECREF(values);
     Py_XDECREF(state);
     Py_XDECREF(db);
     Py_XDECREF(cached);
@@ -114,14 +179,15 @@ done:
     return row;
 }
 
-/* pack_rows(rows, labels, label_of, Model): each row's (label, db, fields, related), or
- * None when a row is not a model instance or has prefetched relations (stored as is). */
+/* pack_rows(rows, labels, label_of, Model, known): each row's (label, db, names, values,
+ * related), or None when a row is not a model instance or has prefetched relations
+ * (stored as is). */
 PyObject *
 speedups_pack_rows(PyObject *module, PyObject *args)
 {
-    PyObject *rows, *labels, *fallback, *model;
-    if (!PyArg_ParseTuple(args, "O!O!OO:pack_rows", &PyList_Type, &rows, &PyDict_Type, &labels,
-                          &fallback, &model))
+    PyObject *rows, *labels, *fallback, *model, *known;
+    if (!PyArg_ParseTuple(args, "O!O!OOO!:pack_rows", &PyList_Type, &rows, &PyDict_Type, &labels,
+                          &fallback, &model, &PyDict_Type, &known))
         return NULL;
     if (names_ready() < 0)
         return NULL;
@@ -139,39 +205,49 @@ speedups_pack_rows(PyObject *module, PyObject *args)
         if (prefetched != 0)
             return prefetched < 0 ? NULL : Py_NewRef(Py_None);
     }
-    PyObject *packed = PyList_New(n);
-    if (packed == NULL)
+    PyObject *seen = PyDict_New();
+    PyObject *packed = seen == NULL ? NULL : PyList_New(n);
+    if (packed == NULL) {
+        Py_XDECREF(seen);
         return NULL;
+    }
     for (Py_ssize_t i = 0; i < n; i++) {
         /* pack_one may run Python code (label_of, __instancecheck__): look again */
         if (i >= PyList_GET_SIZE(rows)) {
             PyErr_SetString(PyExc_RuntimeError, "the rows changed while packed");
-            Py_DECREF(packed);
-            return NULL;
+            Py_CLEAR(packed);
+            break;
         }
         PyObject *obj = Py_NewRef(PyList_GET_ITEM(rows, i));
-        PyObject *row = pack_one(obj, labels, fallback, model);
+        PyObject *row = pack_one(obj, labels, fallback, model, known, seen);
         Py_DECREF(obj);
         if (row == NULL) {
-            Py_DECREF(packed);
-            return NULL;
+            Py_CLEAR(packed);
+            break;
         }
         PyList_SET_ITEM(packed, i, row);
     }
+    Py_DECREF(seen);
     return packed;
 }
 
 static PyObject *
 unpack_one(PyObject *row, PyObject *classes, PyObject *model_of, PyObject *model_state)
 {
-    if (!PyTuple_CheckExact(row) || PyTuple_GET_SIZE(row) != 4) {
-        PyErr_SetString(PyExc_TypeError, "a packed row is a tuple of 4");
+    if (!PyTuple_CheckExact(row) || PyTuple_GET_SIZE(row) != 5) {
+        PyErr_SetString(PyExc_TypeError, "a packed row is a tuple of 5");
         return NULL;
     }
     PyObject *label = PyTuple_GET_ITEM(row, 0), *db = PyTuple_GET_ITEM(row, 1);
-    PyObject *fields = PyTuple_GET_ITEM(row, 2), *related = PyTuple_GET_ITEM(row, 3);
-    if (!PyDict_Check(fields) || !PyDict_Check(related)) {
-        PyErr_SetString(PyExc_TypeError, "a packed row's fields and related rows are dicts");
+    PyObject *names = PyTuple_GET_ITEM(row, 2), *values = PyTuple_GET_ITEM(row, 3);
+    PyObject *related = PyTuple_GET_ITEM(row, 4);
+    if (!PyTuple_Check(names) || !PyTuple_Check(values) || !PyDict_Check(related)) {
+        PyErr_SetString(PyExc_TypeError,
+                        "a packed row's names and values are tuples, its related rows a dict");
+        return NULL;
+    }
+    if (PyTuple_GET_SIZE(names) != PyTuple_GET_SIZE(values)) {
+        PyErr_SetString(PyExc_TypeError, "a packed row has as many values as names");
         return NULL;
     }
     PyObject *cls = PyDict_GetItemWithError(classes, label);
@@ -179,7 +255,8 @@ unpack_one(PyObject *row, PyObject *classes, PyObject *model_of, PyObject *model
         Py_INCREF(cls);
     else if (PyErr_Occurred() || (cls = PyObject_CallOneArg(model_of, label)) == NULL)
         return NULL;
-    PyObject *obj = NULL, *attributes = NULL, *state = NULL, *cache = NULL;
+    PyObject *obj = NULL, *attributes = NULL, *state = NULL, *state_attributes = NULL;
+    PyObject *cache = NULL;
     if (!PyType_Check(cls)) {
         PyErr_SetString(PyExc_TypeError, "a packed row's label names no model");
         goto fail;
@@ -187,11 +264,22 @@ unpack_one(PyObject *row, PyObject *classes, PyObject *model_of, PyObject *model
     /* object.__new__(cls), as the pure path does: no __init__ */
     if ((obj = PyBaseObject_Type.tp_new((PyTypeObject *)cls, empty, NULL)) == NULL)
         goto fail;
-    if ((attributes = PyDict_Copy(fields)) == NULL)
+    /* written into the instance's own dict (made from its inline values where the
+     * version keeps them): no dict made and thrown away, no descriptor run (a foreign
+     * key's attname has a __set__ that would clear the related row's cache) */
+    if ((attributes = PyObject_GenericGetDict(obj, NULL)) == NULL)
         goto fail;
-    if ((state = PyObject_CallNoArgs(model_state)) == NULL)
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(names); i++)
+        if (PyDict_SetItem(attributes, PyTuple_GET_ITEM(names, i), PyTuple_GET_ITEM(values, i))
+            < 0)
+            goto fail;
+    /* the state as ModelState() then two attributes set: in its dict, likewise */
+    if (!PyType_Check(model_state)
+        || (state = PyBaseObject_Type.tp_new((PyTypeObject *)model_state, empty, NULL)) == NULL)
         goto fail;
-    if (PyObject_SetAttr(state, s_adding, Py_False) < 0 || PyObject_SetAttr(state, s_db, db) < 0)
+    if ((state_attributes = PyObject_GenericGetDict(state, NULL)) == NULL
+        || PyDict_SetItem(state_attributes, s_adding, Py_False) < 0
+        || PyDict_SetItem(state_attributes, s_db, db) < 0)
         goto fail;
     if (PyDict_GET_SIZE(related)) {
         if ((cache = PyDict_New()) == NULL)
@@ -211,18 +299,15 @@ unpack_one(PyObject *row, PyObject *classes, PyObject *model_of, PyObject *model
             if (failed)
                 goto fail;
         }
-        if (PyObject_SetAttr(state, s_fields_cache, cache) < 0)
+        if (PyDict_SetItem(state_attributes, s_fields_cache, cache) < 0)
             goto fail;
     }
     if (PyDict_SetItem(attributes, s_state, state) < 0)
         goto fail;
-    /* through the class's __dict__ descriptor: PyObject_GenericSetDict leaves 3.13's
-     * inline attribute values in place, and the instance would not see its dict */
-    if (PyObject_SetAttr(obj, s_dict, attributes) < 0)
-        goto fail;
     Py_DECREF(cls);
     Py_DECREF(attributes);
     Py_DECREF(state);
+    Py_DECREF(state_attributes);
     Py_XDECREF(cache);
     return obj;
 fail:
@@ -230,6 +315,7 @@ fail:
     Py_XDECREF(obj);
     Py_XDECREF(attributes);
     Py_XDECREF(state);
+    Py_XDECREF(state_attributes);
     Py_XDECREF(cache);
     return NULL;
 }
@@ -254,15 +340,15 @@ speedups_unpack_rows(PyObject *module, PyObject *args)
         /* a model_of() call may run Python code that changes the list: look again */
         if (i >= PyList_GET_SIZE(rows)) {
             PyErr_SetString(PyExc_RuntimeError, "the packed rows changed while unpacked");
-            Py_DECREF(made);
-            return NULL;
+            Py_CLEAR(made);
+            break;
         }
         PyObject *row = Py_NewRef(PyList_GET_ITEM(rows, i));
         PyObject *obj = unpack_one(row, classes, model_of, model_state);
         Py_DECREF(row);
         if (obj == NULL) {
-            Py_DECREF(made);
-            return NULL;
+            Py_CLEAR(made);
+            break;
         }
         PyList_SET_ITEM(made, i, obj);
     }

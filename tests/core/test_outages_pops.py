@@ -156,3 +156,21 @@ def test_under_on_outage_raise_the_pop_raises_and_is_repaired_all_the_same(
         two[0].resume()
     wait_for(lambda: not cluster.journal(), "the repair")
     assert AppendSets(cluster).smembers(key, loader=lambda: set(MEMBERS)) == MEMBERS
+
+
+def test_a_pop_from_a_loader_backed_set_while_its_server_is_out_pops_nothing(
+    two: list[MemcachedServer],
+) -> None:
+    cluster = cluster_of(two)
+    sets = AppendSets(cluster)
+    key = key_on(cluster, two[0], "loaded")
+    assert sets.smembers(key, loader=lambda: set(MEMBERS)) == MEMBERS
+    two[0].pause()
+    try:
+        # Before: IncompleteSetError ("could not be rebuilt from its loader"): the read missed,
+        # the rebuild could not be stored, and the read after it missed again.
+        assert sets.spop(key, loader=lambda: set(MEMBERS)) is None
+        assert sets.spop(key, 2, loader=lambda: set(MEMBERS)) == set()
+    finally:
+        two[0].resume()
+    wait_for(lambda: AppendSets(cluster_of(two)).smembers(key) == MEMBERS, "the server back")

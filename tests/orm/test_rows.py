@@ -69,7 +69,7 @@ def shape(obj: Any) -> Any:
     return (type(obj), attributes, state, {k: shape(v) for k, v in cache.items()})
 
 
-ARGS_PACK = (rows._labels, rows._label, Model)
+ARGS_PACK = (rows._labels, rows._label, Model, rows._names)
 ARGS_UNPACK = (rows._classes, rows._model, ModelState)
 
 
@@ -100,7 +100,6 @@ def test_both_forms_pack_and_unpack_alike(made: list[Product]) -> None:
         assert a is not b
         assert a._state is not b._state
         assert a.__dict__ is not b.__dict__
-        assert a.__dict__ is not row[2]  # the packed fields stay as they were
         assert "_state" not in row[2]
 
 
@@ -113,17 +112,55 @@ def test_rows_that_are_not_plain_instances_are_not_packed(pack: Any) -> None:
     prefetched._prefetched_objects_cache = {}
     assert pack([c, {"id": 1}], *ARGS_PACK) is None
     assert pack([c, prefetched], *ARGS_PACK) is None
-    assert pack([c], *ARGS_PACK) == [("mcpatterns_orm_shop.category", "default", c_fields(c), {})]
+    names = ("id", "name", "active")
+    assert pack([c], *ARGS_PACK) == [
+        ("mcpatterns_orm_shop.category", "default", names, (1, "c", True), {})
+    ]
 
 
-def c_fields(c: Category) -> dict[str, Any]:
-    return {k: v for k, v in c.__dict__.items() if k != "_state"}
+@pytest.mark.parametrize("pack", [rows._pack_rows, rows.pack_rows], ids=["pure", "compiled"])
+def test_rows_with_the_same_attributes_share_one_names_tuple(pack: Any) -> None:
+    if pack is None:
+        pytest.skip("the compiled path is not built")
+    made = [Category.from_db("default", None, (i, "c", True)) for i in range(3)]
+    del made[2].__dict__["name"]
+    known: dict[tuple[str, ...], tuple[str, ...]] = {}
+    packed = pack(made, rows._labels, rows._label, Model, known)
+    assert packed[0][2] is packed[1][2]
+    assert packed[2][2] == ("id", "active")
+    assert set(known) == {("id", "name", "active"), ("id", "active")}
+    assert pack(made, rows._labels, rows._label, Model, known)[0][2] is packed[0][2]
+
+
+def test_rows_stored_in_the_form_before_are_read() -> None:
+    before = (
+        "mcpatterns-orm-models",
+        [
+            (
+                "mcpatterns_orm_shop.product",
+                "default",
+                {"id": 1, "name": "p", "category_id": 2, "price": 3, "status": "live"},
+                {"category": ("mcpatterns_orm_shop.category", "default", {"id": 2}, {})},
+            )
+        ],
+    )
+    (p,) = rows.unpack(before)
+    assert type(p) is Product
+    assert (p.pk, p.price, p._state.db, p._state.adding) == (1, 3, "default", False)
+    assert p.category.pk == 2
 
 
 @needs_compiled
 @pytest.mark.parametrize(
     "bad",
-    [[("a", "default", {})], [["x", "default", {}, {}]], [("x", "default", [], {})], [1]],
+    [
+        [("a", "default", (), ())],
+        [["x", "default", (), (), {}]],
+        [("x", "default", [], (), {})],
+        [("x", "default", ("a",), (), {})],
+        [("x", "default", (), (), [])],
+        [1],
+    ],
 )
 def test_the_compiled_unpacking_refuses_what_packing_never_makes(bad: list[Any]) -> None:
     with pytest.raises(TypeError):
@@ -146,4 +183,6 @@ def test_a_class_not_known_yet_is_asked_for_by_its_label(unpack: Any) -> None:
     assert [shape(o) for o in made] == [shape(c), shape(c)]
     assert asked == ["mcpatterns_orm_shop.category"] * 2
     with pytest.raises(LookupError):
-        unpack([("mcpatterns_orm_shop.nothing", "default", {}, {})], {}, rows._model, ModelState)
+        unpack(
+            [("mcpatterns_orm_shop.nothing", "default", (), (), {})], {}, rows._model, ModelState
+        )

@@ -390,7 +390,7 @@ class StoreCommands:
         No lease (``leasing`` False) in text mode or for a replicated key.
         """
         kb, ring = placed(key)
-        given = {placed(other)[0]: other for other in others}
+        given: dict[bytes, Key] = keyed(others)
         given[kb] = key
         if self.text or self.copies(kb, ring) > 1:
             plain = FanOut(self.decoders.fetch_cas, given)
