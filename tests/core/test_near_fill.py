@@ -156,6 +156,25 @@ def test_both_paths_alike_at_the_edges() -> None:
         both(f"m{i}", "w" * 300)
 
 
+def test_both_paths_count_alike_in_the_sketch() -> None:
+    """Past half full and short of full, the compiled fill counts each read in the sketch
+    as Python's does, up to a counter's ceiling (255)."""
+    clock = FakeClock(1000.0)
+    python, module = table_of(clock, max_bytes=2**16), table_of(clock, max_bytes=2**16)
+    ticket = python.ticket()
+    for i in range(50):  # about 38 KB of 63: past half full
+        assert NearTable.fill(python, f"h{i}", "w" * 300, ticket) == fill(
+            module, f"h{i}", "w" * 300, ticket
+        )
+    assert python._bytes > python._sketch_from
+    for _ in range(300):  # one key read again and again: its counters reach the ceiling
+        assert NearTable.fill(python, "h0", "w" * 300, ticket) == fill(
+            module, "h0", "w" * 300, ticket
+        )
+        assert state(python) == state(module)
+    assert max(max(row) for row in module._rows) == 255
+
+
 @pytest.mark.parametrize(("hitting", "filling"), [(NearTable.hit, NearTable.fill), (hit, fill)])
 def test_a_hit_until_the_bound_each_caller_its_own_copy(hitting: Any, filling: Any) -> None:
     clock = FakeClock(1000.0)
