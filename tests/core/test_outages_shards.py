@@ -58,3 +58,22 @@ def test_a_stalled_shard_server_leaves_the_set_whole(three: list[MemcachedServer
     finally:
         three[1].resume()
     assert AppendSets(cluster_of(three), SMALL).smembers(key) == MEMBERS  # before: empty
+
+
+def test_set_algebra_reads_a_set_whose_shard_server_is_out_as_empty(
+    three: list[MemcachedServer],
+) -> None:
+    cluster = cluster_of(three)
+    key = sharded(cluster, three[0], three[1])
+    small = key_on(cluster, three[0], "small")
+    sets = AppendSets(cluster, SMALL)
+    sets.sadd(small, "member-00001", "alone")
+    three[1].pause()
+    try:
+        # As smembers answers (a degraded read: empty); before, NodeUnavailableError.
+        assert sets.sunion(key, small) == {"member-00001", "alone"}
+        assert sets.sinter(key, small) == set()
+        assert sets.sdiff(small, key) == {"member-00001", "alone"}
+    finally:
+        three[1].resume()
+    assert AppendSets(cluster_of(three), SMALL).sunion(key, small) == MEMBERS | {"alone"}

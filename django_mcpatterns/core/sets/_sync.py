@@ -418,12 +418,17 @@ class AppendSets(AppendCollections):
     def _many(self, keys: Iterable[PlainKey]) -> list[set[Member]]:
         """Read every set in one parallel multi-get (plus one for unknown shards)."""
         kbs = [key_bytes(key) for key in keys]
+        out: set[bytes] = set()  # sets a shard of which is on a server that is out
         for _ in range(self.options.attempts):
             try:
-                fetched = self._fetch(list(dict.fromkeys(kbs)), None)
+                wanted = [kb for kb in dict.fromkeys(kbs) if kb not in out]
+                fetched = self._fetch(wanted, None)
                 break
             except LostShard as lost:
-                self._read(lost.kb, None)  # resets it and raises if the shard is really lost
+                try:
+                    self._read(lost.kb, None)  # resets it, raises if really lost
+                except NodeUnavailableError:  # read as a degraded read answers: empty
+                    out.add(lost.kb)
         else:
             raise self._contention(kbs[0], "reading sets")
         views = {kb: self._view(item) for kb, item in fetched.items()}
