@@ -213,10 +213,14 @@ speedups_near_missed(PyObject *module, PyObject *table)
     PyObject *now = PyObject_CallNoArgs(clock);
     if (now == NULL)
         return NULL;
-    if (report != Py_None) {  /* instrumentation: a report may be due, Python's to send */
-        PyObject *result = PyObject_CallMethodOneArg(table, N.s_miss, now);
-        Py_DECREF(now);
-        return result;
+    if (report != Py_None) {  /* instrumentation: a report due is Python's to send */
+        PyObject *at = AT(table, N.t_report_at);
+        int due = at == NULL ? 1 : PyObject_RichCompareBool(now, at, Py_GE);
+        if (due != 0) {
+            PyObject *result = due < 0 ? NULL : PyObject_CallMethodOneArg(table, N.s_miss, now);
+            Py_DECREF(now);
+            return result;
+        }
     }
     PyObject *count = PyIter_Next(misses);
     if (count == NULL) {
