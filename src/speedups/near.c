@@ -206,14 +206,18 @@ speedups_near_missed(PyObject *module, PyObject *table)
 {
     if (!N.bound || !Py_IS_TYPE(table, N.Table))
         return PyObject_CallMethodNoArgs(table, N.s_missed);
-    PyObject *clock = AT(table, N.t_clock), *misses = AT(table, N.t_misses);
-    PyObject *report = AT(table, N.t_report), *seq = AT(table, N.t_seq);
-    if (clock == NULL || misses == NULL || report == NULL || seq == NULL)
+    PyObject *clock = AT(table, N.t_clock);
+    if (clock == NULL)
         return PyObject_CallMethodNoArgs(table, N.s_missed);
     PyObject *now = PyObject_CallNoArgs(clock);
     if (now == NULL)
         return NULL;
-    if (report != Py_None) {  /* instrumentation: a report may be due, Python's to send */
+    /* Read after the clock, as Python reads them: the clock may run Python code (a test's)
+     * and let another thread write (a seq read before would be stale, and freed). */
+    PyObject *misses = AT(table, N.t_misses), *report = AT(table, N.t_report);
+    PyObject *seq = AT(table, N.t_seq);
+    /* report: instrumentation, a report may be due, Python's to send */
+    if (misses == NULL || report == NULL || seq == NULL || report != Py_None) {
         PyObject *result = PyObject_CallMethodOneArg(table, N.s_miss, now);
         Py_DECREF(now);
         return result;
