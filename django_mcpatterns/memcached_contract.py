@@ -51,6 +51,8 @@ __all__ = [
 
 logger = logging.getLogger("django_mcpatterns.backend")
 
+MADE_KEYS = 1024  # keys made and kept per cache (about 100 KB; then made again): the hot ones
+
 MISSING: Any = object()
 """A ``default`` no stored value is: what tells a stored ``None`` from a miss."""
 
@@ -78,6 +80,8 @@ class MemcachedContract(PatternHost, BaseCache):
         self._location = location
         self._options: Mapping[str, Any] = params.get("OPTIONS") or {}
         self._hash_long_keys = self._options.get("long_keys") == "hash"
+        # Keys made with the prefix and version they were made under (make_and_validate_key).
+        self._keys_made: tuple[Any, Any, dict[str, str]] = (None, None, {})
 
     def make_and_validate_key(self, key: Any, version: Any = None) -> str:
         """Django's key (``KEY_PREFIX``, version, ``KEY_FUNCTION``), validated.
@@ -85,27 +89,38 @@ class MemcachedContract(PatternHost, BaseCache):
         With ``OPTIONS["long_keys"] = "hash"``, a key over 250 bytes becomes its
         digest form first (:func:`~django_mcpatterns.core.keys.shorten`).
         """
-        if self.key_func is default_key_func and self._own_keys:
-            # BaseCache.make_key with Django's key function, inline: the same string, three
-            # calls fewer on every operation (a near-cache hit is mostly this).
-            made = "%s:%s:%s" % (  # noqa: UP031  # Django's own formatting: str() of each
-                self.key_prefix,
-                self.version if version is None else version,
-                key,
-            )
-        else:
-            made = self.make_key(key, version=version)
+        if (
+            version is None
+            and type(key) is str
+            and self._own_keys
+            and self.key_func is default_key_func
+        ):
+            # Django's make_key with its key function, then the check a valid key passes:
+            # the same string, made once for a key used again while the prefix and version
+            # stay (a near-cache hit is mostly this).
+            prefix, version, made_keys = self._keys_made
+            if prefix is not self.key_prefix or version is not self.version:
+                prefix, version, made_keys = self._keys_made = (self.key_prefix, self.version, {})
+            made = made_keys.get(key)
+            if made is not None:
+                return made
+            made = "%s:%s:%s" % (prefix, version, key)  # noqa: UP031  # Django's: str() of each
+            if self._hash_long_keys:
+                made = shorten(made)
+            if (  # key_bytes's test of a valid key (printable ASCII, no space, not too long)
+                0 < len(made) <= MAX_KEY_LENGTH
+                and made.isascii()
+                and made.isprintable()
+                and " " not in made
+            ):
+                if len(made_keys) >= MADE_KEYS:
+                    made_keys.clear()
+                made_keys[key] = made
+                return made
+            version = None
+        made = self.make_key(key, version=version)
         if self._hash_long_keys:
             made = shorten(made)
-        if (  # key_bytes's own test of a valid key, inline (printable ASCII, no space)
-            self._own_keys
-            and made.__class__ is str
-            and 0 < len(made) <= MAX_KEY_LENGTH
-            and made.isascii()
-            and made.isprintable()
-            and " " not in made
-        ):
-            return made
         self.validate_key(made)
         return made
 
@@ -141,7 +156,7 @@ class MemcachedContract(PatternHost, BaseCache):
     # -- the pattern methods' hooks --
 
     def _pattern_key(self, key: Any, version: int | None = None) -> str:
-        return self.make_and_validate_key(key, version=version)
+        return self.make_and_validate_key(key, version)
 
     def _pattern_expire(self, timeout: Any = DEFAULT) -> int:
         return self.get_backend_timeout(DEFAULT_TIMEOUT if timeout is DEFAULT else timeout)
@@ -149,11 +164,11 @@ class MemcachedContract(PatternHost, BaseCache):
     # -- what the sync and async forms of the cache API share --
 
     def _write_args(self, key: Any, timeout: Any, version: Any) -> tuple[str, int]:
-        return self.make_and_validate_key(key, version=version), self.get_backend_timeout(timeout)
+        return self.make_and_validate_key(key, version), self.get_backend_timeout(timeout)
 
     def _key_map(self, keys: Iterable[Any], version: Any) -> dict[str, Any]:
         """The made key of each key as given (validated before any I/O)."""
-        return {self.make_and_validate_key(key, version=version): key for key in keys}
+        return {self.make_and_validate_key(key, version): key for key in keys}
 
 
 def too_large(key: str) -> bool:

@@ -47,7 +47,7 @@ class AsyncCacheMethods(MemcachedContract):
             return too_large(key)
 
     async def aget(self, key: Any, default: Any = None, version: Any = None) -> Any:
-        key = self.make_and_validate_key(key, version=version)
+        key = self.make_and_validate_key(key, version)
         return await self.binding.async_near_values.get(key, default)
 
     async def aset(  # type: ignore[override]  # says whether it stored; Django's returns None
@@ -74,7 +74,7 @@ class AsyncCacheMethods(MemcachedContract):
         return bool(await self.binding.async_near_values.touch(key, expire))
 
     async def adelete(self, key: Any, version: Any = None) -> bool:
-        key = self.make_and_validate_key(key, version=version)
+        key = self.make_and_validate_key(key, version)
         return bool(await self.binding.async_near_values.delete(key))
 
     async def aget_many(self, keys: Iterable[Any], version: Any = None) -> dict[Any, Any]:
@@ -87,7 +87,7 @@ class AsyncCacheMethods(MemcachedContract):
         return await self.aget(key, MISSING, version=version) is not MISSING
 
     async def aincr(self, key: Any, delta: int = 1, version: Any = None) -> int:
-        key = self.make_and_validate_key(key, version=version)
+        key = self.make_and_validate_key(key, version)
         values = self.binding.async_near_values
         counter = values.decr if delta < 0 else values.incr  # memcached: no negative deltas
         return counted(key, await counter(key, abs(delta)))

@@ -48,7 +48,7 @@ class CacheMethods(MemcachedContract):
             return too_large(key)
 
     def get(self, key: Any, default: Any = None, version: Any = None) -> Any:
-        key = self.make_and_validate_key(key, version=version)
+        key = self.make_and_validate_key(key, version)
         return self.binding.near_values.get(key, default)
 
     def set(  # type: ignore[override]  # says whether it stored; Django's returns None
@@ -75,7 +75,7 @@ class CacheMethods(MemcachedContract):
         return bool(self.binding.near_values.touch(key, expire))
 
     def delete(self, key: Any, version: Any = None) -> bool:
-        key = self.make_and_validate_key(key, version=version)
+        key = self.make_and_validate_key(key, version)
         return bool(self.binding.near_values.delete(key))
 
     def get_many(self, keys: Iterable[Any], version: Any = None) -> dict[Any, Any]:
@@ -88,7 +88,7 @@ class CacheMethods(MemcachedContract):
         return self.get(key, MISSING, version=version) is not MISSING
 
     def incr(self, key: Any, delta: int = 1, version: Any = None) -> int:
-        key = self.make_and_validate_key(key, version=version)
+        key = self.make_and_validate_key(key, version)
         values = self.binding.near_values
         counter = values.decr if delta < 0 else values.incr  # memcached: no negative deltas
         return counted(key, counter(key, abs(delta)))

@@ -212,12 +212,22 @@ speedups_near_missed(PyObject *module, PyObject *table)
     PyObject *now = PyObject_CallNoArgs(clock);
     if (now == NULL)
         return NULL;
-    /* Read after the clock, as Python reads them: the clock may run Python code (a test's)
-     * and let another thread write (a seq read before would be stale, and freed). */
-    PyObject *misses = AT(table, N.t_misses), *report = AT(table, N.t_report);
-    PyObject *seq = AT(table, N.t_seq);
-    /* report: instrumentation, a report may be due, Python's to send */
-    if (misses == NULL || report == NULL || seq == NULL || report != Py_None) {
+    PyObject *report = AT(table, N.t_report);
+    if (report != Py_None) {  /* instrumentation: a report due is Python's to send */
+        PyObject *at = report == NULL ? NULL : Py_XNewRef(AT(table, N.t_report_at));
+        int due = at == NULL ? 1 : PyObject_RichCompareBool(now, at, Py_GE);
+        Py_XDECREF(at);
+        if (due != 0) {
+            PyObject *result = due < 0 ? NULL : PyObject_CallMethodOneArg(table, N.s_miss, now);
+            Py_DECREF(now);
+            return result;
+        }
+    }
+    /* Read after the clock (and the comparison), as Python reads them: either may run
+     * Python code (a test's clock) and let another thread write (a seq read before would
+     * be stale, and freed). */
+    PyObject *misses = AT(table, N.t_misses), *seq = AT(table, N.t_seq);
+    if (misses == NULL || seq == NULL) {
         PyObject *result = PyObject_CallMethodOneArg(table, N.s_miss, now);
         Py_DECREF(now);
         return result;

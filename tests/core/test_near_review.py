@@ -25,9 +25,15 @@ class WritingClock:
 
 
 @pytest.mark.parametrize("missing", [NearTable.missed, missed], ids=["python", "module"])
-def test_a_miss_ticket_holds_the_write_sequence_read_after_the_clock(missing: Any) -> None:
+@pytest.mark.parametrize("reported", [False, True])
+def test_a_miss_ticket_holds_the_write_sequence_read_after_the_clock(
+    missing: Any, reported: bool
+) -> None:
     clock = WritingClock()
-    table = NearTable(NearOptions(max_age=1.0), clock=clock)
+    reports: list[Any] = []
+    table = NearTable(
+        NearOptions(max_age=1.0), clock=clock, report=reports.append if reported else None
+    )
     for _ in range(1000):  # a sequence number no small int: freed when it is replaced
         table.invalidate("k")
     clock.table = table
@@ -35,3 +41,4 @@ def test_a_miss_ticket_holds_the_write_sequence_read_after_the_clock(missing: An
         ticket = missing(table)
         assert ticket == (1000.0, table._seq)
     assert table.stats().misses == 3
+    assert len(reports) == reported  # the first miss reports, the next two are not due

@@ -645,6 +645,40 @@ class CacheContract(DeploymentSuite):
         assert cache.get("answer2") is None
         assert custom.get_many(["answer1", "answer2"]) == {"answer1": 42, "answer2": 42}
 
+    def test_keys_are_made_as_django_makes_them_whatever_changes(self, cache: Any) -> None:
+        """A key made once is made again when the cache's prefix, version or key function
+        changes, and a subclass's make_key is used: each time what Django would make."""
+
+        def made(key: str) -> str:
+            answer: str = cache.make_and_validate_key(key)
+            assert answer == cache.make_key(key)
+            return answer
+
+        saved = cache.key_prefix, cache.version, cache.key_func
+        try:
+            first = made("answer")
+            assert made("answer") == first
+            cache.version = saved[1] + 1
+            assert made("answer") != first
+            cache.key_prefix = "other"
+            assert made("answer").startswith("other:")
+            cache.key_func = custom_key_func
+            assert made("answer") == custom_key_func("answer", "other", saved[1] + 1)
+        finally:
+            cache.key_prefix, cache.version, cache.key_func = saved
+        assert made("answer") == first
+        for i in range(5000):  # more than are kept
+            made(f"key{i}")
+        for _ in range(2):  # a refused key is refused every time
+            with pytest.raises(InvalidCacheKey):
+                cache.make_and_validate_key("with space")
+
+        def shouting(self: Any, key: Any, version: Any = None) -> str:
+            return str(type(cache).make_key(self, key, version)).upper()
+
+        loud = type("Loud", (type(cache),), {"make_key": shouting})(cache._location, {})
+        assert loud.make_and_validate_key("answer") == first.upper()
+
     def test_versioning_get_set(self, cache: Any) -> None:
         v2 = caches["v2"]
         cache.set("answer1", 42)

@@ -21,7 +21,7 @@ from django_mcpatterns.core.store import (
     Leased,
 )
 
-from ._model import near_key
+from ._model import LARGE_VALUE, near_key
 from ._model_table import MISS, Entry, NearTable, fill, hit, missed
 
 _MISS: Any = object()
@@ -93,8 +93,12 @@ class AsyncNearStore:
             return value
         # A miss: as cheap as this table can make it (every third read or so pays it).
         ticket = missed(table)
-        if self._revalidates and (held := table.entries.get(name)) is not None:
-            return await self._far(key, name, held, default)  # large ones revalidate
+        if (
+            self._revalidates
+            and (held := table.entries.get(name)) is not None
+            and (held.cas is not None or held.size >= LARGE_VALUE)
+        ):  # a large value past its bound: revalidated by its cas, or read with it
+            return await self._far(key, name, held, default)
         value = await self.store.get(key, _MISS)
         if value is _MISS:
             return default
@@ -144,20 +148,12 @@ class AsyncNearStore:
         return {key: entry.out() for key, entry in found.items()}
 
     async def _far(self, key: Key, name: str, held: Entry, default: Any) -> Any:
-        """A single key memcached must answer whose entry ``held`` is past its bound:
-        revalidated when large, else read."""
-        table = self.table
+        """A large value memcached must answer, its entry ``held`` past its bound:
+        revalidated by its cas (no value sent), else read with its cas."""
         if held.cas is not None and await self._revalidate(key, held):
-            table.saved()
+            self.table.saved()
             return held.out()
-        if held.large:
-            return await self._far_large(key, name, default)
-        ticket = table.ticket()
-        value = await self.store.get(key, _MISS)
-        if value is _MISS:
-            return default
-        fill(table, name, value, ticket)
-        return value
+        return await self._far_large(key, name, default)
 
     async def _far_large(self, key: Key, name: str, default: Any) -> Any:
         """Read a large value with its cas, so the next time it is past ``max_age`` no value

@@ -17,17 +17,28 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 
 from ..exceptions import CollectionTooLargeError
 from ..keys import MAX_KEY_LENGTH
 from ..store import MAX_RELATIVE_EXPIRE
 from ._model import SetOptions
-from ._model_layout import SHARD, Header, Member, encode_snapshot, member_hash
+from ._model_layout import (
+    ADD,
+    REMOVE,
+    SHARD,
+    Header,
+    Member,
+    encode_snapshot,
+    member_hash,
+    set_records,
+)
+from ._model_views import SetView
 
 __all__ = [
     "SHARD_TTL_MARGIN",
     "LayoutCache",
+    "layout",
     "shard_expire",
     "shard_items",
     "shard_key",
@@ -133,3 +144,32 @@ class LayoutCache:
 
     def forget(self, root: bytes) -> None:
         self._layouts.pop(root, None)
+
+
+def layout(
+    kb: bytes,
+    view: SetView,
+    header: Header,
+    options: SetOptions,
+    randbytes: Callable[[int], bytes],
+) -> tuple[bytes, dict[bytes, bytes]]:
+    """The root item (and shard items) holding ``view`` compactly (``randbytes``: a
+    new shard generation)."""
+    budget = options.budget(len(kb))
+    if view.mentioned is not None:  # pending: keep the log, one record per member
+        body = set_records(ADD, view.members) + set_records(REMOVE, view.mentioned - view.members)
+        root = header.with_(shards=0, snapshot=0).pack() + body
+        if len(root) > budget:
+            raise CollectionTooLargeError(f"set {kb!r} outgrew an item while being loaded")
+        return root, {}
+    header = header.with_(pending=False)
+    snapshot = encode_snapshot(view.members)
+    # Stay in the root while the log keeps room to grow: reads compact it
+    # past a quarter of an item.  Once sharded, return only well below that.
+    limit = budget * 35 // 100 if header.shards else budget * 70 // 100
+    if Header.SIZE + len(snapshot) <= limit:
+        return header.with_(shards=0, snapshot=len(snapshot)).pack() + snapshot, {}
+    generation = randbytes(8)
+    shards = shard_items(kb, header.nonce, generation, view.members, len(snapshot), options)
+    root = header.with_(shards=len(shards), generation=generation, snapshot=0).pack()
+    return root, shards

@@ -10,7 +10,7 @@ eviction took.
 from __future__ import annotations
 
 import fnmatch
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from ..concurrency import AsyncCompute, Compute
@@ -54,11 +54,20 @@ Fetched = tuple[bytes, CasToken, Header, list[bytes], bool, "int | None"]
 
 
 class LostShard(Exception):
-    """A shard the root names is missing or stale (internal): the root as read."""
+    """A shard the root names is missing or stale (internal): the root as read, and
+    the keys of the shards that were ``missing`` (their server may only be out)."""
 
-    def __init__(self, kb: bytes, data: bytes, token: CasToken, header: Header) -> None:
+    def __init__(
+        self,
+        kb: bytes,
+        data: bytes,
+        token: CasToken,
+        header: Header,
+        missing: Sequence[bytes] = (),
+    ) -> None:
         super().__init__(kb)
         self.kb, self.data, self.token, self.header = kb, data, token, header
+        self.missing = list(missing)
 
 
 @dataclass(slots=True)

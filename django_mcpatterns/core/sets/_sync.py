@@ -14,7 +14,6 @@ from typing import Any
 
 from django_mcpatterns.core.concurrency import call
 from django_mcpatterns.core.exceptions import (
-    CollectionTooLargeError,
     EncodingError,
     IncompleteSetError,
     NodeUnavailableError,
@@ -36,7 +35,7 @@ from ._model_layout import (
     read_header,
     set_records,
 )
-from ._model_shards import LayoutCache, shard_expire, shard_items, shard_key, shard_keys
+from ._model_shards import LayoutCache, layout, shard_expire, shard_key, shard_keys
 from ._model_views import (
     Fetched,
     Loader,
@@ -328,7 +327,10 @@ class AppendSets(AppendCollections):
         expire: int,
         only: Sequence[Member] | None = None,
     ) -> set[Member]:
-        view = self._read(kb, loader, only)
+        try:
+            view = self._read(kb, loader, only)
+        except NodeUnavailableError:  # a shard's server is out: a degraded read's answer
+            return set() if loader is None else set(check_members(call(loader)))
         if view is not None and view.complete:
             if not view.partial and self._dirty(kb, view):
                 with ReadRewrite():
@@ -395,6 +397,9 @@ class AppendSets(AppendCollections):
                     suspect = lost.header.generation  # maybe a rewrite moved it: look again
                     continue
                 suspect = None
+                # A shard whose server cannot be reached is not lost: that raises, nothing reset.
+                if lost.missing and len(self._writer.get_many(lost.missing)) == len(lost.missing):
+                    continue  # back meanwhile
                 if self._reset(lost, pending=loader is not None) and loader is None:
                     raise IncompleteSetError(
                         f"set {kb!r} lost a shard to eviction and has no loader to rebuild "
@@ -467,7 +472,7 @@ class AppendSets(AppendCollections):
         for kb, (data, token, header, wanted) in roots.items():
             shards = [got[shard][0] for shard in wanted if shard in got]
             if len(shards) < len(wanted) or not all(map(header.names_shard, shards)):
-                raise LostShard(kb, data, token, header)
+                raise LostShard(kb, data, token, header, [s for s in wanted if s not in got])
             if header.shards:
                 self._layouts.remember(kb, (header.generation, header.shards))
             partial = bool(only.get(kb)) and bool(header.shards)
@@ -528,29 +533,7 @@ class AppendSets(AppendCollections):
         return committed
 
     def _layout(self, kb: bytes, view: SetView, header: Header) -> tuple[bytes, dict[bytes, bytes]]:
-        """The root item (and shard items) holding ``view`` compactly."""
-        budget = self.options.budget(len(kb))
-        if view.mentioned is not None:  # pending: keep the log, one record per member
-            body = set_records(ADD, view.members) + set_records(
-                REMOVE, view.mentioned - view.members
-            )
-            root = header.with_(shards=0, snapshot=0).pack() + body
-            if len(root) > budget:
-                raise CollectionTooLargeError(f"set {kb!r} outgrew an item while being loaded")
-            return root, {}
-        header = header.with_(pending=False)
-        snapshot = encode_snapshot(view.members)
-        # Stay in the root while the log keeps room to grow: reads compact it
-        # past a quarter of an item.  Once sharded, return only well below that.
-        limit = budget * 35 // 100 if header.shards else budget * 70 // 100
-        if Header.SIZE + len(snapshot) <= limit:
-            return header.with_(shards=0, snapshot=len(snapshot)).pack() + snapshot, {}
-        generation = self._rng.randbytes(8)
-        shards = shard_items(
-            kb, header.nonce, generation, view.members, len(snapshot), self.options
-        )
-        root = header.with_(shards=len(shards), generation=generation, snapshot=0).pack()
-        return root, shards
+        return layout(kb, view, header, self.options, self._rng.randbytes)
 
     def _store_result(
         self,
