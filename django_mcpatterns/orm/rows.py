@@ -79,16 +79,20 @@ def _pack_rows(
 ) -> list[Packed] | None:
     """The rows packed (a label is ``labels[cls]``, else ``label_of(cls)``; ``known``:
     the names tuples seen, each kept once); None unless every row is an instance of
-    ``model`` with nothing but fields and related rows."""
+    ``model`` with nothing but fields and related rows, and none of those leads back
+    to a row it hangs from (select_related on a one-to-one caches each side on the
+    other: pickled as they are, the cycle kept)."""
     for obj in value:
         if not isinstance(obj, model) or _PREFETCHED in obj.__dict__:
             return None
 
-    def packed(obj: Model) -> Packed:
-        attributes = obj.__dict__
-        state = attributes["_state"]
-        names = tuple(name for name in attributes if name != "_state")
-        values = tuple(attributes[name] for name in names)
+    def packed(obj: Model, path: tuple[Model, ...] = ()) -> Packed:
+        if path and any(obj is up for up in path):
+            raise _Cycle
+        fields = obj.__dict__.copy()  # in C: then the one attribute that is not a field
+        state = fields.pop("_state")
+        names = tuple(fields)
+        values = tuple(fields.values())
         shared = known.get(names)
         if shared is None:
             if len(known) >= _NAMES_KEPT:
@@ -96,7 +100,10 @@ def _pack_rows(
             shared = known[names] = names
         cached = state.__dict__.get("fields_cache")  # made on first use: absent, none related
         related = (
-            {name: packed(rel) if isinstance(rel, model) else rel for name, rel in cached.items()}
+            {
+                name: packed(rel, (*path, obj)) if isinstance(rel, model) else rel
+                for name, rel in cached.items()
+            }
             if cached
             else {}
         )
@@ -104,7 +111,14 @@ def _pack_rows(
         label = labels.get(cls)
         return (label_of(cls) if label is None else label, state.db, shared, values, related)
 
-    return [packed(obj) for obj in value]
+    try:
+        return [packed(obj) for obj in value]
+    except _Cycle:
+        return None
+
+
+class _Cycle(Exception):
+    """A related row leads back to a row it hangs from."""
 
 
 def _unpack_rows(
@@ -122,7 +136,7 @@ def _unpack_rows(
             raise TypeError("a packed row has as many values as names")
         cls = classes.get(label)
         obj: Model = object.__new__(model_of(label) if cls is None else cls)
-        obj.__dict__.update(zip(names, values, strict=True))
+        obj.__dict__.update(zip(names, values, strict=False))  # as long: checked above
         state = model_state()
         state.adding = False
         state.db = db

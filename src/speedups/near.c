@@ -211,21 +211,31 @@ speedups_near_missed(PyObject *module, PyObject *table)
 {
     if (!N.bound || !Py_IS_TYPE(table, N.Table))
         return PyObject_CallMethodNoArgs(table, N.s_missed);
-    PyObject *clock = AT(table, N.t_clock), *misses = AT(table, N.t_misses);
-    PyObject *report = AT(table, N.t_report), *seq = AT(table, N.t_seq);
-    if (clock == NULL || misses == NULL || report == NULL || seq == NULL)
+    PyObject *clock = AT(table, N.t_clock);
+    if (clock == NULL)
         return PyObject_CallMethodNoArgs(table, N.s_missed);
     PyObject *now = PyObject_CallNoArgs(clock);
     if (now == NULL)
         return NULL;
+    PyObject *report = AT(table, N.t_report);
     if (report != Py_None) {  /* instrumentation: a report due is Python's to send */
-        PyObject *at = AT(table, N.t_report_at);
+        PyObject *at = report == NULL ? NULL : Py_XNewRef(AT(table, N.t_report_at));
         int due = at == NULL ? 1 : PyObject_RichCompareBool(now, at, Py_GE);
+        Py_XDECREF(at);
         if (due != 0) {
             PyObject *result = due < 0 ? NULL : PyObject_CallMethodOneArg(table, N.s_miss, now);
             Py_DECREF(now);
             return result;
         }
+    }
+    /* Read after the clock (and the comparison), as Python reads them: either may run
+     * Python code (a test's clock) and let another thread write (a seq read before would
+     * be stale, and freed). */
+    PyObject *misses = AT(table, N.t_misses), *seq = AT(table, N.t_seq);
+    if (misses == NULL || seq == NULL) {
+        PyObject *result = PyObject_CallMethodOneArg(table, N.s_miss, now);
+        Py_DECREF(now);
+        return result;
     }
     PyObject *count = PyIter_Next(misses);
     if (count == NULL) {

@@ -116,14 +116,31 @@ fail:
     return -1;
 }
 
+/* The rows a related row hangs from, nearest first (on the C stack). */
+struct path {
+    PyObject *obj;
+    const struct path *up;
+};
+
+/* obj's packed row; None (a new reference) when a related row leads back to a row it
+ * hangs from (select_related on a one-to-one caches each side on the other): the rows are
+ * then stored as they are (pickled, the cycle kept), as rows.py's pure form does. */
 static PyObject *
 pack_one(PyObject *obj, PyObject *labels, PyObject *fallback, PyObject *model, PyObject *known,
-         PyObject *seen)
+         PyObject *seen, const struct path *up)
 {
+    for (const struct path *at = up; at != NULL; at = at->up)
+        if (at->obj == obj)
+            return Py_NewRef(Py_None);
+    if (Py_EnterRecursiveCall(" while packing cached rows"))
+        return NULL;
+    const struct path here = {obj, up};
     PyObject *names = NULL, *values = NULL, *state = NULL, *db = NULL, *cached = NULL;
     PyObject *related = NULL, *label = NULL, *row = NULL, *attributes;
-    if (split(obj, known, seen, &names, &values, &state) < 0)
+    if (split(obj, known, seen, &names, &values, &state) < 0) {
+        Py_LeaveRecursiveCall();
         return NULL;
+    }
     if ((db = PyObject_GetAttr(state, s_db)) == NULL)
         goto done;
     if ((related = PyDict_New()) == NULL)
@@ -153,13 +170,16 @@ pack_one(PyObject *obj, PyObject *labels, PyObject *fallback, PyObject *model, P
                 int is_model = PyObject_IsInstance(rel, model);
                 PyObject *packed = NULL;
                 if (is_model > 0)
-                    packed = pack_one(rel, labels, fallback, model, known, seen);
+                    packed = pack_one(rel, labels, fallback, model, known, seen, &here);
                 else if (is_model == 0)
                     packed = Py_NewRef(rel);
-                int failed = packed == NULL || PyDict_SetItem(related, name, packed) < 0;
+                int cycle = is_model > 0 && packed == Py_None;
+                int failed = packed == NULL || cycle || PyDict_SetItem(related, name, packed) < 0;
                 Py_XDECREF(packed);
                 Py_DECREF(name);
                 Py_DECREF(rel);
+                if (cycle)
+                    row = Py_NewRef(Py_None);
                 if (failed)
                     goto done;
             }
@@ -169,6 +189,7 @@ pack_one(PyObject *obj, PyObject *labels, PyObject *fallback, PyObject *model, P
         goto done;
     row = PyTuple_Pack(5, label, db, names, values, related);
 done:
+    Py_LeaveRecursiveCall();
     Py_XDECREF(names);
     Py_XDECREF(values);
     Py_XDECREF(state);
@@ -191,13 +212,15 @@ speedups_pack_rows(PyObject *module, PyObject *args)
         return NULL;
     if (names_ready() < 0)
         return NULL;
-    Py_ssize_t n = PyList_GET_SIZE(rows);
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *obj = PyList_GET_ITEM(rows, i);
+    /* __instancecheck__ may run Python code that changes the list: its size read each time,
+     * each row held */
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(rows); i++) {
+        PyObject *obj = Py_NewRef(PyList_GET_ITEM(rows, i));
         int is_model = PyObject_IsInstance(obj, model);
+        PyObject *attributes = is_model > 0 ? PyObject_GenericGetDict(obj, NULL) : NULL;
+        Py_DECREF(obj);
         if (is_model <= 0)
             return is_model < 0 ? NULL : Py_NewRef(Py_None);
-        PyObject *attributes = PyObject_GenericGetDict(obj, NULL);
         if (attributes == NULL)
             return NULL;
         int prefetched = PyDict_Contains(attributes, s_prefetched);
@@ -205,6 +228,7 @@ speedups_pack_rows(PyObject *module, PyObject *args)
         if (prefetched != 0)
             return prefetched < 0 ? NULL : Py_NewRef(Py_None);
     }
+    Py_ssize_t n = PyList_GET_SIZE(rows);
     PyObject *seen = PyDict_New();
     PyObject *packed = seen == NULL ? NULL : PyList_New(n);
     if (packed == NULL) {
@@ -219,10 +243,12 @@ speedups_pack_rows(PyObject *module, PyObject *args)
             break;
         }
         PyObject *obj = Py_NewRef(PyList_GET_ITEM(rows, i));
-        PyObject *row = pack_one(obj, labels, fallback, model, known, seen);
+        PyObject *row = pack_one(obj, labels, fallback, model, known, seen, NULL);
         Py_DECREF(obj);
-        if (row == NULL) {
+        if (row == NULL || row == Py_None) {
             Py_CLEAR(packed);
+            if (row != NULL)
+                packed = row; /* a cycle: not packed */
             break;
         }
         PyList_SET_ITEM(packed, i, row);
@@ -231,8 +257,34 @@ speedups_pack_rows(PyObject *module, PyObject *args)
     return packed;
 }
 
+/* object.__new__(cls): made here where cls takes object's own (a model: no __new__),
+ * else asked of object.__new__ (which refuses a class it cannot make, as in Python). */
+static PyObject *
+new_instance(PyObject *cls)
+{
+    if (PyType_Check(cls) && ((PyTypeObject *)cls)->tp_new == PyBaseObject_Type.tp_new)
+        return PyBaseObject_Type.tp_new((PyTypeObject *)cls, empty, NULL);
+    PyObject *make = PyObject_GetAttrString((PyObject *)&PyBaseObject_Type, "__new__");
+    PyObject *made = make == NULL ? NULL : PyObject_CallOneArg(make, cls);
+    Py_XDECREF(make);
+    return made;
+}
+
+static PyObject *unpack_row(PyObject *, PyObject *, PyObject *, PyObject *);
+
+/* unpack_row, its depth bounded as Python's (a related row holds related rows) */
 static PyObject *
 unpack_one(PyObject *row, PyObject *classes, PyObject *model_of, PyObject *model_state)
+{
+    if (Py_EnterRecursiveCall(" while unpacking cached rows"))
+        return NULL;
+    PyObject *made = unpack_row(row, classes, model_of, model_state);
+    Py_LeaveRecursiveCall();
+    return made;
+}
+
+static PyObject *
+unpack_row(PyObject *row, PyObject *classes, PyObject *model_of, PyObject *model_state)
 {
     if (!PyTuple_CheckExact(row) || PyTuple_GET_SIZE(row) != 5) {
         PyErr_SetString(PyExc_TypeError, "a packed row is a tuple of 5");
@@ -262,7 +314,7 @@ unpack_one(PyObject *row, PyObject *classes, PyObject *model_of, PyObject *model
         goto fail;
     }
     /* object.__new__(cls), as the pure path does: no __init__ */
-    if ((obj = PyBaseObject_Type.tp_new((PyTypeObject *)cls, empty, NULL)) == NULL)
+    if ((obj = new_instance(cls)) == NULL)
         goto fail;
     /* written into the instance's own dict (made from its inline values where the
      * version keeps them): no dict made and thrown away, no descriptor run (a foreign
@@ -274,8 +326,13 @@ unpack_one(PyObject *row, PyObject *classes, PyObject *model_of, PyObject *model
             < 0)
             goto fail;
     /* the state as ModelState() then two attributes set: in its dict, likewise */
-    if (!PyType_Check(model_state)
-        || (state = PyBaseObject_Type.tp_new((PyTypeObject *)model_state, empty, NULL)) == NULL)
+    if (PyType_Check(model_state)
+        && ((PyTypeObject *)model_state)->tp_new == PyBaseObject_Type.tp_new
+        && ((PyTypeObject *)model_state)->tp_init == PyBaseObject_Type.tp_init)
+        state = PyBaseObject_Type.tp_new((PyTypeObject *)model_state, empty, NULL);
+    else
+        state = PyObject_CallNoArgs(model_state); /* as the pure path: model_state() */
+    if (state == NULL)
         goto fail;
     if ((state_attributes = PyObject_GenericGetDict(state, NULL)) == NULL
         || PyDict_SetItem(state_attributes, s_adding, Py_False) < 0

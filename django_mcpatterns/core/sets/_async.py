@@ -19,6 +19,7 @@ from django_mcpatterns.core.exceptions import (
     OutcomeUnknownError,
 )
 from django_mcpatterns.core.keys import PlainKey, key_bytes
+from django_mcpatterns.core.store import AsyncStore
 
 from ._async_append import AsyncAppendCollections, Report
 from ._model import ReadRewrite
@@ -37,12 +38,16 @@ from ._model_layout import (
 )
 from ._model_shards import LayoutCache, layout, shard_expire, shard_key, shard_keys
 from ._model_views import (
+    STORED,
     AsyncLoader,
     Fetched,
     LostShard,
     SetView,
     carry_appends,
+    difference,
+    intersection,
     replay,
+    union,
     unique_members,
 )
 
@@ -230,33 +235,28 @@ class AsyncAppendSets(AsyncAppendCollections):
     # -- algebra -------------------------------------------------------------
 
     async def sunion(self, *keys: PlainKey) -> set[Member]:
-        return set().union(*await self._many(keys))
+        return union(await self._many(keys))
 
     async def sinter(self, *keys: PlainKey) -> set[Member]:
-        sets = sorted(await self._many(keys), key=len)
-        return sets[0].intersection(*sets[1:]) if sets else set()
+        return intersection(await self._many(keys))
 
     async def sdiff(self, *keys: PlainKey) -> set[Member]:
-        sets = await self._many(keys)
-        return sets[0].difference(*sets[1:]) if sets else set()
+        return difference(await self._many(keys))
 
     async def sunionstore(
         self, destination: PlainKey, *keys: PlainKey, expire: int = 0, report: Report | None = None
     ) -> int:
-        members = await self.sunion(*keys)
-        return await self._store_result(destination, members, expire, "sunionstore", report)
+        return await self._store_result(destination, keys, expire, "sunionstore", report)
 
     async def sinterstore(
         self, destination: PlainKey, *keys: PlainKey, expire: int = 0, report: Report | None = None
     ) -> int:
-        members = await self.sinter(*keys)
-        return await self._store_result(destination, members, expire, "sinterstore", report)
+        return await self._store_result(destination, keys, expire, "sinterstore", report)
 
     async def sdiffstore(
         self, destination: PlainKey, *keys: PlainKey, expire: int = 0, report: Report | None = None
     ) -> int:
-        members = await self.sdiff(*keys)
-        return await self._store_result(destination, members, expire, "sdiffstore", report)
+        return await self._store_result(destination, keys, expire, "sdiffstore", report)
 
     # -- the write path --------------------------------------------------------
 
@@ -418,15 +418,25 @@ class AsyncAppendSets(AsyncAppendCollections):
         fresh = header.with_(nonce=self._rng.randbytes(8), pending=pending, shards=0, snapshot=0)
         return bool(await self.store.cas(lost.kb, fresh.pack(), lost.token, expire))
 
-    async def _many(self, keys: Iterable[PlainKey]) -> list[set[Member]]:
-        """Read every set in one parallel multi-get (plus one for unknown shards)."""
+    async def _many(
+        self, keys: Iterable[PlainKey], reader: AsyncStore | None = None
+    ) -> list[set[Member]]:
+        """Read every set in one parallel multi-get (plus one for unknown shards); with the
+        strict ``reader`` a set whose server is out raises rather than reads as empty."""
         kbs = [key_bytes(key) for key in keys]
+        out: set[bytes] = set()  # sets a shard of which is on a server that is out
         for _ in range(self.options.attempts):
             try:
-                fetched = await self._fetch(list(dict.fromkeys(kbs)), None)
+                wanted = [kb for kb in dict.fromkeys(kbs) if kb not in out]
+                fetched = await self._fetch(wanted, None, reader)
                 break
             except LostShard as lost:
-                await self._read(lost.kb, None)  # resets it and raises if the shard is really lost
+                try:
+                    await self._read(lost.kb, None)  # resets it, raises if really lost
+                except NodeUnavailableError:  # read as a degraded read answers: empty
+                    if reader is not None:
+                        raise
+                    out.add(lost.kb)
         else:
             raise self._contention(kbs[0], "reading sets")
         views = {kb: self._view(item) for kb, item in fetched.items()}
@@ -439,13 +449,16 @@ class AsyncAppendSets(AsyncAppendCollections):
         return result
 
     async def _fetch(
-        self, kbs: list[bytes], only: dict[bytes, Sequence[Member]] | None
+        self,
+        kbs: list[bytes],
+        only: dict[bytes, Sequence[Member]] | None,
+        reader: AsyncStore | None = None,
     ) -> dict[bytes, Fetched]:
         """Fetch roots and their shards: ``root -> (data, token, header, shards, partial, ttl)``.
 
         One root alone is read with its TTL (``gets_ttl``), for a rewrite that follows.
         """
-        only = only or {}
+        only, store = only or {}, reader or self.store
         keys = [*kbs]
         for kb in kbs:
             layout = self._layouts.get(kb)
@@ -453,10 +466,10 @@ class AsyncAppendSets(AsyncAppendCollections):
                 keys += shard_keys(kb, *layout, only.get(kb))
         ttl: int | None = None
         if len(keys) == 1:
-            data, token, ttl = await self.store.gets_ttl(keys[0])
+            data, token, ttl = await store.gets_ttl(keys[0])
             got: dict[Any, tuple[Any, Any]] = {} if data is None else {keys[0]: (data, token)}
         else:
-            got = await self.store.gets_many(keys)
+            got = await store.gets_many(keys)
         roots = {}
         missing: list[bytes] = []
         for kb in kbs:
@@ -469,7 +482,7 @@ class AsyncAppendSets(AsyncAppendCollections):
             roots[kb] = (data, token, header, wanted)
             missing += [shard for shard in wanted if shard not in got]
         if missing:
-            shards_got = await self.store.get_many(missing)
+            shards_got = await store.get_many(missing)
             got.update((shard, (data, None)) for shard, data in shards_got.items())
         fetched = {}
         for kb, (data, token, header, wanted) in roots.items():
@@ -541,19 +554,20 @@ class AsyncAppendSets(AsyncAppendCollections):
     async def _store_result(
         self,
         destination: PlainKey,
-        members: set[Member],
+        keys: Sequence[PlainKey],
         expire: int,
         command: str,
         report: Report | None,
     ) -> int:
-        """Replace ``destination`` by ``members`` (the ``*store`` commands); empty: delete it.
+        """Replace ``destination`` by the ``command``'s result, its sets read strictly.
 
-        The shards the destination had are deleted once its root certainly no
-        longer names them; an unknown outcome leaves them to expire, and the
-        destination is repaired as any write its server could not take (:meth:`sadd`).
+        A set whose server is out fails the write rather than being stored as
+        empty; the destination is then repaired as for :meth:`sadd`.  The shards
+        it had are deleted once its root certainly no longer names them.
         """
         kb = key_bytes(destination)
         try:
+            members = STORED[command](await self._many(keys, self._writer))
             return await self._replace(kb, members, expire)
         except NodeUnavailableError as exc:
             return await self._lost_set(kb, command, exc, expire, report)

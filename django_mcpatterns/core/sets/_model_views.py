@@ -10,7 +10,7 @@ eviction took.
 from __future__ import annotations
 
 import fnmatch
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from ..concurrency import AsyncCompute, Compute
@@ -26,14 +26,18 @@ from ._model_layout import (
 )
 
 __all__ = [
+    "STORED",
     "AsyncLoader",
     "Fetched",
     "Loader",
     "LostShard",
     "SetView",
     "carry_appends",
+    "difference",
+    "intersection",
     "matching",
     "replay",
+    "union",
     "unique_members",
 ]
 
@@ -134,3 +138,27 @@ def matching(members: Iterable[Member], match: str | bytes | None) -> set[Member
         if hit:
             found.add(member)
     return found
+
+
+# -- the algebra (sunion, sinter, sdiff and their stores) -----------------------
+
+
+def union(sets: list[set[Member]]) -> set[Member]:
+    return set().union(*sets)
+
+
+def intersection(sets: list[set[Member]]) -> set[Member]:
+    ordered = sorted(sets, key=len)
+    return ordered[0].intersection(*ordered[1:]) if ordered else set()
+
+
+def difference(sets: list[set[Member]]) -> set[Member]:
+    return sets[0].difference(*sets[1:]) if sets else set()
+
+
+STORED: dict[str, Callable[[list[set[Member]]], set[Member]]] = {
+    "sunionstore": union,
+    "sinterstore": intersection,
+    "sdiffstore": difference,
+}
+"""Each ``*store`` command's algebra."""

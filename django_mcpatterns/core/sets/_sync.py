@@ -20,6 +20,7 @@ from django_mcpatterns.core.exceptions import (
     OutcomeUnknownError,
 )
 from django_mcpatterns.core.keys import PlainKey, key_bytes
+from django_mcpatterns.core.store import Store
 
 from ._model import ReadRewrite
 from ._model_layout import (
@@ -37,12 +38,16 @@ from ._model_layout import (
 )
 from ._model_shards import LayoutCache, layout, shard_expire, shard_key, shard_keys
 from ._model_views import (
+    STORED,
     Fetched,
     Loader,
     LostShard,
     SetView,
     carry_appends,
+    difference,
+    intersection,
     replay,
+    union,
     unique_members,
 )
 from ._sync_append import AppendCollections, Report
@@ -229,33 +234,28 @@ class AppendSets(AppendCollections):
     # -- algebra -------------------------------------------------------------
 
     def sunion(self, *keys: PlainKey) -> set[Member]:
-        return set().union(*self._many(keys))
+        return union(self._many(keys))
 
     def sinter(self, *keys: PlainKey) -> set[Member]:
-        sets = sorted(self._many(keys), key=len)
-        return sets[0].intersection(*sets[1:]) if sets else set()
+        return intersection(self._many(keys))
 
     def sdiff(self, *keys: PlainKey) -> set[Member]:
-        sets = self._many(keys)
-        return sets[0].difference(*sets[1:]) if sets else set()
+        return difference(self._many(keys))
 
     def sunionstore(
         self, destination: PlainKey, *keys: PlainKey, expire: int = 0, report: Report | None = None
     ) -> int:
-        members = self.sunion(*keys)
-        return self._store_result(destination, members, expire, "sunionstore", report)
+        return self._store_result(destination, keys, expire, "sunionstore", report)
 
     def sinterstore(
         self, destination: PlainKey, *keys: PlainKey, expire: int = 0, report: Report | None = None
     ) -> int:
-        members = self.sinter(*keys)
-        return self._store_result(destination, members, expire, "sinterstore", report)
+        return self._store_result(destination, keys, expire, "sinterstore", report)
 
     def sdiffstore(
         self, destination: PlainKey, *keys: PlainKey, expire: int = 0, report: Report | None = None
     ) -> int:
-        members = self.sdiff(*keys)
-        return self._store_result(destination, members, expire, "sdiffstore", report)
+        return self._store_result(destination, keys, expire, "sdiffstore", report)
 
     # -- the write path --------------------------------------------------------
 
@@ -415,15 +415,23 @@ class AppendSets(AppendCollections):
         fresh = header.with_(nonce=self._rng.randbytes(8), pending=pending, shards=0, snapshot=0)
         return bool(self.store.cas(lost.kb, fresh.pack(), lost.token, expire))
 
-    def _many(self, keys: Iterable[PlainKey]) -> list[set[Member]]:
-        """Read every set in one parallel multi-get (plus one for unknown shards)."""
+    def _many(self, keys: Iterable[PlainKey], reader: Store | None = None) -> list[set[Member]]:
+        """Read every set in one parallel multi-get (plus one for unknown shards); with the
+        strict ``reader`` a set whose server is out raises rather than reads as empty."""
         kbs = [key_bytes(key) for key in keys]
+        out: set[bytes] = set()  # sets a shard of which is on a server that is out
         for _ in range(self.options.attempts):
             try:
-                fetched = self._fetch(list(dict.fromkeys(kbs)), None)
+                wanted = [kb for kb in dict.fromkeys(kbs) if kb not in out]
+                fetched = self._fetch(wanted, None, reader)
                 break
             except LostShard as lost:
-                self._read(lost.kb, None)  # resets it and raises if the shard is really lost
+                try:
+                    self._read(lost.kb, None)  # resets it, raises if really lost
+                except NodeUnavailableError:  # read as a degraded read answers: empty
+                    if reader is not None:
+                        raise
+                    out.add(lost.kb)
         else:
             raise self._contention(kbs[0], "reading sets")
         views = {kb: self._view(item) for kb, item in fetched.items()}
@@ -436,13 +444,16 @@ class AppendSets(AppendCollections):
         return result
 
     def _fetch(
-        self, kbs: list[bytes], only: dict[bytes, Sequence[Member]] | None
+        self,
+        kbs: list[bytes],
+        only: dict[bytes, Sequence[Member]] | None,
+        reader: Store | None = None,
     ) -> dict[bytes, Fetched]:
         """Fetch roots and their shards: ``root -> (data, token, header, shards, partial, ttl)``.
 
         One root alone is read with its TTL (``gets_ttl``), for a rewrite that follows.
         """
-        only = only or {}
+        only, store = only or {}, reader or self.store
         keys = [*kbs]
         for kb in kbs:
             layout = self._layouts.get(kb)
@@ -450,10 +461,10 @@ class AppendSets(AppendCollections):
                 keys += shard_keys(kb, *layout, only.get(kb))
         ttl: int | None = None
         if len(keys) == 1:
-            data, token, ttl = self.store.gets_ttl(keys[0])
+            data, token, ttl = store.gets_ttl(keys[0])
             got: dict[Any, tuple[Any, Any]] = {} if data is None else {keys[0]: (data, token)}
         else:
-            got = self.store.gets_many(keys)
+            got = store.gets_many(keys)
         roots = {}
         missing: list[bytes] = []
         for kb in kbs:
@@ -466,7 +477,7 @@ class AppendSets(AppendCollections):
             roots[kb] = (data, token, header, wanted)
             missing += [shard for shard in wanted if shard not in got]
         if missing:
-            shards_got = self.store.get_many(missing)
+            shards_got = store.get_many(missing)
             got.update((shard, (data, None)) for shard, data in shards_got.items())
         fetched = {}
         for kb, (data, token, header, wanted) in roots.items():
@@ -538,19 +549,20 @@ class AppendSets(AppendCollections):
     def _store_result(
         self,
         destination: PlainKey,
-        members: set[Member],
+        keys: Sequence[PlainKey],
         expire: int,
         command: str,
         report: Report | None,
     ) -> int:
-        """Replace ``destination`` by ``members`` (the ``*store`` commands); empty: delete it.
+        """Replace ``destination`` by the ``command``'s result, its sets read strictly.
 
-        The shards the destination had are deleted once its root certainly no
-        longer names them; an unknown outcome leaves them to expire, and the
-        destination is repaired as any write its server could not take (:meth:`sadd`).
+        A set whose server is out fails the write rather than being stored as
+        empty; the destination is then repaired as for :meth:`sadd`.  The shards
+        it had are deleted once its root certainly no longer names them.
         """
         kb = key_bytes(destination)
         try:
+            members = STORED[command](self._many(keys, self._writer))
             return self._replace(kb, members, expire)
         except NodeUnavailableError as exc:
             return self._lost_set(kb, command, exc, expire, report)

@@ -1,0 +1,44 @@
+"""The near table's compiled paths where Python code runs in the middle of them: a clock
+that lets another write in (as a test's clock, or a thread switch at its call, may)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from django_mcpatterns.core.near import NearOptions, NearTable
+from django_mcpatterns.core.near._model_table import missed
+
+
+class WritingClock:
+    """A clock whose every read is followed by a write of the process (before the caller
+    goes on): what another thread may do while a Python clock runs."""
+
+    def __init__(self) -> None:
+        self.table: NearTable | None = None
+
+    def __call__(self) -> float:
+        if self.table is not None:
+            self.table.invalidate("elsewhere")
+        return 1000.0
+
+
+@pytest.mark.parametrize("missing", [NearTable.missed, missed], ids=["python", "module"])
+@pytest.mark.parametrize("reported", [False, True])
+def test_a_miss_ticket_holds_the_write_sequence_read_after_the_clock(
+    missing: Any, reported: bool
+) -> None:
+    clock = WritingClock()
+    reports: list[Any] = []
+    table = NearTable(
+        NearOptions(max_age=1.0), clock=clock, report=reports.append if reported else None
+    )
+    for _ in range(1000):  # a sequence number no small int: freed when it is replaced
+        table.invalidate("k")
+    clock.table = table
+    for _ in range(3):
+        ticket = missing(table)
+        assert ticket == (1000.0, table._seq)
+    assert table.stats().misses == 3
+    assert len(reports) == reported  # the first miss reports, the next two are not due
