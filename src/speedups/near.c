@@ -163,8 +163,11 @@ speedups_near_hit(PyObject *module, PyObject *const *args, Py_ssize_t n)
     int live;
     if (expires != NULL && PyFloat_CheckExact(expires) && PyFloat_CheckExact(now_obj))
         live = PyFloat_AS_DOUBLE(expires) > PyFloat_AS_DOUBLE(now_obj);
-    else if (expires != NULL)
+    else if (expires != NULL) {  /* held: the comparison may run Python code (a renew) */
+        Py_INCREF(expires);
         live = PyObject_RichCompareBool(expires, now_obj, Py_GT);
+        Py_DECREF(expires);
+    }
     else {
         PyErr_SetString(PyExc_AttributeError, "expires");
         live = -1;
@@ -303,7 +306,13 @@ speedups_near_fill(PyObject *module, PyObject *const *args, Py_ssize_t n)
     PyObject *entry = N.Entry->tp_alloc(N.Entry, 0);
     if (entry == NULL)
         return NULL;
-    PyObject *size_obj = PyLong_FromSsize_t(size), *expires_obj = PyFloat_FromDouble(expires);
+    /* sent + bound as Python adds them: two ints (a fake clock's) make an int */
+    PyObject *sent_obj = PyTuple_GET_ITEM(ticket, 0), *bound_obj = AT(table, N.t_fixed);
+    PyObject *size_obj = PyLong_FromSsize_t(size);
+    PyObject *expires_obj = PyLong_CheckExact(sent_obj) && bound_obj != NULL
+                                    && PyLong_CheckExact(bound_obj)
+                                ? PyNumber_Add(sent_obj, bound_obj)
+                                : PyFloat_FromDouble(expires);
     PyObject *item = expires_obj == NULL ? NULL : PyTuple_Pack(2, expires_obj, key);
     PyObject *result = NULL, *old = NULL, *dropped = NULL;
     if (size_obj == NULL || item == NULL)
