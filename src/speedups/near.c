@@ -280,6 +280,15 @@ speedups_near_fill(PyObject *module, PyObject *const *args, Py_ssize_t n)
         PyErr_Clear();
         return slow(args);
     }
+    Py_ssize_t size;
+    if (PyUnicode_CheckExact(value) && PyUnicode_IS_ASCII(value))
+        size = N.str_size + PyUnicode_GET_LENGTH(value);
+    else if (PyBytes_CheckExact(value))
+        size = N.bytes_size + PyBytes_GET_SIZE(value);
+    else
+        return slow(args);  /* kept apart from its callers: copied or pickled (keep);
+                             * before the clock: Python's fill reads it once */
+    size += N.str_size + PyUnicode_GET_LENGTH(key) + N.overhead;
     PyObject *now_obj = PyObject_CallNoArgs(clock);
     if (now_obj == NULL)
         return NULL;
@@ -290,14 +299,6 @@ speedups_near_fill(PyObject *module, PyObject *const *args, Py_ssize_t n)
     double expires = sent + bound;
     if (expires <= now)
         Py_RETURN_FALSE;
-    Py_ssize_t size;
-    if (PyUnicode_CheckExact(value) && PyUnicode_IS_ASCII(value))
-        size = N.str_size + PyUnicode_GET_LENGTH(value);
-    else if (PyBytes_CheckExact(value))
-        size = N.bytes_size + PyBytes_GET_SIZE(value);
-    else
-        return slow(args);  /* kept apart from its callers: copied or pickled (keep) */
-    size += N.str_size + PyUnicode_GET_LENGTH(key) + N.overhead;
     Py_hash_t hash = PyObject_Hash(key);
     if (hash == -1)
         return NULL;
