@@ -87,12 +87,12 @@ def _pack_rows(
             return None
 
     def packed(obj: Model, path: tuple[Model, ...] = ()) -> Packed:
-        if any(obj is up for up in path):
+        if path and any(obj is up for up in path):
             raise _Cycle
-        attributes = obj.__dict__
-        state = attributes["_state"]
-        names = tuple(name for name in attributes if name != "_state")
-        values = tuple(attributes[name] for name in names)
+        fields = obj.__dict__.copy()  # in C: then the one attribute that is not a field
+        state = fields.pop("_state")
+        names = tuple(fields)
+        values = tuple(fields.values())
         shared = known.get(names)
         if shared is None:
             if len(known) >= _NAMES_KEPT:
@@ -136,7 +136,7 @@ def _unpack_rows(
             raise TypeError("a packed row has as many values as names")
         cls = classes.get(label)
         obj: Model = object.__new__(model_of(label) if cls is None else cls)
-        obj.__dict__.update(zip(names, values, strict=True))
+        obj.__dict__.update(zip(names, values, strict=False))  # as long: checked above
         state = model_state()
         state.adding = False
         state.db = db
