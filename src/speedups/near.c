@@ -168,8 +168,11 @@ speedups_near_hit(PyObject *module, PyObject *const *args, Py_ssize_t n)
     int live;
     if (expires != NULL && PyFloat_CheckExact(expires) && PyFloat_CheckExact(now_obj))
         live = PyFloat_AS_DOUBLE(expires) > PyFloat_AS_DOUBLE(now_obj);
-    else if (expires != NULL)
+    else if (expires != NULL) {  /* held: the comparison may run Python code (a renew) */
+        Py_INCREF(expires);
         live = PyObject_RichCompareBool(expires, now_obj, Py_GT);
+        Py_DECREF(expires);
+    }
     else {
         PyErr_SetString(PyExc_AttributeError, "expires");
         live = -1;
@@ -314,6 +317,15 @@ speedups_near_fill(PyObject *module, PyObject *const *args, Py_ssize_t n)
         PyErr_Clear();
         return slow(args);
     }
+    Py_ssize_t size;
+    if (PyUnicode_CheckExact(value) && PyUnicode_IS_ASCII(value))
+        size = N.str_size + PyUnicode_GET_LENGTH(value);
+    else if (PyBytes_CheckExact(value))
+        size = N.bytes_size + PyBytes_GET_SIZE(value);
+    else
+        return slow(args);  /* kept apart from its callers: copied or pickled (keep);
+                             * before the clock: Python's fill reads it once */
+    size += N.str_size + PyUnicode_GET_LENGTH(key) + N.overhead;
     PyObject *now_obj = PyObject_CallNoArgs(clock);
     if (now_obj == NULL)
         return NULL;
@@ -324,14 +336,6 @@ speedups_near_fill(PyObject *module, PyObject *const *args, Py_ssize_t n)
     double expires = sent + bound;
     if (expires <= now)
         Py_RETURN_FALSE;
-    Py_ssize_t size;
-    if (PyUnicode_CheckExact(value) && PyUnicode_IS_ASCII(value))
-        size = N.str_size + PyUnicode_GET_LENGTH(value);
-    else if (PyBytes_CheckExact(value))
-        size = N.bytes_size + PyBytes_GET_SIZE(value);
-    else
-        return slow(args);  /* kept apart from its callers: copied or pickled (keep) */
-    size += N.str_size + PyUnicode_GET_LENGTH(key) + N.overhead;
     Py_hash_t hash = PyObject_Hash(key);
     if (hash == -1)
         return NULL;
@@ -340,7 +344,13 @@ speedups_near_fill(PyObject *module, PyObject *const *args, Py_ssize_t n)
     PyObject *entry = N.Entry->tp_alloc(N.Entry, 0);
     if (entry == NULL)
         return NULL;
-    PyObject *size_obj = PyLong_FromSsize_t(size), *expires_obj = PyFloat_FromDouble(expires);
+    /* sent + bound as Python adds them: two ints (a fake clock's) make an int */
+    PyObject *sent_obj = PyTuple_GET_ITEM(ticket, 0), *bound_obj = AT(table, N.t_fixed);
+    PyObject *size_obj = PyLong_FromSsize_t(size);
+    PyObject *expires_obj = PyLong_CheckExact(sent_obj) && bound_obj != NULL
+                                    && PyLong_CheckExact(bound_obj)
+                                ? PyNumber_Add(sent_obj, bound_obj)
+                                : PyFloat_FromDouble(expires);
     PyObject *item = expires_obj == NULL ? NULL : PyTuple_Pack(2, expires_obj, key);
     PyObject *result = NULL, *old = NULL, *dropped = NULL;
     if (size_obj == NULL || item == NULL)

@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 
 from django_mcpatterns.core.near import NearOptions, NearTable
-from django_mcpatterns.core.near._model_table import missed
+from django_mcpatterns.core.near._model_table import fill, missed
+from tests.fakes import FakeClock
 
 
 class WritingClock:
@@ -42,3 +43,40 @@ def test_a_miss_ticket_holds_the_write_sequence_read_after_the_clock(
         assert ticket == (1000.0, table._seq)
     assert table.stats().misses == 3
     assert len(reports) == reported  # the first miss reports, the next two are not due
+
+
+@pytest.mark.parametrize("filling", [NearTable.fill, fill], ids=["python", "module"])
+def test_a_clock_of_ints_leaves_the_deadlines_python_adds(filling: Any) -> None:
+    """``sent + max_age`` as Python adds them: ints stay ints (a fake clock's), floats floats."""
+    clock = FakeClock(1000)
+    table = NearTable(NearOptions(max_age=5), clock=clock)
+    assert filling(table, "first", "v", table.ticket())  # the first fill sweeps: Python's
+    assert filling(table, "k", "v", table.ticket())
+    assert filling(table, "b", b"v", (1000.5, table._seq))
+    deadlines = [(type(e.expires), e.expires) for e in table._order]
+    assert deadlines == [(int, 1005), (int, 1005), (float, 1005.5)]
+    assert [type(expires) for expires, _ in table._queue] == [int, int, float]
+
+
+class CountingClock(FakeClock):
+    def __init__(self, now: float) -> None:
+        super().__init__(now)
+        self.reads = 0
+
+    def __call__(self) -> float:
+        self.reads += 1
+        return self.now
+
+
+@pytest.mark.parametrize("filling", [NearTable.fill, fill], ids=["python", "module"])
+def test_a_fill_of_a_value_kept_apart_reads_the_clock_once(filling: Any) -> None:
+    """A value copied or pickled (``keep``) goes Python's way before the clock is read:
+    one read, as Python's fill makes (a clock moving between two reads could answer
+    otherwise than one fill)."""
+    clock = CountingClock(1000.0)
+    table = NearTable(NearOptions(max_age=5.0), clock=clock)
+    ticket = table.ticket()
+    for value in ([1, 2], {"a": 1}, 7, "ключ"):
+        clock.reads = 0
+        assert filling(table, "k", value, ticket)
+        assert clock.reads == 1
