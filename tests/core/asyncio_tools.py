@@ -146,3 +146,41 @@ async def others_finished(patience: int = 3000) -> None:
 def run(scenario: Callable[[], Coroutine[Any, Any, T]]) -> T:
     """Run ``scenario()`` on a new event loop and return its result."""
     return asyncio.run(scenario())
+
+
+class MovableClockLoop(asyncio.SelectorEventLoop):
+    """An event loop whose clock a test moves forward: a timeout ends when the test says so.
+
+    A withheld reply ends only by the client's timeout: with a short one, a loaded
+    machine also times out the healthy requests around it.  On this loop those get a
+    patient timeout, and the test moves the clock past it once the request under test
+    is where it wants it (e.g. memcached answered it and the reply was dropped).
+    """
+
+    moved = 0.0
+
+    def time(self) -> float:
+        return super().time() + self.moved
+
+    def move(self, seconds: float) -> None:
+        """Move the clock forward (call it on the loop's thread: from a task)."""
+        self.moved += seconds
+
+
+def run_on_movable_clock(scenario: Callable[[], Coroutine[Any, Any, T]]) -> T:
+    """Run ``scenario()`` on a new :class:`MovableClockLoop` and return its result."""
+    with asyncio.Runner(loop_factory=MovableClockLoop) as runner:
+        return runner.run(scenario())
+
+
+async def time_out_withheld(proxy: Any, seconds: float) -> None:
+    """Once memcached answered the withheld request (its reply dropped), let it time out.
+
+    ``proxy`` is a :class:`tests.drills.proxy.Proxy`; the running loop a
+    :class:`MovableClockLoop`, moved ``seconds`` (the client's timeout): the request
+    fails now, after memcached applied it, whatever the machine's load.
+    """
+    assert await asyncio.to_thread(proxy.wait_withheld_answered)
+    loop = asyncio.get_running_loop()
+    assert isinstance(loop, MovableClockLoop)
+    loop.move(seconds)

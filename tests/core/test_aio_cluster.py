@@ -19,9 +19,21 @@ from django_mcpatterns.core.options import ClusterOptions
 from django_mcpatterns.core.store import AsyncStore
 from tests.aio import Blocking
 from tests.conftest import flush
-from tests.core.asyncio_tools import Ticker, loop_never_blocks
+from tests.core.asyncio_tools import (
+    Ticker,
+    loop_never_blocks,
+    run_on_movable_clock,
+    time_out_withheld,
+)
 from tests.drills.proxy import Proxy
-from tests.harness import MemcachedServer, free_port, raw_client, start_memcached, stop_all
+from tests.harness import (
+    PATIENCE,
+    MemcachedServer,
+    free_port,
+    raw_client,
+    start_memcached,
+    stop_all,
+)
 
 
 @pytest.fixture
@@ -150,25 +162,27 @@ def test_a_withheld_reply_is_an_unknown_outcome_and_the_next_request_is_clean(
 ) -> None:
     flush(memcached_1)
     with Proxy(memcached_1[0].port) as proxy:
-        twin = AsyncCluster([proxy.spec], ClusterOptions(timeout=0.3, retry_timeout=0))
+        # Patient: a loaded machine answers every request that is not withheld; the withheld
+        # ones time out when the test moves the loop's clock, once memcached applied them.
+        twin = AsyncCluster([proxy.spec], ClusterOptions(timeout=PATIENCE, retry_timeout=0))
 
         async def work() -> Any:
             await twin.set("warm", 1)
             proxy.withhold(b"set ")
+            landing = asyncio.ensure_future(twin.strict().set("k", b"landed"))
+            await time_out_withheld(proxy, PATIENCE)
             with pytest.raises(OutcomeUnknownError):
-                await twin.strict().set("k", b"landed")
-            # memcached applied it: unknown, not failed.  The read comes on a new connection,
-            # which another memcached thread may serve first: wait for the set to land.
-            for _ in range(100):
-                if await twin.get("k") == b"landed":
-                    break
-                await asyncio.sleep(0.05)
+                await landing
+            # memcached applied it (and answered before any other request): unknown, not
+            # failed.  The read comes on a new connection.
             assert await twin.get("k") == b"landed"
             proxy.withhold(b"set ")
-            assert await twin.set("k2", b"v") is False  # the default view: Django's answer
+            degrading = asyncio.ensure_future(twin.set("k2", b"v"))
+            await time_out_withheld(proxy, PATIENCE)
+            assert await degrading is False  # the default view: Django's answer
             return await twin.get_many(["warm", "k", "k2"])
 
-        assert asyncio.run(work()) == {"warm": 1, "k": b"landed", "k2": b"v"}
+        assert run_on_movable_clock(work) == {"warm": 1, "k": b"landed", "k2": b"v"}
     nowhere = AsyncCluster([f"127.0.0.1:{free_port()}"], ClusterOptions(timeout=0.3))
 
     async def refused() -> None:

@@ -35,8 +35,9 @@ from django_mcpatterns.core.protocol.plans import MISS
 from django_mcpatterns.core.values.serde import SerdeOptions
 from django_mcpatterns.core.wire import ErrorReply, Value
 from tests.conftest import flush
+from tests.core.asyncio_tools import run_on_movable_clock, time_out_withheld
 from tests.drills.proxy import Proxy
-from tests.harness import MemcachedServer, raw_client
+from tests.harness import PATIENCE, MemcachedServer, raw_client
 
 needs_compiled = pytest.mark.skipif(
     compiled.speedups is None, reason=f"the compiled path is not built: {compiled.why_pure}"
@@ -55,8 +56,12 @@ def path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str
     return str(request.param)
 
 
-def run(work: Callable[[], Awaitable[Any]], *clusters: AsyncCluster) -> Any:
-    """``work()`` in a loop of its own; the clusters' connections closed after it."""
+def run(work: Callable[[], Awaitable[Any]], *clusters: AsyncCluster, clock: bool = False) -> Any:
+    """``work()`` in a loop of its own; the clusters' connections closed after it.
+
+    With ``clock``, the loop is a :class:`~tests.core.asyncio_tools.MovableClockLoop`
+    (the test ends timeouts).
+    """
 
     async def main() -> Any:
         try:
@@ -66,7 +71,7 @@ def run(work: Callable[[], Awaitable[Any]], *clusters: AsyncCluster) -> Any:
                 await cluster.close()
             await asyncio.sleep(0)  # the transports' closing callbacks
 
-    return asyncio.run(main())
+    return run_on_movable_clock(main) if clock else asyncio.run(main())
 
 
 # -- answers -----------------------------------------------------------------------------
@@ -172,19 +177,25 @@ def test_a_connection_lost_mid_batch_degrades_or_is_unknown(
 ) -> None:
     flush(memcached_1)
     with Proxy(memcached_1[0].port) as proxy:
-        options = ClusterOptions(timeout=0.5, retry_timeout=0)
+        # Patient: a loaded machine answers every request that is not withheld; the withheld
+        # ones time out when the test moves the loop's clock, once memcached answered them.
+        options = ClusterOptions(timeout=PATIENCE, retry_timeout=0)
         twin = AsyncCluster([proxy.spec], options)
 
         async def work() -> Any:
             await twin.set("t:lost", b"v")
             proxy.withhold(b"get ")
-            degraded = await twin.get("t:lost", "default")  # the reply never comes: timed out
+            degrading = asyncio.ensure_future(twin.get("t:lost", "default"))
+            await time_out_withheld(proxy, PATIENCE)  # the reply never comes: timed out
+            degraded = await degrading
             proxy.withhold(b"get ")
+            unknown = asyncio.ensure_future(twin.strict().get("t:lost"))
+            await time_out_withheld(proxy, PATIENCE)
             with pytest.raises(OutcomeUnknownError):
-                await twin.strict().get("t:lost")
+                await unknown
             return degraded, await twin.get("t:lost")
 
-        assert run(work, twin) == ("default", b"v")
+        assert run(work, twin, clock=True) == ("default", b"v")
 
 
 def test_each_task_wakes_in_its_own_context_and_timeouts_cancel(
