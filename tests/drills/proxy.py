@@ -47,6 +47,8 @@ class Connection:
     held: int = 0  # reply bytes dropped (counted, not kept: bounded)
     round_trips: int = 0  # client bursts, each after a reply (see the module docstring)
     answered: bool = True  # the server replied since the client last sent
+    withheld_by: int = 0  # which call of Proxy.withhold this connection's holding answers
+    settled: bool = False  # its withheld command was answered (or the connection closed)
 
 
 class Proxy:
@@ -64,6 +66,7 @@ class Proxy:
         self._settled.set()
         self.connections: list[Connection] = []
         self._withhold: bytes | None = None
+        self._withholds = 0  # calls of withhold(): a previous one's late close sets nothing
         self._listener = socket.create_server((LOOPBACK, 0))
         self.port: int = self._listener.getsockname()[1]
         self._sockets: list[socket.socket] = []
@@ -129,6 +132,7 @@ class Proxy:
         """
         with self._lock:
             self._withhold = command
+            self._withholds += 1
             self._answered.clear()
 
     def wait_withheld_answered(self, timeout: float = 30) -> bool:
@@ -188,7 +192,23 @@ class Proxy:
             if self._withhold is not None and data.startswith(self._withhold):
                 self._withhold = None
                 record.holding = True
+                record.withheld_by = self._withholds
                 self._settled.clear()
+
+    def _settle(self, record: Connection) -> None:
+        """The withheld command on ``record`` was answered (or its connection closed).
+
+        Once per connection; and only the latest withheld command's answer is waited
+        for: an earlier one's connection closing late (a busy machine runs this thread
+        late) is no answer to the command withheld since.
+        """
+        with self._lock:
+            if record.settled:
+                return
+            record.settled = True
+            self._settled.set()
+            if record.withheld_by == self._withholds:
+                self._answered.set()
 
     def _pump(
         self, source: socket.socket, target: socket.socket, record: Connection, upstream: bool
@@ -216,8 +236,7 @@ class Proxy:
                         record.answered = True
                 if not upstream and record.holding:
                     record.held += len(data)
-                    self._answered.set()
-                    self._settled.set()
+                    self._settle(record)
                     continue
                 if not upstream and self.delay:
                     time.sleep(self.delay)
@@ -244,8 +263,7 @@ class Proxy:
                     target.shutdown(socket.SHUT_WR)
             else:
                 if not upstream and record.holding:
-                    self._answered.set()  # closed unanswered: nothing left to wait for
-                    self._settled.set()
+                    self._settle(record)  # closed unanswered: nothing left to wait for
                 for sock in (source, target):
                     with contextlib.suppress(OSError):
                         sock.shutdown(socket.SHUT_RDWR)
