@@ -5,16 +5,17 @@
  * Python its common case (a str or bytes value, room in memory, no sweep due) is most
  * of a miss's own cost.  near_fill
  * does that case here, with the same answers and the same table afterwards; any other
- * case (another type of value or key, prefixes, a table half full whose admission sketch
- * counts, a sweep due, the table's lock held) it hands to NearTable.fill, before it
- * changed anything.
+ * case (another type of value or key, prefixes, a full table whose admission must choose,
+ * the sketch ageing, a sweep due, the table's lock held) it hands to NearTable.fill,
+ * before it changed anything.
  *
  * The table's lock: NearTable.fill holds it across a few dict and list operations.  Here
  * the lock is seen free (`locked()`) and the whole change is made without releasing the
  * GIL and without running Python code (every object allocated and every call made before
  * the look; what is dropped is let go after), so no thread runs in between: none can be
  * inside the lock's section meanwhile, and one that takes it afterwards sees the change
- * complete. */
+ * complete.  Past half full the admission sketch counts the read here too; admission
+ * itself (the budget reached) and the sketch's ageing are Python's. */
 #include "speedups.h"
 
 #include <structmember.h>
@@ -27,7 +28,8 @@ static struct {
     Py_ssize_t str_size, bytes_size, overhead;
     /* NearTable's slots */
     Py_ssize_t t_hits, t_saved, t_misses, t_report, t_report_at, t_seq, t_clock, t_fixed, t_cleared, t_stamps, t_lock, t_entries, t_order, t_queue,
-        t_bytes, t_sketch_from, t_largest, t_sweep_at, t_fills;
+        t_bytes, t_sketch_from, t_largest, t_sweep_at, t_fills, t_rows, t_mask, t_added,
+        t_sample_limit, t_budget;
     /* Entry's slots */
     Py_ssize_t e_key, e_value, e_copy, e_size, e_expires, e_hits, e_slot, e_envelope, e_cas,
         e_epoch;
@@ -80,7 +82,10 @@ speedups_bind_near(PyObject *module, PyObject *args)
         {&N.t_order, T, "_order"},       {&N.t_queue, T, "_queue"},
         {&N.t_bytes, T, "_bytes"},       {&N.t_sketch_from, T, "_sketch_from"},
         {&N.t_largest, T, "_largest"},   {&N.t_sweep_at, T, "_sweep_at"},
-        {&N.t_fills, T, "_fills"},       {&N.e_key, E, "key"},
+        {&N.t_fills, T, "_fills"},       {&N.t_rows, T, "_rows"},
+        {&N.t_mask, T, "_mask"},         {&N.t_added, T, "_added"},
+        {&N.t_sample_limit, T, "_sample_limit"}, {&N.t_budget, T, "budget"},
+        {&N.e_key, E, "key"},
         {&N.e_value, E, "value"},        {&N.e_copy, E, "copy"},
         {&N.e_size, E, "size"},          {&N.e_expires, E, "expires"},
         {&N.e_hits, E, "hits"},          {&N.e_slot, E, "slot"},
@@ -254,6 +259,38 @@ slow(PyObject *const *args)
     return PyObject_CallMethodObjArgs(args[0], N.s_fill, args[1], args[2], args[3], NULL);
 }
 
+/* Whether the sketch may count a fill bringing the table to `held` bytes here: its four
+ * rows (bytearrays of the table's width) in `rows`, its count of reads in `*added`; not
+ * when admission may be asked (past the budget) or the sketch ages with this read. */
+static int
+sketch(PyObject *table, Py_ssize_t held, unsigned char *rows[4], Py_ssize_t *added)
+{
+    PyObject *list = AT(table, N.t_rows), *mask = AT(table, N.t_mask);
+    PyObject *count = AT(table, N.t_added), *limit = AT(table, N.t_sample_limit);
+    PyObject *budget = AT(table, N.t_budget);
+    if (list == NULL || !PyList_CheckExact(list) || PyList_GET_SIZE(list) != 4 || mask == NULL
+        || !PyLong_CheckExact(mask) || count == NULL || !PyLong_CheckExact(count)
+        || limit == NULL || !PyLong_CheckExact(limit) || budget == NULL
+        || !PyLong_CheckExact(budget))
+        return 0;
+    Py_ssize_t width = PyLong_AsSsize_t(mask) + 1, n = PyLong_AsSsize_t(count);
+    Py_ssize_t most = PyLong_AsSsize_t(limit), room = PyLong_AsSsize_t(budget);
+    if (PyErr_Occurred()) {
+        PyErr_Clear();
+        return 0;
+    }
+    if (held > room || n + 1 >= most || width <= 0 || width > (1 << 16))
+        return 0;
+    for (int i = 0; i < 4; i++) {
+        PyObject *row = PyList_GET_ITEM(list, i);
+        if (!PyByteArray_CheckExact(row) || PyByteArray_GET_SIZE(row) != width)
+            return 0;
+        rows[i] = (unsigned char *)PyByteArray_AS_STRING(row);
+    }
+    *added = n;
+    return 1;
+}
+
 /* near_fill(table, key, value, ticket): table.fill(key, value, ticket), the same answer
  * and the same table afterwards. */
 PyObject *
@@ -405,11 +442,30 @@ speedups_near_fill(PyObject *module, PyObject *const *args, Py_ssize_t n)
     Py_ssize_t queued = PyObject_Size(queue);
     if (queued < 0)
         goto done;
-    if (held > from || now >= sweep || queued + 1 > 2 * (count + 1) + 64)
-        goto fallback;  /* the sketch counts, admission may be asked, or a sweep is due */
-    PyObject *new_held = PyLong_FromSsize_t(held);
+    if (now >= sweep || queued + 1 > 2 * (count + 1) + 64)
+        goto fallback;  /* a sweep is due */
+    unsigned char *rows[4];
+    Py_ssize_t added = 0;
+    if (held > from) {  /* the sketch counts this read (NearTable._count_use) */
+        if (!sketch(table, held, rows, &added))
+            goto fallback;  /* admission may be asked, or the sketch ages: Python's */
+    }
+    PyObject *new_held = PyLong_FromSsize_t(held), *new_added = NULL;
     if (new_held == NULL)
         goto done;
+    if (held > from) {
+        if ((new_added = PyLong_FromSsize_t(added + 1)) == NULL) {
+            Py_DECREF(new_held);
+            goto done;
+        }
+        Py_ssize_t mask = PyLong_AsSsize_t(AT(table, N.t_mask));
+        Py_ssize_t at[4] = {hash & mask, (hash >> 16) & mask, (hash >> 32) & mask,
+                            (hash >> 48) & mask};
+        for (int i = 0; i < 4; i++)
+            if (rows[i][at[i]] < 255)
+                rows[i][at[i]] += 1;
+        Py_SETREF(AT(table, N.t_added), new_added);
+    }
     if (old != NULL) {  /* NearTable._remove(old), its references let go after */
         dropped = Py_NewRef(old);
         Py_ssize_t last_at = PyList_GET_SIZE(order) - 1;

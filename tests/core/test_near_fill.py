@@ -156,6 +156,25 @@ def test_both_paths_alike_at_the_edges() -> None:
         both(f"m{i}", "w" * 300)
 
 
+def test_both_paths_count_alike_in_the_sketch() -> None:
+    """Past half full and short of full, the compiled fill counts each read in the sketch
+    as Python's does, up to a counter's ceiling (255)."""
+    clock = FakeClock(1000.0)
+    python, module = table_of(clock, max_bytes=2**16), table_of(clock, max_bytes=2**16)
+    ticket = python.ticket()
+    for i in range(50):  # about 38 KB of 63: past half full
+        assert NearTable.fill(python, f"h{i}", "w" * 300, ticket) == fill(
+            module, f"h{i}", "w" * 300, ticket
+        )
+    assert python._bytes > python._sketch_from
+    for _ in range(300):  # one key read again and again: its counters reach the ceiling
+        assert NearTable.fill(python, "h0", "w" * 300, ticket) == fill(
+            module, "h0", "w" * 300, ticket
+        )
+        assert state(python) == state(module)
+    assert max(max(row) for row in module._rows) == 255
+
+
 @pytest.mark.parametrize(("hitting", "filling"), [(NearTable.hit, NearTable.fill), (hit, fill)])
 def test_a_hit_until_the_bound_each_caller_its_own_copy(hitting: Any, filling: Any) -> None:
     clock = FakeClock(1000.0)
@@ -212,12 +231,16 @@ def test_a_fill_while_another_thread_holds_the_lock_waits_for_it(filling: Any) -
     assert table.lookup("k") is not None
 
 
+@pytest.mark.parametrize("holding", [False, True], ids=["writes drop", "writes hold"])
 @pytest.mark.parametrize("filling", PATHS)
-def test_threads_filling_and_writing_str_values_keep_the_table_whole(filling: Any) -> None:
+def test_threads_filling_and_writing_str_values_keep_the_table_whole(
+    filling: Any, holding: bool
+) -> None:
     """Real threads on one table, switching as often as the interpreter allows, filling str
     values (the compiled case) past half full (the sketch, admission, sweeps: Python's),
-    writers of this process invalidating.  No lookup returns a value older than a write
-    that completed before it began, and the table's books balance."""
+    writers of this process invalidating, or holding what they wrote (``written``: two
+    writers of one key race).  No lookup returns a value older than a write that
+    completed before it began, and the table's books balance."""
     table = NearTable(NearOptions(max_age=0.02, max_bytes=2**16))
     keys = [f"k{i}" for i in range(400)]
     server = dict.fromkeys(keys, 0)
@@ -245,10 +268,15 @@ def test_threads_filling_and_writing_str_values_keep_the_table_whole(filling: An
         rng = random.Random(seed)
         for _ in range(1500):
             key = rng.choice(keys[:50])
+            ticket = table.ticket()  # before the write is sent
             with guard:
                 server[key] += 1
                 version = server[key]
-            table.invalidate(key)
+            time.sleep(0)  # the reply's way back: another writer's may return first
+            if holding:
+                table.written(key, str(version), ticket)
+            else:
+                table.invalidate(key)
             with guard:
                 completed[key] = max(completed[key], version)
 

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from django_mcpatterns.core.cluster import Cluster
-from django_mcpatterns.core.exceptions import NeedsMetaProtocolError
+from django_mcpatterns.core.exceptions import NeedsMetaProtocolError, ValueTooLargeError
 from django_mcpatterns.core.namespaces import Namespaces
 from django_mcpatterns.core.near import AsyncNearStore, NearOptions, NearStore, NearTable
 from django_mcpatterns.core.options import ClusterOptions
@@ -159,6 +159,51 @@ def test_a_write_of_this_process_is_read_at_once(near: Any, cluster: Cluster, wr
     assert near.get("k") == expected
 
 
+def test_a_str_or_bytes_set_is_held_as_written(
+    near: Any, cluster: Cluster, table: NearTable, memcached_1: list[MemcachedServer]
+) -> None:
+    """A set memcached stored of a str or bytes value (living at least max_age) is the key's
+    copy: read back with no round trip; any other value, or a shorter life, drops it."""
+    for value in ("text", b"bytes"):
+        assert near.set("k", value) is True
+        assert requests_to(memcached_1, lambda: near.get("k")) == 0
+        assert near.get("k") == value
+    assert near.set("k", "soon gone", expire=int(MAX_AGE)) is True  # at least max_age: held
+    assert requests_to(memcached_1, lambda: near.get("k")) == 0
+    for value, expire in ((7, 0), ({"a": 1}, 0), ("short", -1)):
+        near.set("k", value, expire)
+        assert table.held("k") is None
+    with pytest.raises(ValueTooLargeError):  # refused by memcached: nothing held
+        near.set("k", "v" * (2 * 2**20))
+    assert table.held("k") is None
+    assert near.get("k") is None  # the failed set left nothing (expire -1 deleted it)
+
+
+def test_a_set_is_not_held_when_another_write_may_have_landed_since_it_was_sent(
+    cluster: Cluster, clock: FakeClock
+) -> None:
+    """Two writes of this process to one key whose order on the server is not known: the
+    first to return holds its value, the other drops it; reads sent before either are void."""
+    table = NearTable(NearOptions(MAX_AGE), clock=clock)
+    first, second, read = table.ticket(), table.ticket(), table.ticket()
+    assert table.written("k", "second", second) is True
+    assert table.written("k", "first", first) is False  # it may have landed before "second"
+    assert table.held("k") is None
+    assert table.fill("k", "read", read) is False
+    assert table.written("k", "third", table.ticket()) is True
+    assert table.held("k").value == "third"  # type: ignore[union-attr]
+
+
+def test_a_flush_clears_every_table(cluster: Cluster, clock: FakeClock) -> None:
+    """flush_all empties the servers: every cache's copies go, not only the flushing one's."""
+    mine, other = (NearTable(NearOptions(MAX_AGE), clock=clock) for _ in range(2))
+    for table in (mine, other):
+        assert table.fill("k", "v", table.ticket())
+    NearStore(cluster, mine).flush_all()
+    assert mine.held("k") is None
+    assert other.held("k") is None
+
+
 def test_a_read_answered_after_a_write_of_this_process_is_not_kept(cluster: Cluster) -> None:
     """The race: a read reaches the server before a write, its reply is handled after the
     write returned.  Its old value is this read's to return, never a later read's."""
@@ -181,7 +226,8 @@ def test_a_read_answered_after_a_write_of_this_process_is_not_kept(cluster: Clus
 
     near = NearStore(Late(), table)  # type: ignore[arg-type]
     assert near.get("k") == "old"
-    assert table.held("k") is None
+    held = table.held("k")
+    assert held is None or held.value == "new"  # the write's own value, or none: never "old"
     assert NearStore(cluster, table).get("k") == "new"
 
 

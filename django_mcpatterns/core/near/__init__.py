@@ -21,8 +21,11 @@ This process's writes
     failed: its outcome may be unknown), and voids the answer of every read of
     that key sent before it: such a read may return the old value after the
     write, and is not kept.  So a read that starts after a write of this process
-    returned sees it, in any thread or task.  ``flush_all`` (``cache.clear()``)
-    empties the table.
+    returned sees it, in any thread or task.  A ``set`` of a str or bytes value
+    memcached stored (to live at least ``max_age``) keeps the value written instead,
+    aged from when the set was sent, unless another write of this process to the key
+    may have landed meanwhile.  ``flush_all`` (``cache.clear()``) empties every table
+    of the process.
 
 What is held
     Plain values (what ``get``, ``get_many``, ``get_or_set`` and

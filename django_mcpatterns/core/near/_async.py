@@ -22,7 +22,7 @@ from django_mcpatterns.core.store import (
 )
 
 from ._model import LARGE_VALUE, near_key
-from ._model_table import MISS, Entry, NearTable, fill, hit, missed
+from ._model_table import MISS, Entry, NearTable, clear_all, fill, hit, missed
 
 _MISS: Any = object()
 
@@ -219,6 +219,25 @@ class AsyncNearStore:
     # -- writes: the copy is dropped once the store answered, or failed --
 
     async def set(self, key: Key, value: Any, expire: int = 0) -> bool:
+        """Store ``value``; a str or bytes value memcached stored (to live at least
+        ``max_age``) becomes the key's copy, as a read sent with the set would have
+        answered it; any other outcome drops the copy."""
+        kind, table = type(value), self.table
+        if (
+            (kind is str or kind is bytes)
+            and type(key) is str
+            and (expire == 0 or expire >= table.max_age)
+        ):
+            ticket = table.ticket()  # before it is sent: the copy is dated from then
+            stored = False
+            try:
+                stored = await self.store.set(key, value, expire)
+                return stored
+            finally:
+                if stored is True:
+                    table.written(key, value, ticket)
+                else:
+                    table.invalidate(key)
         try:
             return await self.store.set(key, value, expire)
         finally:
@@ -352,10 +371,12 @@ class AsyncNearStore:
             self._drop(key)
 
     async def flush_all(self) -> bool:
+        """Empty the servers, and every table of this process: another cache (another
+        ``KEY_PREFIX``, another alias) may hold what the flush removed."""
         try:
             return await self.store.flush_all()
         finally:
-            self.table.clear()
+            clear_all()
 
     async def close(self) -> None:
         await self.store.close()  # connections only: what is held near stays

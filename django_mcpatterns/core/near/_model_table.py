@@ -15,6 +15,7 @@ import re
 import sys
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterable
 from typing import Any, Final
 
@@ -25,7 +26,7 @@ from ..store import CasToken
 from ..values.envelope import Envelope
 from ._model import ENTRY_OVERHEAD, LARGE_VALUE, Copier, NearOptions, NearStats, keep
 
-__all__ = ["MISS", "Entry", "NearTable", "Ticket", "fill", "hit", "missed"]
+__all__ = ["MISS", "Entry", "NearTable", "Ticket", "clear_all", "fill", "hit", "missed"]
 
 MISS: Final[Any] = object()
 """What :meth:`NearTable.hit` answers when no live entry holds the key."""
@@ -176,6 +177,7 @@ class NearTable:
         self._slack = options.max_age * SLACK
         self._reset()
         watch_forks(self)
+        _tables.add(self)
 
     def _reset(self) -> None:
         self._lock = threading.Lock()
@@ -425,6 +427,26 @@ class NearTable:
         finally:
             lock.release()
 
+    def written(self, key: str, value: Any, ticket: Ticket) -> bool:
+        """A write of this process stored ``value`` under ``key``, its request sent under
+        ``ticket``: hold it as a read sent then would have it (the copy ages from then),
+        unless another write of this process may have landed on the key since the ticket
+        (their order on the server is not known: the copy is dropped, as by
+        :meth:`invalidate`).  Either way the answers of reads sent before are void.
+        Returns whether the value is held."""
+        sent, seq = ticket
+        stamp = hash(key) & _STRIPE
+        with self._lock:
+            alone = seq >= self._cleared and self._stamps[stamp] <= seq
+            seq = self._seq = self._seq + 1
+            self._stamps[stamp] = seq
+            entry = self.entries.get(key)
+            if entry is not None:
+                self._remove(entry)
+                self._counts["invalidations"] += 1
+        # A write of this process landing from now on voids this fill (its stamp is later).
+        return alone and fill(self, key, value, (sent, seq))
+
     def invalidate_many(self, keys: Iterable[str]) -> None:
         for key in keys:
             self.invalidate(key)
@@ -542,6 +564,16 @@ fill, hit, missed = compiled.near(
 table's methods of those names, compiled where the hot path is (``src/speedups/near.c``:
 the same answers, the same table afterwards; a fill's common case only, a str or bytes
 value, room in memory, no sweep due)."""
+
+
+_tables: weakref.WeakSet[NearTable] = weakref.WeakSet()  # every table of this process
+
+
+def clear_all() -> None:
+    """:meth:`NearTable.clear` every table of this process (a ``flush_all`` empties whole
+    servers: what any cache holds of them may be gone)."""
+    for table in list(_tables):
+        table.clear()
 
 
 def _read(counter: itertools.count[int]) -> int:
