@@ -401,6 +401,21 @@ speedups_near_fill(PyObject *module, PyObject *const *args, Py_ssize_t n)
     if (size > most)
         goto fallback;  /* refused, and counted there */
 
+    /* The lookup may run Python code (a key held under a str subclass whose __eq__ is
+     * Python's, and that may let another thread write): made before the look, the table
+     * then checked unchanged (what was read held meanwhile: none freed and made again at
+     * its address).  Let go before the look: when changed, that may run Python code. */
+    PyObject *read[3] = {Py_NewRef(entries), Py_NewRef(held_obj), Py_XNewRef(AT(table, N.t_seq))};
+    old = PyDict_GetItemWithError(entries, key);  /* borrowed */
+    int changed = AT(table, N.t_entries) != read[0] || AT(table, N.t_bytes) != read[1]
+                  || AT(table, N.t_seq) != read[2];
+    for (int i = 0; i < 3; i++)
+        Py_XDECREF(read[i]);
+    if (old == NULL && PyErr_Occurred())
+        goto done;
+    if (changed)
+        goto fallback;
+
     /* The look: is the lock free?  From here to its end no Python code runs. */
     PyObject *locked = PyObject_CallMethodNoArgs(lock, N.s_locked);
     if (locked == NULL)
@@ -412,16 +427,14 @@ speedups_near_fill(PyObject *module, PyObject *const *args, Py_ssize_t n)
         result = Py_NewRef(Py_False);  /* a write of this process came after the read was sent */
         goto done;
     }
-    old = PyDict_GetItemWithError(entries, key);  /* borrowed */
-    if (old == NULL && PyErr_Occurred())
-        goto done;
     Py_ssize_t count = PyList_GET_SIZE(order);
     if (old != NULL) {
         PyObject *old_size = Py_IS_TYPE(old, N.Entry) ? AT(old, N.e_size) : NULL;
         PyObject *old_slot = Py_IS_TYPE(old, N.Entry) ? AT(old, N.e_slot) : NULL;
+        PyObject *old_key = Py_IS_TYPE(old, N.Entry) ? AT(old, N.e_key) : NULL;
         if (old_size == NULL || !PyLong_CheckExact(old_size) || old_slot == NULL
-            || !PyLong_CheckExact(old_slot))
-            goto fallback;
+            || !PyLong_CheckExact(old_slot) || old_key == NULL || !PyUnicode_CheckExact(old_key))
+            goto fallback;  /* a str subclass's key: its deletion may run Python code */
         held -= PyLong_AsSsize_t(old_size);
         count -= 1;
     }

@@ -80,3 +80,37 @@ def test_a_fill_of_a_value_kept_apart_reads_the_clock_once(filling: Any) -> None
         clock.reads = 0
         assert filling(table, "k", value, ticket)
         assert clock.reads == 1
+
+
+def whole(table: NearTable) -> None:
+    """The table's parts agree: every entry in order at its slot, the bytes counted."""
+    assert len(table.entries) == len(table._order)
+    for i, entry in enumerate(table._order):
+        assert entry.slot == i
+        assert table.entries[entry.key] is entry
+    assert table._bytes == sum(entry.size for entry in table._order)
+
+
+@pytest.mark.parametrize("filling", [NearTable.fill, fill], ids=["python", "module"])
+def test_a_key_held_under_a_str_subclass_whose_eq_lets_a_write_in(filling: Any) -> None:
+    """A fill's lookup may run a key's ``__eq__`` (the key held under a str subclass):
+    another thread may write meanwhile, unless the lock is held (Python's fill holds it;
+    the compiled one, which has not taken it, must see the table changed)."""
+    table = NearTable(NearOptions(max_age=5.0), clock=FakeClock(1000.0))
+
+    class Key(str):
+        __hash__ = str.__hash__
+
+        def __eq__(self, other: object) -> bool:
+            if not table._lock.locked():  # what another thread may do now
+                table.invalidate("a")
+                NearTable.fill(table, "b", "v" * 50, table.ticket())
+            return str.__eq__(self, other)
+
+    ticket = table.ticket()
+    for key, value in (("first", "v"), ("a", "v" * 100), (Key("k"), "v")):
+        NearTable.fill(table, key, value, ticket)
+    assert filling(table, "k", "w", table.ticket())
+    whole(table)
+    assert type(table.entries["k"].key) is str
+    assert table.entries["k"].value == "w"
