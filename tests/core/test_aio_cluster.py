@@ -164,7 +164,10 @@ def test_a_withheld_reply_is_an_unknown_outcome_and_the_next_request_is_clean(
     with Proxy(memcached_1[0].port) as proxy:
         # Patient: a loaded machine answers every request that is not withheld; the withheld
         # ones time out when the test moves the loop's clock, once memcached applied them.
-        twin = AsyncCluster([proxy.spec], ClusterOptions(timeout=PATIENCE, retry_timeout=0))
+        twin = AsyncCluster(
+            [proxy.spec],
+            ClusterOptions(timeout=PATIENCE, connect_timeout=PATIENCE, retry_timeout=0),
+        )
 
         async def work() -> Any:
             await twin.set("warm", 1)

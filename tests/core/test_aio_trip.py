@@ -179,7 +179,7 @@ def test_a_connection_lost_mid_batch_degrades_or_is_unknown(
     with Proxy(memcached_1[0].port) as proxy:
         # Patient: a loaded machine answers every request that is not withheld; the withheld
         # ones time out when the test moves the loop's clock, once memcached answered them.
-        options = ClusterOptions(timeout=PATIENCE, retry_timeout=0)
+        options = ClusterOptions(timeout=PATIENCE, connect_timeout=PATIENCE, retry_timeout=0)
         twin = AsyncCluster([proxy.spec], options)
 
         async def work() -> Any:
