@@ -391,8 +391,12 @@ def server_requests(servers: Iterable[MemcachedServer]) -> int:
 
 
 def http_get(url: str) -> tuple[int, str]:
-    """The status and body of a GET (an error status raises, as ``urlopen`` does)."""
-    with urllib.request.urlopen(url, timeout=5) as response:
+    """The status and body of a GET (an error status raises, as ``urlopen`` does).
+
+    Patient: a healthy page of an example on a busy machine took over 5 s once; a page
+    that hangs still fails, after three times :data:`PATIENCE`.
+    """
+    with urllib.request.urlopen(url, timeout=3 * PATIENCE) as response:
         return response.status, response.read().decode()
 
 
