@@ -11,7 +11,6 @@ tables through the same fills, hits, tickets, writes, clears and time, one per p
 from __future__ import annotations
 
 import random
-import sys
 import threading
 import time
 from typing import Any
@@ -23,6 +22,7 @@ from hypothesis import strategies as st
 from django_mcpatterns.core.near import NearOptions, NearTable
 from django_mcpatterns.core.near._model_table import MISS, fill, hit, missed
 from django_mcpatterns.core.protocol import compiled
+from tests.core.test_near_table import assert_whole, race
 from tests.fakes import FakeClock
 
 PATHS = [pytest.param(NearTable.fill, id="python"), pytest.param(fill, id="module")]
@@ -280,22 +280,9 @@ def test_threads_filling_and_writing_str_values_keep_the_table_whole(
             with guard:
                 completed[key] = max(completed[key], version)
 
-    interval = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)
-    try:
-        threads = [threading.Thread(target=reader, args=(i,)) for i in range(4)]
-        threads += [threading.Thread(target=writer, args=(10 + i,)) for i in range(2)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-    finally:
-        sys.setswitchinterval(interval)
+    race(reader, writer)
     assert errors == []
     stats = table.stats()
-    entries = list(table.entries.values())
-    assert stats.bytes == sum(entry.size for entry in entries) <= table.budget
-    assert sorted(map(id, table._order)) == sorted(map(id, entries))
-    assert all(table._order[entry.slot] is entry for entry in entries)
+    assert_whole(table)
     assert stats.fills > 0
     assert stats.invalidations > 0

@@ -16,6 +16,7 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -44,6 +45,29 @@ def clock() -> FakeClock:
 def table_of(clock: FakeClock, **options: Any) -> NearTable:
     rng = random.Random(7).randrange  # which entries eviction looks at: the same every run
     return NearTable(NearOptions(**{"max_age": 1.0, **options}), clock=clock, rng=rng)
+
+
+def race(reader: Callable[[int], None], writer: Callable[[int], None]) -> None:
+    """Four readers and two writers, switching threads every microsecond."""
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        threads = [threading.Thread(target=reader, args=(i,)) for i in range(4)]
+        threads += [threading.Thread(target=writer, args=(10 + i,)) for i in range(2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        sys.setswitchinterval(interval)
+
+
+def assert_whole(table: NearTable) -> None:
+    """The table's byte count, entries and expiry order agree, within its budget."""
+    entries = list(table.entries.values())
+    assert table.stats().bytes == sum(entry.size for entry in entries) <= table.budget
+    assert sorted(map(id, table._order)) == sorted(map(id, entries))
+    assert all(table._order[entry.slot] is entry for entry in entries)
 
 
 def value_of(table: NearTable, key: str) -> Any:
@@ -257,23 +281,10 @@ def test_threads_filling_evicting_and_writing_keep_the_table_whole() -> None:
             with guard:
                 completed[key] = max(completed[key], version)
 
-    interval = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)
-    try:
-        threads = [threading.Thread(target=reader, args=(i,)) for i in range(4)]
-        threads += [threading.Thread(target=writer, args=(10 + i,)) for i in range(2)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-    finally:
-        sys.setswitchinterval(interval)
+    race(reader, writer)
     assert errors == []
     stats = table.stats()
-    entries = list(table.entries.values())
-    assert stats.bytes == sum(entry.size for entry in entries) <= table.budget
-    assert sorted(map(id, table._order)) == sorted(map(id, entries))
-    assert all(table._order[entry.slot] is entry for entry in entries)
+    assert_whole(table)
     assert stats.fills > 0
     assert stats.evictions + stats.refused > 0
     assert stats.invalidations > 0
