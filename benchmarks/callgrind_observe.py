@@ -41,7 +41,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.callgrind_ops import run_under_callgrind  # noqa: E402
+from benchmarks.callgrind_ops import require_tools, run_under_callgrind  # noqa: E402
 
 CASES = ("off", "prometheus", "otel 1%", "production", "production, 0%", "production, 1 request")
 
@@ -57,9 +57,7 @@ def main() -> None:
     if args.inner:
         inner(json.loads(args.inner))
         return
-    for tool in ("valgrind", "gcc"):
-        if shutil.which(tool) is None:
-            sys.exit(f"{tool} is not installed: apt-get install -y valgrind gcc")
+    require_tools()
 
     from benchmarks.callgrind_ops import build_stub
     from tests.harness import memcached_cluster

@@ -75,9 +75,7 @@ def main() -> None:
         inner(json.loads(args.inner))
         return
 
-    for tool in ("valgrind", "gcc"):
-        if shutil.which(tool) is None:
-            sys.exit(f"{tool} is not installed: apt-get install -y valgrind gcc")
+    require_tools()
     from tests.harness import memcached_cluster
 
     clients = [c for c in CLIENTS if not args.only or c in args.only]
@@ -101,6 +99,13 @@ def main() -> None:
     report(runs, args.ops, args.compare)
     if args.json:
         args.json.write_text(json.dumps({"ops": args.ops, "runs": runs}, indent=1))
+
+
+def require_tools() -> None:
+    """Exit with the install command when valgrind or gcc (for the stub) is missing."""
+    for tool in ("valgrind", "gcc"):
+        if shutil.which(tool) is None:
+            sys.exit(f"{tool} is not installed: apt-get install -y valgrind gcc")
 
 
 def build_stub(tmp: Path) -> Path:

@@ -25,7 +25,6 @@ import argparse
 import ctypes
 import gc
 import json
-import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -36,7 +35,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import bench_orm  # noqa: E402
-from callgrind_ops import build_stub, run_under_callgrind  # noqa: E402
+from callgrind_ops import build_stub, require_tools, run_under_callgrind  # noqa: E402
 
 CASES = ("delete", "uncached", "warm", "cold")
 
@@ -52,9 +51,7 @@ def main() -> None:
     if args.inner:
         inner(json.loads(args.inner))
         return
-    for tool in ("valgrind", "gcc"):
-        if shutil.which(tool) is None:
-            sys.exit(f"{tool} is not installed: apt-get install -y valgrind gcc")
+    require_tools()
     from django.db import connection
 
     from django_mcpatterns.orm.testing import installed
