@@ -26,7 +26,17 @@ from ..store import CasToken
 from ..values.envelope import Envelope
 from ._model import ENTRY_OVERHEAD, LARGE_VALUE, Copier, NearOptions, NearStats, keep
 
-__all__ = ["MISS", "Entry", "NearTable", "Ticket", "clear_all", "fill", "hit", "missed"]
+__all__ = [
+    "CARRY_FROM",
+    "MISS",
+    "Entry",
+    "NearTable",
+    "Ticket",
+    "clear_all",
+    "fill",
+    "hit",
+    "missed",
+]
 
 MISS: Final[Any] = object()
 """What :meth:`NearTable.hit` answers when no live entry holds the key."""
@@ -41,6 +51,10 @@ SWEEP: Final = 256  # the most expired entries one fill drops from the head of t
 SLACK: Final = 1 / 16  # of max_age: how long past its bound an entry may wait to be dropped
 QUEUED: Final = 80  # the bytes of an entry's item in the expiry queue: a tuple, a float
 REPORT_EVERY: Final = 1.0  # seconds between reports to instrumentation (on a miss)
+HOT: Final = 2  # hits in its life (this one counted) that make an entry worth a refresh ahead
+DUE_LIMIT: Final = 128  # the most keys waiting for a refresh ahead (more are not noted)
+CARRIED: Final = 16  # the most keys one miss re-reads ahead, in its own request
+CARRY_FROM: Final = 4  # keys due before a miss carries them (its fixed cost shared)
 _HALF: Final = bytes(i >> 1 for i in range(256))  # halves every counter of a sketch row
 # What a str (ASCII) or bytes object takes besides its characters: what sys.getsizeof
 # says, without its method lookup and call (a fifth of a fill's cost).
@@ -63,6 +77,7 @@ class Entry:
     __slots__ = (
         "cas",
         "copy",
+        "due",
         "envelope",
         "epoch",
         "expires",
@@ -79,6 +94,7 @@ class Entry:
     size: int  # the bytes counted against max_bytes
     expires: float
     hits: int  # since the sketch last aged: eviction's measure of use
+    due: bool  # noted for a refresh ahead (once per entry: a refreshed key is a new entry)
     slot: int  # the entry's index in the table's order list
     envelope: Envelope | None  # get_or_compute's metadata (value left out)
     cas: CasToken | None  # with the server's epoch: for revalidation
@@ -114,6 +130,7 @@ class NearTable:
         "_bytes",
         "_cleared",
         "_counts",
+        "_due_within",
         "_fills",
         "_fixed",
         "_hits",
@@ -138,6 +155,7 @@ class NearTable:
         "_wall",
         "budget",
         "clock",
+        "due",
         "entries",
         "max_age",
         "options",
@@ -175,6 +193,13 @@ class NearTable:
         self._sketch_from = self.budget // 2
         self._largest = self.budget // 4  # a value larger is never held
         self._slack = options.max_age * SLACK
+        # Refresh ahead: a hit on an entry read before in its life, with less than this
+        # left of it, notes its key in `due` (None: off; under prefixes each key's bound
+        # is its own, and none is noted).
+        ahead = options.refresh_ahead
+        self._due_within: float | None = (
+            None if ahead is None or options.prefixes is not None else (1 - ahead) * self.max_age
+        )
         self._reset()
         watch_forks(self)
         _tables.add(self)
@@ -182,6 +207,8 @@ class NearTable:
     def _reset(self) -> None:
         self._lock = threading.Lock()
         self.entries: dict[str, Entry] = {}
+        # Keys due for a refresh ahead, with the entry noted (the next miss carries them).
+        self.due: dict[str, Entry] = {}
         self._order: list[Entry] = []  # for sampling victims
         # (expires, key) of each fill, in fill order: those past their bound go first.
         self._queue: collections.deque[tuple[float, str]] = collections.deque()
@@ -196,10 +223,13 @@ class NearTable:
         self._saved = itertools.count()
         self._fills = itertools.count()
         self._sweep_at = 0.0  # when the oldest entry held is SLACK past its bound (or later)
-        self._counts = dict.fromkeys(("refused", "evictions", "invalidations", "revalidated"), 0)
+        self._counts = dict.fromkeys(
+            ("refused", "evictions", "invalidations", "revalidated", "refreshed"), 0
+        )
 
     def after_fork(self) -> None:
-        """In a forked child: start empty (another process; a parent's lock may be held)."""
+        """In a forked child: start empty, nothing due (another process; a parent's lock may
+        be held)."""
         self._reset()
 
     # -- reading (no lock) --
@@ -214,18 +244,87 @@ class NearTable:
         next(self._misses)
         return None
 
-    def hit(self, key: str) -> Any:
+    def hit(self, key: str, note: bool = True) -> Any:
         """The value of ``key``'s live entry for one caller (counted as a hit and a round trip
         saved: a ``get`` answered), else :data:`MISS` (not counted: the caller's :meth:`miss`
-        counts it).  Compiled where the hot path is (:func:`hit`)."""
+        counts it).  Compiled where the hot path is (:func:`hit`).
+
+        ``note``: an entry read before in its life (hot) with less than the table's
+        refresh window left is noted in :attr:`due` (once), for the next miss to re-read
+        (``key`` is then a str the store can read as it is).
+        """
         entry = self.entries.get(key)
-        if entry is not None and entry.expires > self.clock():
-            entry.hits += 1
+        now = self.clock()
+        if entry is not None and entry.expires > now:
+            hits = entry.hits = entry.hits + 1
             next(self._hits)
             next(self._saved)
+            within = self._due_within
+            if (
+                note
+                and within is not None
+                and hits >= HOT
+                and entry.expires - now < within
+                and not entry.due
+                and entry.envelope is None
+                and entry.cas is None
+                and len(self.due) < DUE_LIMIT
+            ):
+                entry.due = True
+                self.due[key] = entry
             copy = entry.copy
             return entry.value if copy is None else copy(entry.value)
         return MISS
+
+    def no_refresh(self) -> None:
+        """Note no key for a refresh ahead (a store in front of which misses cannot carry
+        other keys)."""
+        self._due_within = None
+        self.due = {}
+
+    def take_due(self, key: str) -> list[Entry]:
+        """Up to :data:`CARRIED` entries due for a refresh ahead, taken out of :attr:`due`
+        (``key``'s own left out: the miss reads it anyway)."""
+        due: dict[str, Entry] = self.due
+        taken: list[Entry] = []
+        while due and len(taken) < CARRIED:
+            try:
+                name, entry = due.popitem()
+            except KeyError:  # another thread took the last one
+                break
+            if name != key:
+                taken.append(entry)
+        return taken
+
+    def refreshed(
+        self, found: dict[Any, Any], carried: Iterable[str], taken: list[Entry], ticket: Ticket
+    ) -> None:
+        """The answer of a miss's request that carried the keys ``carried`` of the entries
+        ``taken`` (:meth:`take_due`), sent under ``ticket``: each carried key memcached
+        holds is filled with its value as any read sent then (a write of this process
+        since wins), one it does not hold has its entry dropped; the keys not carried (on
+        another server) are due again."""
+        went, filled = set(carried), 0
+        for entry in taken:
+            key = entry.key
+            if key not in went:
+                if self.entries.get(key) is entry and len(self.due) < DUE_LIMIT:
+                    self.due[key] = entry
+                continue
+            value = found.get(key, MISS)
+            if value is MISS:
+                self.forget(entry)
+            elif fill(self, key, value, ticket):
+                filled += 1
+        if filled:
+            with self._lock:
+                self._counts["refreshed"] += filled
+
+    def forget(self, entry: Entry) -> None:
+        """Drop ``entry`` if it is still its key's (memcached no longer holds the key)."""
+        with self._lock:
+            if self.entries.get(entry.key) is entry:
+                self._remove(entry)
 
     def miss(self, now: float) -> Ticket:
         """Count a miss found at ``now`` (this table's clock, read before the request that
@@ -333,6 +432,7 @@ class NearTable:
         entry.size = size
         entry.expires = expires
         entry.hits = 0
+        entry.due = False
         entry.envelope = None
         entry.cas = None
         entry.epoch = None
@@ -457,6 +557,7 @@ class NearTable:
             self._seq += 1
             self._cleared = self._seq
             self.entries = {}
+            self.due = {}
             self._order = []
             self._queue.clear()
             self._bytes = 0
