@@ -347,6 +347,12 @@ class Driver(StoreCommands):
             return None
         return node.name, epochs.current(node.server.address)
 
+    @property
+    def carries(self) -> bool:
+        """Whether :meth:`get_along` can add keys to a get: no replicas or gutter (which
+        server answers a key is then decided per key)."""
+        return self._routes is None
+
     def get_along(self, key: Key, others: Sequence[str]) -> Any:
         """One ``get`` of ``key`` with those of ``others`` its server holds too, in one
         request to that server (the near cache's refresh ahead): ``(hits by key as given,

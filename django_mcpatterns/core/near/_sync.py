@@ -52,8 +52,8 @@ class NearStore:
             and getattr(store, "text", True) is False
         )
         # Refresh ahead rides on misses where the store can add keys to a miss's request
-        # (a Cluster): elsewhere no key is noted for it.
-        self._along = hasattr(store, "get_along")
+        # (a Cluster without replicas or gutter): elsewhere no key is noted for it.
+        self._along = getattr(store, "carries", False) is True
         if not self._along:
             table.no_refresh()
 
