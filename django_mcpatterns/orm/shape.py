@@ -129,6 +129,8 @@ def shape_of(query: Query, *extra: Any) -> Shape:
     """Walk ``query`` (and ``extra`` parts of the operation); raise :class:`Uncacheable`."""
     if query.select_for_update or query.extra:
         raise Uncacheable("select_for_update and extra() are never cached")
+    if "?" in query.order_by:  # random order: its SQL is compiled from the text '?'
+        raise Uncacheable("order_by('?') is never cached")
     shape = Shape()
     _query(query, shape)
     for part in extra:
