@@ -80,6 +80,8 @@ static PyMethodDef functions[] = {
     {"near_hit", (PyCFunction)(void (*)(void))speedups_near_hit, METH_FASTCALL,
      "near_hit(table, key): table.hit(key), in C."},
     {"near_missed", speedups_near_missed, METH_O, "near_missed(table): table.missed(), in C."},
+    {"near_untrack", speedups_near_untrack, METH_O,
+     "near_untrack(entry): the entry, not followed by the cycle collector."},
     {"near_fill", (PyCFunction)(void (*)(void))speedups_near_fill, METH_FASTCALL,
      "near_fill(table, key, value, ticket): table.fill(key, value, ticket), its common case in C."},
     {NULL},

@@ -344,6 +344,7 @@ speedups_near_fill(PyObject *module, PyObject *const *args, Py_ssize_t n)
     PyObject *entry = N.Entry->tp_alloc(N.Entry, 0);
     if (entry == NULL)
         return NULL;
+    PyObject_GC_UnTrack(entry);  /* see speedups_near_untrack */
     /* sent + bound as Python adds them: two ints (a fake clock's) make an int */
     PyObject *sent_obj = PyTuple_GET_ITEM(ticket, 0), *bound_obj = AT(table, N.t_fixed);
     PyObject *size_obj = PyLong_FromSsize_t(size);
@@ -352,6 +353,8 @@ speedups_near_fill(PyObject *module, PyObject *const *args, Py_ssize_t n)
                                 ? PyNumber_Add(sent_obj, bound_obj)
                                 : PyFloat_FromDouble(expires);
     PyObject *item = expires_obj == NULL ? NULL : PyTuple_Pack(2, expires_obj, key);
+    if (item != NULL)
+        PyObject_GC_UnTrack(item);  /* a number and a str: no cycle can pass through it */
     PyObject *result = NULL, *old = NULL, *dropped = NULL;
     if (size_obj == NULL || item == NULL)
         goto done;
@@ -523,4 +526,26 @@ done:
     Py_XDECREF(item);
     Py_XDECREF(dropped);  /* the entry replaced, let go once the table is whole */
     return result;
+}
+
+/* near_untrack(entry): the entry, no longer followed by the cycle collector.
+ *
+ * A table holds up to max_bytes of entries, made at every fill and kept for max_age:
+ * tracked, each is traversed by the young collections it survives and by every full
+ * collection, which their own turnover keeps triggering (a tenth of a miss's
+ * instructions, with a few thousand entries).  No cycle can pass through an entry:
+ * it refers to its key, its value as keep() stores it (immutable scalars and tuples of
+ * them, a private copy of a flat dict, list or set, or pickled bytes: nothing a caller
+ * holds or can make refer back), a module-level copier, metadata and numbers, and
+ * nothing refers to it but its table.  Should a value hold a cycle of its own, that
+ * cycle stays tracked and is collected once the entry lets go of it. */
+PyObject *
+speedups_near_untrack(PyObject *module, PyObject *entry)
+{
+    if (!N.bound || !Py_IS_TYPE(entry, N.Entry)) {
+        PyErr_SetString(PyExc_TypeError, "near_untrack takes the bound Entry class's instances");
+        return NULL;
+    }
+    PyObject_GC_UnTrack(entry);
+    return Py_NewRef(entry);
 }

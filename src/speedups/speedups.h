@@ -112,6 +112,7 @@ PyObject *speedups_resolve(PyObject *module, PyObject *args);
 PyObject *speedups_bind_near(PyObject *module, PyObject *args);
 PyObject *speedups_near_hit(PyObject *module, PyObject *const *args, Py_ssize_t n);
 PyObject *speedups_near_missed(PyObject *module, PyObject *table);
+PyObject *speedups_near_untrack(PyObject *module, PyObject *entry);
 PyObject *speedups_near_fill(PyObject *module, PyObject *const *args, Py_ssize_t n);
 
 /* io.c */

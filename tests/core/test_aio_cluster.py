@@ -13,6 +13,8 @@ import pytest
 from pymemcache.client.base import Client
 
 from django_mcpatterns.core.aio import AsyncCluster
+from django_mcpatterns.core.client.channel import HeldLoopTimeout, open_channel
+from django_mcpatterns.core.client.transport import SocketOptions
 from django_mcpatterns.core.cluster import Cluster
 from django_mcpatterns.core.exceptions import NodeUnavailableError, OutcomeUnknownError
 from django_mcpatterns.core.options import ClusterOptions
@@ -407,3 +409,34 @@ def test_loops_in_many_threads_share_a_twin_each_with_its_own_connections(
     assert errors == []
     # (n, i) tuples come back from the right keys in every thread; a fresh loop still works:
     assert asyncio.run(twin.get("thread:0:0")) == (0, 0)
+
+
+def test_a_connection_made_while_the_loop_was_held_is_kept(
+    memcached_1: list[MemcachedServer],
+) -> None:
+    """A loop held past ``connect_timeout`` (a slow callback) does not fail a connect that
+    the kernel completed meanwhile: the time the loop could not run is not counted."""
+    options = SocketOptions(connect_timeout=0.05)
+
+    async def connect() -> bool:
+        asyncio.get_running_loop().call_soon(time.sleep, 0.3)  # runs once the connect waits
+        channel = await open_channel(("127.0.0.1", memcached_1[0].port), options)
+        try:
+            return channel.broken is None and channel.transport is not None
+        finally:
+            channel.close()
+
+    assert asyncio.run(connect())
+
+
+@pytest.mark.parametrize("held", [0.0, 0.3])
+def test_work_that_never_completes_still_times_out_after_a_held_loop(held: float) -> None:
+    """The time a held loop gives back is bounded: work that never completes expires."""
+
+    async def wait_forever() -> None:
+        asyncio.get_running_loop().call_soon(time.sleep, held)
+        async with HeldLoopTimeout(0.05):
+            await asyncio.Event().wait()
+
+    with pytest.raises(TimeoutError):
+        asyncio.run(wait_forever())

@@ -10,6 +10,7 @@ tables through the same fills, hits, tickets, writes, clears and time, one per p
 
 from __future__ import annotations
 
+import gc
 import random
 import threading
 import time
@@ -20,7 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from django_mcpatterns.core.near import NearOptions, NearTable
-from django_mcpatterns.core.near._model_table import MISS, fill, hit, missed
+from django_mcpatterns.core.near._model_table import MISS, fill, hit, missed, untrack
 from django_mcpatterns.core.protocol import compiled
 from tests.core.test_near_table import assert_whole, race
 from tests.fakes import FakeClock
@@ -194,6 +195,31 @@ def test_a_hit_until_the_bound_each_caller_its_own_copy(hitting: Any, filling: A
     stats = table.stats()
     assert (stats.hits, stats.round_trips_saved, stats.misses) == (3, 3, 0)
     assert table.entries["flat"].hits == 2
+
+
+@pytest.mark.skipif(not compiled.COMPILED, reason=f"pure Python: {compiled.why_pure}")
+@pytest.mark.parametrize("filling", PATHS)
+def test_entries_are_left_out_of_the_cycle_collectors_work(filling: Any) -> None:
+    """A table of max_bytes is made of entries a fill makes: left to the collector, each
+    is traversed at every collection it survives.  None can be part of a cycle (near.c),
+    so none is tracked; a value with a cycle of its own is kept pickled."""
+    clock = FakeClock(1000.0)
+    table = table_of(clock)
+    ticket = table.ticket()
+    looped: list[Any] = []
+    looped.append(looped)
+    for key, value in [("str", "v"), ("bytes", b"v"), ("dict", {"a": 1}), ("loop", looped)]:
+        assert filling(table, key, value, ticket)
+    assert filling(table, "str", "w", table.ticket())  # a replaced entry too
+    assert sorted(table.entries) == ["bytes", "dict", "loop", "str"]
+    assert not any(gc.is_tracked(entry) for entry in table.entries.values())
+    if filling is fill:  # C's (time, key) in the expiry queue too (Python's: at a collection)
+        assert not gc.is_tracked(table._queue[-1])
+    again = hit(table, "loop")
+    assert again is not looped
+    assert again[0] is again
+    with pytest.raises(TypeError, match="Entry"):
+        untrack(object())
 
 
 @pytest.mark.parametrize("missing", [NearTable.missed, missed])

@@ -403,11 +403,66 @@ class Channel(asyncio.Protocol):
             self._close_when_idle = True
 
 
+class HeldLoopTimeout:
+    """:func:`asyncio.timeout` that does not count the time its event loop was held.
+
+    A loop held past the deadline by a slow callback (or a process the OS did not
+    run) wakes with the deadline's timer and the connect's completion due at once,
+    and runs the timer first: :func:`asyncio.timeout` would cancel a connection the
+    kernel had made.  A timer that fires late (by more than a tenth of the timeout)
+    gives the awaited work the time the loop was held, at most one more timeout and
+    at most :attr:`EXTENSIONS` times; a timer on time, or the last, expires.
+    """
+
+    EXTENSIONS = 3
+
+    __slots__ = ("_extensions", "_handle", "_loop", "_seconds", "_timeout", "_when")
+
+    def __init__(self, seconds: float | None) -> None:
+        self._seconds = seconds
+        self._timeout = asyncio.timeout(None)
+        self._handle: asyncio.TimerHandle | None = None
+        self._extensions = 0
+        self._when = 0.0
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    async def __aenter__(self) -> HeldLoopTimeout:
+        await self._timeout.__aenter__()
+        self._loop = loop = asyncio.get_running_loop()
+        if self._seconds is not None:
+            self._arm(loop.time() + self._seconds)
+        return self
+
+    async def __aexit__(self, *exc_info: Any) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+        await self._timeout.__aexit__(*exc_info)
+
+    def _arm(self, when: float) -> None:
+        assert self._loop is not None
+        self._when = when
+        self._handle = self._loop.call_at(when, self._fire)
+
+    def _fire(self) -> None:
+        assert self._loop is not None
+        assert self._seconds is not None
+        self._handle = None
+        now = self._loop.time()
+        held = now - self._when
+        if held > self._seconds / 10 and self._extensions < self.EXTENSIONS:
+            self._extensions += 1
+            self._arm(now + min(held, self._seconds))
+        else:
+            self._timeout.reschedule(now)  # expires: the awaited work is cancelled
+
+
 async def open_channel(address: str | tuple[str, int], options: SocketOptions) -> Channel:
-    """Connect to ``address`` within ``options.connect_timeout``; nothing is sent."""
+    """Connect to ``address`` within ``options.connect_timeout``, not counting time the
+    loop was held (:class:`HeldLoopTimeout`); nothing is sent."""
     loop = asyncio.get_running_loop()
     channel = Channel(loop, options.timeout)
-    async with asyncio.timeout(options.connect_timeout):
+    async with HeldLoopTimeout(options.connect_timeout):
         if isinstance(address, str):
             await loop.create_unix_connection(lambda: channel, address)
         else:

@@ -326,7 +326,7 @@ class NearTable:
             # Not kept apart from its callers: too large to count as held, refused below.
             stored, copy, size = (None, None, self.budget) if kept is None else kept
         size += (_STR + len(key) if key.isascii() else sys.getsizeof(key)) + ENTRY_OVERHEAD + QUEUED
-        entry = Entry()  # no __init__ to call: its slots are set here
+        entry = untrack(Entry())  # no __init__ to call: its slots are set here
         entry.key = key
         entry.value = stored
         entry.copy = copy
@@ -551,7 +551,7 @@ class NearTable:
         )
 
 
-fill, hit, missed = compiled.near(
+fill, hit, missed, untrack = compiled.near(
     Entry,
     NearTable,
     MISS,
@@ -563,7 +563,8 @@ fill, hit, missed = compiled.near(
 """``fill(table, key, value, ticket)``, ``hit(table, key)`` and ``missed(table)``: the
 table's methods of those names, compiled where the hot path is (``src/speedups/near.c``:
 the same answers, the same table afterwards; a fill's common case only, a str or bytes
-value, room in memory, no sweep due)."""
+value, room in memory, no sweep due).  ``untrack(entry)``: the entry, left out of the
+cycle collector's work (near.c's ``near_untrack`` says why it is safe)."""
 
 
 _tables: weakref.WeakSet[NearTable] = weakref.WeakSet()  # every table of this process

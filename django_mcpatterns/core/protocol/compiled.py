@@ -103,6 +103,7 @@ T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
 H = TypeVar("H", bound=Callable[..., Any])
 M = TypeVar("M", bound=Callable[..., Any])
+E = TypeVar("E")
 
 why_pure = ""  # why the pure-Python path runs, when it does
 
@@ -260,25 +261,31 @@ def async_runner(run: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def near(
-    entry: type,
+    entry: type[E],
     table: type[T],
     miss: object,
     sizes: tuple[int, int, int],
     fill: F,
     hit: H,
     missed: M,
-) -> tuple[F, H, M]:
+) -> tuple[F, H, M, Callable[[E], E]]:
     """The near table's ``fill(table, key, value, ticket)``, ``hit(table, key)`` and
     ``missed(table)`` (``NearTable.fill``, ``.hit`` and ``.missed``, given), in C where the
     hot path is built
     (``src/speedups/near.c``: the same answers and table; a fill's common case only, a
     str or bytes value, room, no sweep due), bound to the table's ``Entry`` and
     ``NearTable`` classes, its ``MISS`` and ``sizes`` (what an empty str and bytes take,
-    and an entry's fixed overhead); those given on the pure path."""
+    and an entry's fixed overhead); those given on the pure path.  Fourth, ``untrack``:
+    an entry given back, no longer followed by the cycle collector (no cycle passes
+    through an entry; near.c says why), or as it is on the pure path."""
     if speedups is None:
-        return fill, hit, missed
+        return fill, hit, missed, _same
     speedups.bind_near(entry, table, miss, collections.deque, type(threading.Lock()), *sizes)
-    return speedups.near_fill, speedups.near_hit, speedups.near_missed
+    return speedups.near_fill, speedups.near_hit, speedups.near_missed, speedups.near_untrack
+
+
+def _same(entry: E) -> E:
+    return entry
 
 
 def maker(cls: type[T]) -> Callable[..., T]:
