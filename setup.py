@@ -54,6 +54,7 @@ names = (
     "waiter",
     "rows",
     "near",
+    "shape",
 )
 extensions = [
     Extension(

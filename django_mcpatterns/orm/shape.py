@@ -12,6 +12,10 @@ object of an unknown kind) makes the query *uncacheable*, as do the shapes
 that must never be cached: ``select_for_update``, ``extra()``, ``RawSQL``,
 ``order_by('?')`` and functions such as ``Now()`` whose value changes between
 runs.  Unknown is never guessed: it falls back to the database.
+
+The walk's loops (atoms, sequences, dicts, objects attribute by attribute, columns,
+fields and classes once known) run compiled where built (``src/speedups/shape.c``),
+calling the handlers here for the rest: the same parts, in the same order.
 """
 
 from __future__ import annotations
@@ -33,6 +37,8 @@ from django.db.models.sql import Query
 from django.db.models.sql.datastructures import BaseTable, Join
 from django.db.models.sql.where import ExtraWhere, WhereNode
 from django.utils.functional import cached_property as django_cached_property
+
+from django_mcpatterns.core.protocol import compiled
 
 __all__ = ["Shape", "Uncacheable", "digest_of", "shape_of"]
 
@@ -129,6 +135,8 @@ def shape_of(query: Query, *extra: Any) -> Shape:
     """Walk ``query`` (and ``extra`` parts of the operation); raise :class:`Uncacheable`."""
     if query.select_for_update or query.extra:
         raise Uncacheable("select_for_update and extra() are never cached")
+    if "?" in query.order_by:  # random order: its SQL is compiled from the text '?'
+        raise Uncacheable("order_by('?') is never cached")
     shape = Shape()
     _query(query, shape)
     for part in extra:
@@ -157,13 +165,18 @@ def _names(kind: type, state: dict[str, Any], skipped: frozenset[str]) -> tuple[
 
 
 def _query(query: Query, shape: Shape) -> None:
-    parts = shape.parts
-    parts.append("Q")
+    shape.parts.append("Q")
     if query.model is not None:
         shape.tables.add(query.model._meta.db_table)
     state = query.__dict__
+    _walk_named(state, _names(type(query), state, _QUERY_IGNORED), shape)
+
+
+def _pure_named(state: dict[str, Any], names: tuple[str, ...], shape: Shape) -> None:
+    """Each of ``names`` and its value in ``state``, walked: the loop of :func:`_query`."""
+    parts = shape.parts
     handlers = _HANDLERS
-    for name in _names(type(query), state, _QUERY_IGNORED):
+    for name in names:
         parts.append(name)
         value = state[name]  # _walk(value, shape), inlined (as in the loops below)
         handler = handlers.get(type(value))
@@ -173,7 +186,7 @@ def _query(query: Query, shape: Shape) -> None:
             (handler or _handler(type(value)))(value, shape)
 
 
-def _walk(value: Any, shape: Shape) -> None:
+def _pure_walk(value: Any, shape: Shape) -> None:
     """Write ``value`` down.  The loops over parts inline it: a frame per value was
     half of the walk of a page query."""
     kind = type(value)
@@ -404,3 +417,26 @@ _HANDLERS: dict[type, Callable[[Any, Shape], None]] = {
     Join: _join,
     Col: _col,
 }
+
+# The walk's loops in C where built (src/speedups/shape.c): the same parts, in the same
+# order; the handlers above that are not loops are called from it as they are.
+_compiled = compiled.shape_walker(
+    _HANDLERS,
+    _atom,
+    _sequence,
+    _mapping,
+    _attributes,
+    _lookup,
+    _names,
+    _handler,
+    _SKIPPED,
+    _LOOKUP_SKIPPED,
+    _field,
+    _class,
+    _col,
+)
+PURE_WALK = (_pure_walk, _pure_named)
+"""The pure-Python forms (tests compare the compiled ones with them)."""
+_walk: Callable[[Any, Shape], None]
+_walk_named: Callable[[dict[str, Any], tuple[str, ...], Shape], None]
+_walk, _walk_named = _compiled or PURE_WALK

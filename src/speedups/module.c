@@ -66,6 +66,13 @@ static PyMethodDef functions[] = {
      "pack_rows(rows, labels, label_of, Model): the ORM's cached rows, or None (rows.c)."},
     {"unpack_rows", speedups_unpack_rows, METH_VARARGS,
      "unpack_rows(rows, classes, model_of, ModelState): the rows' instances, fresh (rows.c)."},
+    {"shape_bind", speedups_shape_bind, METH_VARARGS,
+     "shape_bind(handlers, atom, sequence, mapping, attributes, lookup, names, handler, "
+     "skipped, lookup_skipped, field, klass, col): orm/shape.py's walk, bound once (shape.c)."},
+    {"shape_walk", (PyCFunction)(void (*)(void))speedups_shape_walk, METH_FASTCALL,
+     "shape_walk(value, shape): orm/shape.py's _walk, in C."},
+    {"shape_named", (PyCFunction)(void (*)(void))speedups_shape_named, METH_FASTCALL,
+     "shape_named(state, names, shape): each name and its value walked, in C."},
     {"bind_trip", speedups_bind_trip, METH_VARARGS,
      "bind_trip(Batch, CancelledError, get_running_loop, answered, MISS, armed) (aio.py)."},
     {"bind_near", speedups_bind_near, METH_VARARGS,

@@ -235,15 +235,20 @@ def test_never_cached_shapes(data: dict[str, Any]) -> None:
     from django.db.models import FloatField, Func
     from django.db.models.functions import Now
 
-    for qs in (
-        Product.objects.order_by("?").cache(),
-        Product.objects.annotate(t=Now()).cache(),
-        Product.objects.extra(where=["1=1"]).cache(),
-        Product.objects.annotate(r=Func(function="RANDOM", output_field=FloatField())).cache(),
-        Product.objects.annotate(r=Func(template="RANDOM()", output_field=FloatField())).cache(),
+    for build in (  # each built afresh: a queryset once read holds what its SQL compiled
+        lambda: Product.objects.order_by("?").cache(),
+        lambda: Product.objects.order_by("name", "?").cache(),
+        lambda: Product.objects.annotate(t=Now()).cache(),
+        lambda: Product.objects.extra(where=["1=1"]).cache(),
+        lambda: Product.objects.annotate(
+            r=Func(function="RANDOM", output_field=FloatField())
+        ).cache(),
+        lambda: Product.objects.annotate(
+            r=Func(template="RANDOM()", output_field=FloatField())
+        ).cache(),
     ):
-        list(qs)
-        _, n = queries(lambda qs=qs: list(qs.all()))
+        list(build())
+        _, n = queries(lambda build=build: list(build()))
         assert n == 1
 
 

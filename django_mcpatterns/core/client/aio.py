@@ -174,7 +174,18 @@ class AsyncCluster(Driver, AsyncStore, AsyncTokenStore, AsyncLeaseStore):
         if kind is Refuse:
             return self._refuse(op.node, op.failed, op.request)
         if kind is FanOut:
-            return await self._drive(self.router.fan_out(op, self._strict_view))
+            direct = self.router.direct(op)
+            if direct is None:
+                return await self._drive(self.router.fan_out(op, self._strict_view))
+            if len(direct) == 1:  # one server: its requests are one round trip
+                (node, request, admission, decode), kbs = direct[0]
+                answer = await self._trip(node, request, decode, FAILED, admission)
+                return [op.exchange.failed(kbs) if answer is FAILED else answer]
+            answers = await self._parallel([target for target, _ in direct], True)
+            return [
+                op.exchange.failed(kbs) if answer is FAILED else answer
+                for (_, kbs), answer in zip(direct, answers, strict=True)
+            ]
         if kind is Each:
             return await self._drive(self.router.each(op, self._strict_view))
         if kind is HomeToken:

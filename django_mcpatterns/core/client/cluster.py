@@ -151,7 +151,18 @@ class Cluster(Driver, Store, TokenStore, LeaseStore):
         if kind is Refuse:
             return self._refuse(op.node, op.failed, op.request)
         if kind is FanOut:
-            return self._drive(self.router.fan_out(op, self._strict_view))
+            direct = self.router.direct(op)
+            if direct is None:
+                return self._drive(self.router.fan_out(op, self._strict_view))
+            if len(direct) == 1:  # one server: its requests are one round trip
+                (node, request, admission, decode), kbs = direct[0]
+                answer = self._trip(node, request, decode, FAILED, admission)
+                return [op.exchange.failed(kbs) if answer is FAILED else answer]
+            answers = self._parallel([target for target, _ in direct], True)
+            return [
+                op.exchange.failed(kbs) if answer is FAILED else answer
+                for (_, kbs), answer in zip(direct, answers, strict=True)
+            ]
         if kind is Each:
             return self._drive(self.router.each(op, self._strict_view))
         if kind is HomeToken:
@@ -191,8 +202,11 @@ class Cluster(Driver, Store, TokenStore, LeaseStore):
             if decode is None:
                 reply: Any = client.exchange(request)  # type: ignore[arg-type]
                 result: Any = reply
-            else:
-                reply = client.request(request)  # type: ignore[arg-type]
+            else:  # one request, or a server's part of a multi-key command (a tuple)
+                if type(request) is tuple:
+                    reply = client.exchange(request)
+                else:
+                    reply = client.request(request)  # type: ignore[arg-type]
                 if observer is not None:  # the reply as memcached gave it, before decoding
                     observer.request(node.name, request, reply, started)
                     observer = None

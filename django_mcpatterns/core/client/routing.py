@@ -221,6 +221,31 @@ class Router:
         result = yield Run(node, request, decode, admission, loud=True)
         return failed if result is FAILED else result
 
+    def direct(self, op: FanOut[Any]) -> list[tuple[Target, list[bytes]]] | None:
+        """``op``'s targets (with their keys) when routing has nothing to decide, else None.
+
+        The hot path of multi-key commands: no replicas or gutter, no server owing
+        repairs, every server of the keys healthy.  Then :meth:`fan_out`'s plan
+        would only group the keys and send one parallel round trip; the driver
+        sends it itself (a generator, its groups and failover maps cost a
+        multi-key read several times a single get's instructions).
+        """
+        given = op.given
+        if self.routes is not None or self.journal.dirty or not given:
+            return None
+        only = self.only
+        owned = {only: list(given)} if only is not None else grouped(given, self.locate, self.known)
+        exchange = op.exchange
+        targets: list[tuple[Target, list[bytes]]] = []
+        for name, kbs in owned.items():
+            node = self.nodes[name]
+            admission = node.health.open
+            if admission is None:  # a failing server: fan_out's failover decides
+                return None
+            requests = tuple(exchange.requests(kbs))
+            targets.append(((node, requests, admission, partial(exchange.result, kbs=kbs)), kbs))
+        return targets
+
     def fan_out(self, op: FanOut[Any], strict: bool) -> NodePlan:
         """A multi-key command: group keys per server, send every request, read every reply.
 

@@ -37,6 +37,9 @@ the pure-Python path.
 :data:`pack_rows`, :data:`unpack_rows`
     The ORM's cached rows (``orm/rows.py``: the pure form, and what they do), in C;
     None on the pure-Python path.
+:func:`shape_walker`
+    The walk of an ORM query's key (``orm/shape.py``: its loops), in C; None on the
+    pure-Python path.
 :func:`maker`, :data:`new_get`, :data:`new_store`
     The hot path's requests made from all their fields, positionally (in C:
     a frozen dataclass's ``__init__`` sets each field through
@@ -87,6 +90,7 @@ __all__ = [
     "pack_rows",
     "placed",
     "resolve",
+    "shape_walker",
     "unpack_rows",
     "value_decoder",
     "why_pure",
@@ -303,6 +307,30 @@ def maker(cls: type[T]) -> Callable[..., T]:
 new_get: Callable[[Sequence[bytes], bool], Get] = maker(Get)
 pack_rows: Callable[..., list[Any] | None] | None = getattr(speedups, "pack_rows", None)
 unpack_rows: Callable[..., list[Any]] | None = getattr(speedups, "unpack_rows", None)
+
+
+Walk = Callable[[Any, Any], None]
+"""``walk(value, shape)``: a value written down into a shape's parts."""
+WalkNamed = Callable[[dict[str, Any], tuple[str, ...], Any], None]
+"""``walk_named(state, names, shape)``: each name and its value in ``state``, written down."""
+
+
+def shape_walker(
+    handlers: dict[type, Callable[..., None]], *functions: Any
+) -> tuple[Walk, WalkNamed] | None:
+    """``orm/shape.py``'s ``_walk`` and the loop of its ``_query``, compiled and bound to its
+    ``handlers`` and ``functions`` (see ``src/speedups/shape.c``); None on the pure path
+    (or where another interpreter bound them)."""
+    module = speedups
+    if module is None or not hasattr(module, "shape_bind"):
+        return None
+    try:
+        module.shape_bind(handlers, *functions)
+    except ImportError:
+        return None
+    return module.shape_walk, module.shape_named
+
+
 # keys.placed(key): a key's (wire, ring) bytes, a plain key's made in C when compiled.
 placed: Callable[[Key], tuple[bytes, bytes]] = (
     partial(speedups.placed, placed_in_python) if speedups is not None else placed_in_python
