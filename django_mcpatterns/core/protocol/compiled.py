@@ -143,6 +143,8 @@ def load() -> ModuleType | None:
     except ImportError as exc:  # bound in another interpreter (a sub-interpreter's import)
         why_pure = str(exc)
         return None
+    if hasattr(module, "bind_meta"):  # meta replies made field by field (see maker)
+        module.bind_meta(module.Maker(MetaReply, [f.name for f in dataclasses.fields(MetaReply)]))
     return module
 
 
