@@ -13,7 +13,7 @@ Bound B;
 static int64_t bound_by = -1;
 
 /* Bumped whenever what compiled.py expects of this module changes. */
-#define ABI 7
+#define ABI 8
 
 static PyObject *
 bind(PyObject *module, PyObject *args, PyObject *kwargs)

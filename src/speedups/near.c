@@ -21,6 +21,8 @@
 #include <structmember.h>
 
 #define STRIPE 4095  /* _model_table.STRIPES - 1 */
+#define DUE_LIMIT 128  /* _model_table.DUE_LIMIT */
+#define HOT 2  /* _model_table.HOT */
 
 /* What _model_table.py binds (bind_near): its classes, the size constants, slot offsets. */
 static struct {
@@ -29,10 +31,10 @@ static struct {
     /* NearTable's slots */
     Py_ssize_t t_hits, t_saved, t_misses, t_report, t_report_at, t_seq, t_clock, t_fixed, t_cleared, t_stamps, t_lock, t_entries, t_order, t_queue,
         t_bytes, t_sketch_from, t_largest, t_sweep_at, t_fills, t_rows, t_mask, t_added,
-        t_sample_limit, t_budget;
+        t_sample_limit, t_budget, t_due, t_due_within;
     /* Entry's slots */
     Py_ssize_t e_key, e_value, e_copy, e_size, e_expires, e_hits, e_slot, e_envelope, e_cas,
-        e_epoch;
+        e_epoch, e_due;
     PyObject *s_fill, *s_hit, *s_miss, *s_missed, *s_locked, *s_append, *zero, *one, *MISS;
     int bound;
 } N;
@@ -85,12 +87,13 @@ speedups_bind_near(PyObject *module, PyObject *args)
         {&N.t_fills, T, "_fills"},       {&N.t_rows, T, "_rows"},
         {&N.t_mask, T, "_mask"},         {&N.t_added, T, "_added"},
         {&N.t_sample_limit, T, "_sample_limit"}, {&N.t_budget, T, "budget"},
+        {&N.t_due, T, "due"},            {&N.t_due_within, T, "_due_within"},
         {&N.e_key, E, "key"},
         {&N.e_value, E, "value"},        {&N.e_copy, E, "copy"},
         {&N.e_size, E, "size"},          {&N.e_expires, E, "expires"},
         {&N.e_hits, E, "hits"},          {&N.e_slot, E, "slot"},
         {&N.e_envelope, E, "envelope"},  {&N.e_cas, E, "cas"},
-        {&N.e_epoch, E, "epoch"},
+        {&N.e_epoch, E, "epoch"},        {&N.e_due, E, "due"},
     };
     for (size_t i = 0; i < sizeof slots / sizeof slots[0]; i++)
         if ((*slots[i].at = slot_offset(slots[i].type, slots[i].name)) < 0)
@@ -142,6 +145,28 @@ as_double(PyObject *o, int *ok)
     return -1.0;
 }
 
+/* NearTable.hit's refresh ahead: an entry hit before in its life (`hits` now, counting
+ * this one), with less than the table's window left of it, not noted yet, a plain value
+ * (no envelope, no cas): noted in the table's `due` (at most DUE_LIMIT keys).  -1: an
+ * error set.  `timed`: whether `expires` and `now` were read as numbers. */
+static int
+note(PyObject *table, PyObject *entry, PyObject *key, long hits, int timed, double expires,
+     double now)
+{
+    PyObject *within = AT(table, N.t_due_within), *due = AT(table, N.t_due);
+    if (hits < HOT || !timed || within == NULL || within == Py_None || due == NULL
+        || !PyDict_CheckExact(due) || PyDict_GET_SIZE(due) >= DUE_LIMIT
+        || AT(entry, N.e_due) != Py_False || AT(entry, N.e_envelope) != Py_None
+        || AT(entry, N.e_cas) != Py_None)
+        return 0;
+    int ok = 1;
+    double window = as_double(within, &ok);
+    if (!ok || expires - now >= window)
+        return 0;
+    Py_SETREF(AT(entry, N.e_due), Py_NewRef(Py_True));
+    return PyDict_SetItem(due, key, entry);
+}
+
 /* near_hit(table, key): table.hit(key), the same answer and counts. */
 PyObject *
 speedups_near_hit(PyObject *module, PyObject *const *args, Py_ssize_t n)
@@ -165,7 +190,9 @@ speedups_near_hit(PyObject *module, PyObject *const *args, Py_ssize_t n)
     if (now_obj == NULL)
         goto done;
     PyObject *expires = AT(entry, N.e_expires);
-    int live;
+    int live, timed = 1;  /* timed: both read as doubles, for the refresh window */
+    double expires_at = expires == NULL ? 0.0 : as_double(expires, &timed);
+    double now = as_double(now_obj, &timed);
     if (expires != NULL && PyFloat_CheckExact(expires) && PyFloat_CheckExact(now_obj))
         live = PyFloat_AS_DOUBLE(expires) > PyFloat_AS_DOUBLE(now_obj);
     else if (expires != NULL) {  /* held: the comparison may run Python code (a renew) */
@@ -186,7 +213,12 @@ speedups_near_hit(PyObject *module, PyObject *const *args, Py_ssize_t n)
     PyObject *counted = hits == NULL ? NULL : PyNumber_Add(hits, N.one);
     if (counted == NULL)
         goto done;
+    long hits_now = PyLong_CheckExact(counted) ? PyLong_AsLong(counted) : 0;
+    if (hits_now == -1 && PyErr_Occurred())
+        PyErr_Clear();
     Py_XSETREF(AT(entry, N.e_hits), counted);
+    if (note(table, entry, key, hits_now, timed, expires_at, now) < 0)
+        goto done;
     PyObject *counters[] = {AT(table, N.t_hits), AT(table, N.t_saved)};
     for (int i = 0; i < 2; i++) {
         if (counters[i] == NULL || (count = PyIter_Next(counters[i])) == NULL) {
@@ -362,10 +394,10 @@ speedups_near_fill(PyObject *module, PyObject *const *args, Py_ssize_t n)
                            &AT(entry, N.e_copy),    &AT(entry, N.e_size),
                            &AT(entry, N.e_expires), &AT(entry, N.e_hits),
                            &AT(entry, N.e_envelope), &AT(entry, N.e_cas),
-                           &AT(entry, N.e_epoch)};
+                           &AT(entry, N.e_epoch),   &AT(entry, N.e_due)};
     PyObject *values[] = {key, value, Py_None, size_obj, expires_obj, N.zero,
-                          Py_None, Py_None, Py_None};
-    for (int i = 0; i < 9; i++)
+                          Py_None, Py_None, Py_None, Py_False};
+    for (int i = 0; i < 10; i++)
         *fields[i] = Py_NewRef(values[i]);
 
     PyObject *lock = AT(table, N.t_lock), *entries = AT(table, N.t_entries);

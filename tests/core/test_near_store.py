@@ -376,11 +376,13 @@ PASSED_ON = {
     "journal",
     "listen",
     "observe",
+    "get_along",  # a read the near store sends itself (a refresh ahead rides on a miss)
     "of_shared",
     "repair",
     "replicas",
     "replicated_keys",
     "run",
+    "run_on",
     "server_epoch",
     "stats",
     "twin_of",

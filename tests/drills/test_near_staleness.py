@@ -4,7 +4,9 @@ A writer process updates hot keys through memcached and stamps each write's
 completion on the machine's monotonic clock (shared by every process) after
 its reply came.  Reader processes, each with several threads, read the same
 keys through a near cache (``max_age`` :data:`MAX_AGE`), reading the clock
-before each lookup.  Afterwards every read is checked against the writes:
+before each lookup; one read in four is of a cold key (never written: a miss),
+and those misses carry the hot keys due for a refresh ahead.  Afterwards every
+read of a hot key is checked against the writes:
 
     no read returns a value older than the newest write that completed more
     than ``max_age`` before the read began.
@@ -33,6 +35,7 @@ pytestmark = pytest.mark.slow
 
 MAX_AGE = 0.05
 KEYS = [f"hot:{i}" for i in range(8)]
+COLD = [f"cold:{i}" for i in range(100_000)]  # read now and then: misses that carry refreshes
 WRITES = 1500
 READERS = 3  # processes
 THREADS = 4  # per reader
@@ -69,6 +72,9 @@ def reader(spec: str, started: Any, done: Any, out: str, seed: int) -> None:
 
     def run(log: list[tuple[str, int, float]], rng: random.Random) -> None:
         while not done.is_set():
+            if rng.random() < 0.25:
+                near.get(rng.choice(COLD))  # a miss: the hot keys due go along
+                continue
             key = rng.choice(KEYS)
             began = time.monotonic()  # before the lookup
             log.append((key, near.get(key), began))
@@ -83,7 +89,8 @@ def reader(spec: str, started: Any, done: Any, out: str, seed: int) -> None:
     for thread in threads:
         thread.join()
     stats = table.stats()
-    Path(out).write_bytes(pickle.dumps(([r for log in reads for r in log], stats.hits)))
+    found = [r for log in reads for r in log]
+    Path(out).write_bytes(pickle.dumps((found, stats.hits, stats.refreshed)))
 
 
 def test_no_read_is_older_than_the_bound_allows(
@@ -114,10 +121,11 @@ def test_no_read_is_older_than_the_bound_allows(
     for key, version, at in pickle.loads(written.read_bytes()):
         completed[key][0].append(at)
         completed[key][1].append(version)
-    reads, hits, violations, behind = 0, 0, [], 0
+    reads, hits, refreshed, violations, behind = 0, 0, 0, [], 0
     for log in logs:
-        found, held = pickle.loads(log.read_bytes())
+        found, held, renewed = pickle.loads(log.read_bytes())
         hits += held
+        refreshed += renewed
         for key, version, began in found:
             reads += 1
             times, versions = completed[key]
@@ -131,8 +139,10 @@ def test_no_read_is_older_than_the_bound_allows(
                 behind += 1  # older than a completed write, within the bound: allowed
     print(
         f"near drill: {reads} reads by {READERS}x{THREADS} threads, {hits} near hits, "
+        f"{refreshed} refreshed ahead, "
         f"{behind} within the bound behind the newest write, {len(violations)} violations"
     )
     assert violations == []
     assert 0 < hits < reads  # held near, and aged out: read again
+    assert refreshed > 0  # hot keys renewed by the cold misses' requests
     assert reads > WRITES

@@ -138,6 +138,11 @@ class AsyncCluster(Driver, AsyncStore, AsyncTokenStore, AsyncLeaseStore):
                 )
         return self._routed(plan)
 
+    def run_on(
+        self, node: Node, admission: Admission, request: Requests, decode: Decode, failed: Any
+    ) -> Coroutine[Any, Any, Any]:
+        return self._trip(node, request, decode, failed, admission)
+
     async def _routed(self, plan: Call[R]) -> R:
         """A Call whose server is not healthy, or under replicas or the gutter."""
         result = await self._drive(self.router.single(plan, self._strict_view))

@@ -120,6 +120,11 @@ class Cluster(Driver, Store, TokenStore, LeaseStore):
         result = self._drive(self.router.single(plan, self._strict_view))
         return plan.failed if result is MISS else result
 
+    def run_on(
+        self, node: Node, admission: Admission, request: Requests, decode: Decode, failed: Any
+    ) -> Any:
+        return self._trip(node, request, decode, failed, admission)
+
     def _drive(self, plan: Any) -> Any:
         """Run a plan of several steps; an op's exception is thrown into the plan."""
         send, throw = plan.send, plan.throw

@@ -26,6 +26,8 @@ from ..ketama import Continuum
 from ..keys import Key, placed
 from ..observe import Observer, build_observer
 from ..protocol.commands import StoreCommands
+from ..protocol.compiled import hits, new_get
+from ..protocol.compiled import placed as placed_fast
 from ..protocol.decoding import Decoders
 from ..protocol.wire import Stats
 from ..values.envelope import with_envelopes
@@ -344,6 +346,57 @@ class Driver(StoreCommands):
         if node.health.open is None:
             return None
         return node.name, epochs.current(node.server.address)
+
+    @property
+    def carries(self) -> bool:
+        """Whether :meth:`get_along` can add keys to a get: no replicas or gutter (which
+        server answers a key is then decided per key)."""
+        return self._routes is None
+
+    def get_along(self, key: Key, others: Sequence[str]) -> Any:
+        """One ``get`` of ``key`` with those of ``others`` its server holds too, in one
+        request to that server (the near cache's refresh ahead): ``(hits by key as given,
+        the others sent)`` (``({}, ())`` when the server failed and the view degrades),
+        or None when nothing goes along (then nothing is sent): no other key on its
+        server, a server that is failing, replicas or the gutter (which server answers
+        is then not the keys' own).  On the async driver, a coroutine of that.
+
+        The request goes to the key's own server or nowhere: never failed over, so an
+        answer for another key is always from that key's home.
+        """
+        if self._routes is not None:
+            return None
+        kb, ring = placed_fast(key)
+        only = self._only
+        node = only or self._nodes[self._locate(ring)]
+        admission = node.health.open
+        if admission is None:
+            return None
+        given: dict[bytes, Key] = {kb: key}
+        sent = []
+        for other in others:
+            okb, oring = placed_fast(other)
+            if only is None and self._nodes[self._locate(oring)] is not node:
+                continue
+            if okb not in given:
+                given[okb] = other
+                sent.append(other)
+        if not sent:
+            return None
+        fetch = self.decoders.fetch
+
+        def decode(reply: Any) -> tuple[dict[Key, Any], list[str]]:
+            return hits([fetch.result([reply], [])], given, False), sent
+
+        return self.run_on(node, admission, new_get(list(given), False), decode, ({}, ()))
+
+    def run_on(
+        self, node: Node, admission: Any, request: Requests, decode: Any, failed: Any
+    ) -> Any:
+        """One round trip to ``node`` itself, admitted (never failed over): ``decode``'s
+        answer, or ``failed`` when the server fails and the view degrades (the driver's
+        round-trip primitive; on the async driver, a coroutine of that)."""
+        raise NotImplementedError
 
     def replicated_keys(self, given: Mapping[bytes, Key]) -> dict[bytes, bytes]:
         routes = self._routes

@@ -1,6 +1,7 @@
 """The near cache: hot values served from process memory, with a staleness bound.
 
-``OPTIONS["near_cache"] = {"max_age": 0.1, "max_bytes": 32 * 2**20, "prefixes": None}``
+``OPTIONS["near_cache"] = {"max_age": 0.1, "max_bytes": 32 * 2**20, "prefixes": None,
+"refresh_ahead": 0.5}``
 keeps the values memcached answered in this process's memory and serves them from
 there, with no round trip, for at most ``max_age`` seconds.  memcached has no
 invalidation push (Redis's client-side caching has ``CLIENT TRACKING``), so the
@@ -36,6 +37,18 @@ What is held
     and ORM results are never held: they read through ``gets``, ``gets_leased``,
     ``gets_ttl`` or the store underneath, which this layer never answers (a lease
     ``gets_leased`` or ``lease`` takes is a write: the key's copy goes).
+
+Refresh ahead
+    A hit on an entry read before in its life and older than ``refresh_ahead``
+    of ``max_age`` notes its key as due (a bounded set, per table, emptied in a
+    forked child); a ``get`` that misses and goes to memcached anyway carries a
+    few due keys held on its server in its own request
+    (:meth:`~django_mcpatterns.core.client.shared.Driver.get_along`: one round
+    trip, never failed over).  Each answer is held as a read sent then (aged from
+    that request's send, so the bound holds as for any miss; absent on the server:
+    dropped; a write of this process meanwhile wins, as for any read).  Plain
+    values read by ``get`` with a str key only: namespaced values, envelopes,
+    large values and keys under ``prefixes`` age out as before.
 
 Large values past ``max_age``
     A value of :data:`LARGE_VALUE` bytes or more is read with its cas; past
@@ -78,6 +91,7 @@ from ._async import AsyncNearStore
 from ._model import (
     DEFAULT_MAX_AGE,
     DEFAULT_MAX_BYTES,
+    DEFAULT_REFRESH_AHEAD,
     ENTRY_OVERHEAD,
     LARGE_VALUE,
     NEAR_OPTIONS,
@@ -93,6 +107,7 @@ from ._sync import NearStore
 __all__ = [
     "DEFAULT_MAX_AGE",
     "DEFAULT_MAX_BYTES",
+    "DEFAULT_REFRESH_AHEAD",
     "ENTRY_OVERHEAD",
     "LARGE_VALUE",
     "NEAR_OPTIONS",

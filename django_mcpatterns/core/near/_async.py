@@ -22,7 +22,7 @@ from django_mcpatterns.core.store import (
 )
 
 from ._model import LARGE_VALUE, near_key
-from ._model_table import MISS, Entry, NearTable, clear_all, fill, hit, missed
+from ._model_table import CARRY_FROM, MISS, Entry, NearTable, Ticket, clear_all, fill, hit, missed
 
 _MISS: Any = object()
 
@@ -50,6 +50,11 @@ class AsyncNearStore:
             and hasattr(store, "server_epoch")
             and getattr(store, "text", True) is False
         )
+        # Refresh ahead rides on misses where the store can add keys to a miss's request
+        # (a Cluster without replicas or gutter): elsewhere no key is noted for it.
+        self._along = getattr(store, "carries", False) is True
+        if not self._along:
+            table.no_refresh()
 
     @property
     def serde(self) -> Any:
@@ -87,8 +92,12 @@ class AsyncNearStore:
 
     async def get(self, key: Key, default: Any = None) -> Any:
         table = self.table
-        name = key if type(key) is str else near_key(key)
-        value = hit(table, name)
+        if type(key) is str:
+            name = key
+            value = hit(table, key)
+        else:  # bytes or a Routed key: never noted for a refresh ahead (read as a str)
+            name = near_key(key)
+            value = table.hit(name, False)
         if value is not MISS:
             return value
         # A miss: as cheap as this table can make it (every third read or so pays it).
@@ -99,10 +108,30 @@ class AsyncNearStore:
             and (held.cas is not None or held.size >= LARGE_VALUE)
         ):  # a large value past its bound: revalidated by its cas, or read with it
             return await self._far(key, name, held, default)
-        value = await self.store.get(key, _MISS)
+        if len(table.due) >= CARRY_FROM and self._along and type(key) is str:
+            value = await self._along_due(key, ticket)
+        else:
+            value = await self.store.get(key, _MISS)
         if value is _MISS:
             return default
         fill(table, name, value, ticket)
+        return value
+
+    async def _along_due(self, key: str, ticket: Ticket) -> Any:
+        """A miss's read of ``key`` carrying keys due for a refresh ahead (those on its
+        server), one request; their answers are held as the miss's own, aged from
+        ``ticket`` (taken before it is sent)."""
+        table = self.table
+        taken = table.take_due(key)
+        along = None
+        if taken:
+            along = await self.store.get_along(key, [entry.key for entry in taken])  # type: ignore[attr-defined]  # Cluster
+        if along is None:  # nothing due on its server: a plain get
+            table.refreshed({}, (), taken, ticket)
+            return await self.store.get(key, _MISS)
+        found, sent = along
+        value = found.pop(key, _MISS)
+        table.refreshed(found, sent, taken, ticket)
         return value
 
     async def get_many(self, keys: Iterable[Key]) -> dict[Key, Any]:

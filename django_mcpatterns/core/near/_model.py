@@ -24,6 +24,7 @@ from ..keys import Key, Routed
 __all__ = [
     "DEFAULT_MAX_AGE",
     "DEFAULT_MAX_BYTES",
+    "DEFAULT_REFRESH_AHEAD",
     "ENTRY_OVERHEAD",
     "LARGE_VALUE",
     "NEAR_OPTIONS",
@@ -35,9 +36,10 @@ __all__ = [
     "near_key",
 ]
 
-NEAR_OPTIONS: Final = ("max_age", "max_bytes", "prefixes")
+NEAR_OPTIONS: Final = ("max_age", "max_bytes", "prefixes", "refresh_ahead")
 DEFAULT_MAX_AGE: Final = 0.1
 DEFAULT_MAX_BYTES: Final = 32 * 2**20
+DEFAULT_REFRESH_AHEAD: Final = 0.5
 MIN_BYTES: Final = 64 * 1024
 # What an entry costs besides its key and value: the entry object, its slots in
 # the table's dict and order list, with their slack (measured: benchmarks/bench_near.py).
@@ -59,12 +61,15 @@ class NearOptions:
     the request that read it was sent; ``max_bytes``: the memory the values,
     their keys and entries may take; ``prefixes``: ``(prefix, max_age)`` pairs,
     only keys under one are kept, each for at most its own bound (None: every
-    key, for ``max_age``).
+    key, for ``max_age``); ``refresh_ahead``: the fraction of ``max_age`` after which an
+    entry read again during its life is re-read by the next miss sent to its server,
+    in that miss's request (None: never; not under ``prefixes``).
     """
 
     max_age: float = DEFAULT_MAX_AGE
     max_bytes: int = DEFAULT_MAX_BYTES
     prefixes: tuple[tuple[str, float], ...] | None = None
+    refresh_ahead: float | None = DEFAULT_REFRESH_AHEAD
 
     def __post_init__(self) -> None:
         age = self.max_age
@@ -73,6 +78,12 @@ class NearOptions:
         size = self.max_bytes
         if isinstance(size, bool) or not isinstance(size, int) or size < MIN_BYTES:
             raise _refused("max_bytes", f"must be an integer >= {MIN_BYTES}, not {size!r}")
+        ahead = self.refresh_ahead
+        if ahead is not None and (not _positive(ahead) or ahead >= 1):
+            raise _refused(
+                "refresh_ahead",
+                f"must be a fraction of max_age, > 0 and < 1 (or None: off), not {ahead!r}",
+            )
 
     @classmethod
     def from_option(cls, given: Any) -> NearOptions | None:
@@ -95,9 +106,11 @@ class NearOptions:
                 choices=NEAR_OPTIONS,
             )
         max_age = given.get("max_age", DEFAULT_MAX_AGE)
-        options = cls(max_age, given.get("max_bytes", DEFAULT_MAX_BYTES))
+        ahead = given.get("refresh_ahead", DEFAULT_REFRESH_AHEAD)
+        ahead = None if ahead is False else ahead
+        options = cls(max_age, given.get("max_bytes", DEFAULT_MAX_BYTES), None, ahead)
         prefixes = _prefixes(given.get("prefixes"), options.max_age)
-        return cls(options.max_age, options.max_bytes, prefixes)
+        return cls(options.max_age, options.max_bytes, prefixes, ahead)
 
 
 def _positive(value: object) -> bool:
@@ -150,6 +163,7 @@ class NearStats:
     evictions: int
     invalidations: int
     revalidated: int
+    refreshed: int
     entries: int
     bytes: int
     max_bytes: int

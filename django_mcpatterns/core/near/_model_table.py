@@ -19,14 +19,24 @@ import weakref
 from collections.abc import Callable, Iterable
 from typing import Any, Final
 
-from .. import chance
 from ..client.node import watch_forks
 from ..protocol import compiled
 from ..store import CasToken
 from ..values.envelope import Envelope
-from ._model import ENTRY_OVERHEAD, LARGE_VALUE, Copier, NearOptions, NearStats, keep
+from ._model import ENTRY_OVERHEAD, LARGE_VALUE, NearOptions, NearStats, keep
+from ._model_entry import Admission, Entry, below
 
-__all__ = ["MISS", "Entry", "NearTable", "Ticket", "clear_all", "fill", "hit", "missed"]
+__all__ = [
+    "CARRY_FROM",
+    "MISS",
+    "Entry",
+    "NearTable",
+    "Ticket",
+    "clear_all",
+    "fill",
+    "hit",
+    "missed",
+]
 
 MISS: Final[Any] = object()
 """What :meth:`NearTable.hit` answers when no live entry holds the key."""
@@ -36,65 +46,21 @@ Ticket = tuple[float, int]
 
 STRIPES: Final = 4096  # write stamps kept per hash stripe, not per key: bounded memory
 _STRIPE: Final = STRIPES - 1  # a key's stripe: its hash & _STRIPE
-SAMPLE: Final = 5  # entries looked at to choose an eviction victim
 SWEEP: Final = 256  # the most expired entries one fill drops from the head of the queue
 SLACK: Final = 1 / 16  # of max_age: how long past its bound an entry may wait to be dropped
 QUEUED: Final = 80  # the bytes of an entry's item in the expiry queue: a tuple, a float
 REPORT_EVERY: Final = 1.0  # seconds between reports to instrumentation (on a miss)
-_HALF: Final = bytes(i >> 1 for i in range(256))  # halves every counter of a sketch row
+HOT: Final = 2  # hits in its life (this one counted) that make an entry worth a refresh ahead
+DUE_LIMIT: Final = 128  # the most keys waiting for a refresh ahead (more are not noted)
+CARRIED: Final = 16  # the most keys one miss re-reads ahead, in its own request
+CARRY_FROM: Final = 4  # keys due before a miss carries them (its fixed cost shared)
 # What a str (ASCII) or bytes object takes besides its characters: what sys.getsizeof
 # says, without its method lookup and call (a fifth of a fill's cost).
 _STR: Final = sys.getsizeof("")
 _BYTES: Final = sys.getsizeof(b"")
 
 
-def _below(n: int, _random: Callable[[], float] = chance.uniform) -> int:
-    """A random index below ``n`` (``random.randrange`` checks its arguments: slower)."""
-    return int(_random() * n)
-
-
-class Entry:
-    """One value held near, with its deadline (``expires``, on the table's clock).
-
-    Made by :meth:`NearTable.fill` alone, every slot set there (no ``__init__``: the
-    call would cost a miss more than the rest of the fill).
-    """
-
-    __slots__ = (
-        "cas",
-        "copy",
-        "envelope",
-        "epoch",
-        "expires",
-        "hits",
-        "key",
-        "size",
-        "slot",
-        "value",
-    )
-
-    key: str
-    value: Any
-    copy: Copier | None  # None: the value itself is handed out (immutable)
-    size: int  # the bytes counted against max_bytes
-    expires: float
-    hits: int  # since the sketch last aged: eviction's measure of use
-    slot: int  # the entry's index in the table's order list
-    envelope: Envelope | None  # get_or_compute's metadata (value left out)
-    cas: CasToken | None  # with the server's epoch: for revalidation
-    epoch: Any
-
-    def out(self) -> Any:
-        """The value for one caller: the kept object itself, or that caller's own copy."""
-        copy = self.copy
-        return self.value if copy is None else copy(self.value)
-
-    @property
-    def large(self) -> bool:
-        return self.size >= LARGE_VALUE
-
-
-class NearTable:
+class NearTable(Admission):
     """The entries one process holds for one cache, shared by its threads and tasks.
 
     ``clock`` (seconds, monotonic) times entries: an entry read by a request
@@ -114,6 +80,7 @@ class NearTable:
         "_bytes",
         "_cleared",
         "_counts",
+        "_due_within",
         "_fills",
         "_fixed",
         "_hits",
@@ -138,6 +105,7 @@ class NearTable:
         "_wall",
         "budget",
         "clock",
+        "due",
         "entries",
         "max_age",
         "options",
@@ -150,7 +118,7 @@ class NearTable:
         scope: str | None = None,
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
-        rng: Callable[[int], int] = _below,
+        rng: Callable[[int], int] = below,
         report: Callable[[NearStats], object] | None = None,
     ) -> None:
         self.options = options
@@ -175,6 +143,13 @@ class NearTable:
         self._sketch_from = self.budget // 2
         self._largest = self.budget // 4  # a value larger is never held
         self._slack = options.max_age * SLACK
+        # Refresh ahead: a hit on an entry read before in its life, with less than this
+        # left of it, notes its key in `due` (None: off; under prefixes each key's bound
+        # is its own, and none is noted).
+        ahead = options.refresh_ahead
+        self._due_within: float | None = (
+            None if ahead is None or options.prefixes is not None else (1 - ahead) * self.max_age
+        )
         self._reset()
         watch_forks(self)
         _tables.add(self)
@@ -182,6 +157,8 @@ class NearTable:
     def _reset(self) -> None:
         self._lock = threading.Lock()
         self.entries: dict[str, Entry] = {}
+        # Keys due for a refresh ahead, with the entry noted (the next miss carries them).
+        self.due: dict[str, Entry] = {}
         self._order: list[Entry] = []  # for sampling victims
         # (expires, key) of each fill, in fill order: those past their bound go first.
         self._queue: collections.deque[tuple[float, str]] = collections.deque()
@@ -196,10 +173,13 @@ class NearTable:
         self._saved = itertools.count()
         self._fills = itertools.count()
         self._sweep_at = 0.0  # when the oldest entry held is SLACK past its bound (or later)
-        self._counts = dict.fromkeys(("refused", "evictions", "invalidations", "revalidated"), 0)
+        self._counts = dict.fromkeys(
+            ("refused", "evictions", "invalidations", "revalidated", "refreshed"), 0
+        )
 
     def after_fork(self) -> None:
-        """In a forked child: start empty (another process; a parent's lock may be held)."""
+        """In a forked child: start empty, nothing due (another process; a parent's lock may
+        be held)."""
         self._reset()
 
     # -- reading (no lock) --
@@ -214,18 +194,87 @@ class NearTable:
         next(self._misses)
         return None
 
-    def hit(self, key: str) -> Any:
+    def hit(self, key: str, note: bool = True) -> Any:
         """The value of ``key``'s live entry for one caller (counted as a hit and a round trip
         saved: a ``get`` answered), else :data:`MISS` (not counted: the caller's :meth:`miss`
-        counts it).  Compiled where the hot path is (:func:`hit`)."""
+        counts it).  Compiled where the hot path is (:func:`hit`).
+
+        ``note``: an entry read before in its life (hot) with less than the table's
+        refresh window left is noted in :attr:`due` (once), for the next miss to re-read
+        (``key`` is then a str the store can read as it is).
+        """
         entry = self.entries.get(key)
-        if entry is not None and entry.expires > self.clock():
-            entry.hits += 1
+        now = self.clock()
+        if entry is not None and entry.expires > now:
+            hits = entry.hits = entry.hits + 1
             next(self._hits)
             next(self._saved)
+            within = self._due_within
+            if (
+                note
+                and within is not None
+                and hits >= HOT
+                and entry.expires - now < within
+                and not entry.due
+                and entry.envelope is None
+                and entry.cas is None
+                and len(self.due) < DUE_LIMIT
+            ):
+                entry.due = True
+                self.due[key] = entry
             copy = entry.copy
             return entry.value if copy is None else copy(entry.value)
         return MISS
+
+    def no_refresh(self) -> None:
+        """Note no key for a refresh ahead (a store in front of which misses cannot carry
+        other keys)."""
+        self._due_within = None
+        self.due = {}
+
+    def take_due(self, key: str) -> list[Entry]:
+        """Up to :data:`CARRIED` entries due for a refresh ahead, taken out of :attr:`due`
+        (``key``'s own left out: the miss reads it anyway)."""
+        due: dict[str, Entry] = self.due
+        taken: list[Entry] = []
+        while due and len(taken) < CARRIED:
+            try:
+                name, entry = due.popitem()
+            except KeyError:  # another thread took the last one
+                break
+            if name != key:
+                taken.append(entry)
+        return taken
+
+    def refreshed(
+        self, found: dict[Any, Any], carried: Iterable[str], taken: list[Entry], ticket: Ticket
+    ) -> None:
+        """The answer of a miss's request that carried the keys ``carried`` of the entries
+        ``taken`` (:meth:`take_due`), sent under ``ticket``: each carried key memcached
+        holds is filled with its value as any read sent then (a write of this process
+        since wins), one it does not hold has its entry dropped; the keys not carried (on
+        another server) are due again."""
+        went, filled = set(carried), 0
+        for entry in taken:
+            key = entry.key
+            if key not in went:
+                if self.entries.get(key) is entry and len(self.due) < DUE_LIMIT:
+                    self.due[key] = entry
+                continue
+            value = found.get(key, MISS)
+            if value is MISS:
+                self.forget(entry)
+            elif fill(self, key, value, ticket):
+                filled += 1
+        if filled:
+            with self._lock:
+                self._counts["refreshed"] += filled
+
+    def forget(self, entry: Entry) -> None:
+        """Drop ``entry`` if it is still its key's (memcached no longer holds the key)."""
+        with self._lock:
+            if self.entries.get(entry.key) is entry:
+                self._remove(entry)
 
     def miss(self, now: float) -> Ticket:
         """Count a miss found at ``now`` (this table's clock, read before the request that
@@ -333,6 +382,7 @@ class NearTable:
         entry.size = size
         entry.expires = expires
         entry.hits = 0
+        entry.due = False
         entry.envelope = None
         entry.cas = None
         entry.epoch = None
@@ -457,72 +507,10 @@ class NearTable:
             self._seq += 1
             self._cleared = self._seq
             self.entries = {}
+            self.due = {}
             self._order = []
             self._queue.clear()
             self._bytes = 0
-
-    # -- admission and eviction --
-
-    def _count_use(self, key: str) -> None:
-        """Count a read of ``key`` that memcached answered (the admission's frequency)."""
-        h, mask = hash(key), self._mask
-        r0, r1, r2, r3 = self._rows
-        i = h & mask
-        if r0[i] < 255:
-            r0[i] += 1
-        i = h >> 16 & mask
-        if r1[i] < 255:
-            r1[i] += 1
-        i = h >> 32 & mask
-        if r2[i] < 255:
-            r2[i] += 1
-        i = h >> 48 & mask
-        if r3[i] < 255:
-            r3[i] += 1
-        self._added += 1
-        if self._added >= self._sample_limit:  # age: recent use counts, old use fades
-            self._added = 0
-            self._rows = [bytearray(row.translate(_HALF)) for row in self._rows]
-            for entry in self._order:
-                entry.hits >>= 1
-
-    def _frequency(self, key: str) -> int:
-        h, mask = hash(key), self._mask
-        r0, r1, r2, r3 = self._rows
-        return min(r0[h & mask], r1[h >> 16 & mask], r2[h >> 32 & mask], r3[h >> 48 & mask])
-
-    def _admit(self, key: str, size: int, now: float) -> bool:
-        """Make room for ``size`` bytes, or say the newcomer is not worth it (TinyLFU)."""
-        budget = self.budget
-        candidate = self._frequency(key)
-        while self._bytes + size > budget and self._order:
-            victim = self._victim(now)
-            if victim.expires > now and victim.hits + 1 > candidate:
-                return False  # what memory holds is used more than the newcomer
-            self._remove(victim)
-            self._counts["evictions"] += 1
-        return True
-
-    def _compact(self) -> None:
-        """Rebuild the expiry queue from the entries held: the items of entries dropped
-        or filled again since are left out (at most as many again as there are entries)."""
-        self._queue = collections.deque(sorted([(e.expires, e.key) for e in self._order]))
-
-    def _victim(self, now: float) -> Entry:
-        """The least used of a few entries drawn at random; expired small ones first."""
-        order = self._order
-        n = len(order)
-        rng = self._rng
-        best: Entry | None = None
-        best_score = 0
-        for _ in range(min(SAMPLE, n)):
-            entry = order[rng(n)]
-            # Expired ones first (a large one last: it may still be revalidated).
-            score = entry.hits + 1 if entry.expires > now else 0 if entry.large else -1
-            if best is None or score < best_score:
-                best, best_score = entry, score
-        assert best is not None
-        return best
 
     def _remove(self, entry: Entry) -> None:
         order = self._order

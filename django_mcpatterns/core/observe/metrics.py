@@ -11,6 +11,7 @@ metric                                      type      labels
 ``mcpatterns_near_round_trips_saved_total`` counter   cache
 ``mcpatterns_near_evictions_total``         counter   cache
 ``mcpatterns_near_revalidations_total``     counter   cache
+``mcpatterns_near_refreshes_total``         counter   cache
 ``mcpatterns_near_bytes``                   gauge     cache (summed over live workers)
 ``mcpatterns_near_entries``                 gauge     cache (summed over live workers)
 =========================================== ========= ==================================
@@ -106,6 +107,12 @@ class _Families:
         self.near_revalidations = Counter(
             "mcpatterns_near_revalidations",
             "Large values the near cache kept after checking their cas (no value sent)",
+            ("cache",),
+            registry=registry,
+        )
+        self.near_refreshes = Counter(
+            "mcpatterns_near_refreshes",
+            "Hot values the near cache renewed ahead, in the request of a miss to their server",
             ("cache",),
             registry=registry,
         )
@@ -224,12 +231,13 @@ class PrometheusSink(BaseSink):
             stats.round_trips_saved,
             stats.evictions,
             stats.revalidated,
+            stats.refreshed,
         )
         last = self._near.get(cache, (0,) * len(counts))
         if any(now < before for now, before in zip(counts, last, strict=True)):
             last = (0,) * len(counts)  # a new table (a forked child): counted from 0
         self._near[cache] = counts
-        hits, misses, saved, evictions, revalidated = (
+        hits, misses, saved, evictions, revalidated, refreshed = (
             now - before for now, before in zip(counts, last, strict=True)
         )
         families = self._families
@@ -239,6 +247,7 @@ class PrometheusSink(BaseSink):
             (families.near_saved.labels(cache), saved),
             (families.near_evictions.labels(cache), evictions),
             (families.near_revalidations.labels(cache), revalidated),
+            (families.near_refreshes.labels(cache), refreshed),
         ):
             if amount:
                 counter.inc(amount)

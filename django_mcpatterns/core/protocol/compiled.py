@@ -97,7 +97,7 @@ __all__ = [
 ]
 
 PURE_SWITCH = "DJANGO_MCPATTERNS_PURE_PYTHON"
-ABI = 7  # what this module expects of _speedups (its ABI constant)
+ABI = 8  # what this module expects of _speedups (its ABI constant)
 
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
