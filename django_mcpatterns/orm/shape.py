@@ -40,7 +40,7 @@ from django.utils.functional import cached_property as django_cached_property
 
 from django_mcpatterns.core.protocol import compiled
 
-__all__ = ["Shape", "Uncacheable", "digest_of", "shape_of"]
+__all__ = ["Shape", "Uncacheable", "digest_of", "shape_of", "text_digest"]
 
 
 class Uncacheable(Exception):
@@ -126,9 +126,17 @@ class Shape:
         self.parts: list[str] = []
         self.tables: set[str] = set()
 
+    def text(self) -> str:
+        """The parts written out: the same text for the same query in every process."""
+        return "\x1f".join(self.parts)
+
     def digest(self) -> str:
-        text = "\x1f".join(self.parts)
-        return hashlib.blake2b(text.encode(), digest_size=20).hexdigest()
+        return text_digest(self.text())
+
+
+def text_digest(text: str) -> str:
+    """The digest of a shape's :meth:`~Shape.text` (what result keys are named by)."""
+    return hashlib.blake2b(text.encode(), digest_size=20).hexdigest()
 
 
 def shape_of(query: Query, *extra: Any) -> Shape:

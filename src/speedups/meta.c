@@ -146,7 +146,13 @@ meta_line(Reader *r, PyObject *request, const char *b, Py_ssize_t eol, Py_ssize_
             goto done;
         end += 2;
     }
-    reply = PyObject_CallFunctionObjArgs(B.MetaReply, status, flags, data ? data : Py_None, NULL);
+    if (B.MetaReplyMaker != NULL) {  /* each field by its slot: no dataclass __init__ */
+        PyObject *fields[] = {status, flags, data ? data : Py_None, Py_False};
+        reply = PyObject_Vectorcall(B.MetaReplyMaker, fields, 4, NULL);
+    }
+    else
+        reply = PyObject_CallFunctionObjArgs(B.MetaReply, status, flags, data ? data : Py_None,
+                                             NULL);
     if (reply != NULL) {
         r->need = 0;
         r->start += end;

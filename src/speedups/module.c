@@ -45,9 +45,25 @@ bind(PyObject *module, PyObject *args, PyObject *kwargs)
     Py_RETURN_NONE;
 }
 
+/* bind_meta(maker): meta replies made by ``maker`` (a Maker of MetaReply's four fields) rather
+ * than by calling the class: its frozen dataclass __init__ sets each field through
+ * object.__setattr__ (some 6k instructions a reply). */
+static PyObject *
+bind_meta(PyObject *module, PyObject *maker)
+{
+    if (!PyObject_TypeCheck(maker, &MakerType)) {
+        PyErr_SetString(PyExc_TypeError, "bind_meta takes a Maker of MetaReply");
+        return NULL;
+    }
+    Py_XSETREF(B.MetaReplyMaker, Py_NewRef(maker));
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef functions[] = {
     {"bind", (PyCFunction)(void (*)(void))bind, METH_VARARGS | METH_KEYWORDS,
      "Bind the parser to the classes it answers with (compiled.py does, in one interpreter)."},
+    {"bind_meta", bind_meta, METH_O,
+     "bind_meta(maker): meta replies made by a Maker of MetaReply (compiled.py)."},
     {"encode", speedups_encode, METH_O, "The bytes of a batch of requests, written at once."},
     {"keyed", speedups_keyed, METH_VARARGS, "keyed(keys, placed): {wire bytes: key as given}."},
     {"placed", (PyCFunction)(void (*)(void))speedups_placed, METH_FASTCALL,

@@ -23,6 +23,7 @@ typedef struct {
     PyObject *s_read, *s_encode, *s_matches, *s_quiet, *s_QUIETED, *s_STATUSES;
     PyObject *k_error, *k_client_error, *k_server_error;
     PyObject *END;
+    PyObject *MetaReplyMaker; /* MetaReply from its four fields (maker.c), bind_meta() */
     int bound;
 } Bound;
 

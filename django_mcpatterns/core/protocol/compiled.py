@@ -143,6 +143,8 @@ def load() -> ModuleType | None:
     except ImportError as exc:  # bound in another interpreter (a sub-interpreter's import)
         why_pure = str(exc)
         return None
+    if hasattr(module, "bind_meta"):  # meta replies made field by field (see maker)
+        module.bind_meta(module.Maker(MetaReply, [f.name for f in dataclasses.fields(MetaReply)]))
     return module
 
 
@@ -154,9 +156,9 @@ Reader: Any = speedups.Reader if speedups is not None else reader.Reader
 def encode(requests: Sequence[Request[Any]] | Iterable[Request[Any]]) -> bytes:
     """The bytes of a batch of requests (:func:`.wire.encode`, in C when compiled)."""
     if speedups is not None:
-        data: bytes = speedups.encode(
-            requests if isinstance(requests, Sequence) else list(requests)
-        )
+        kind = type(requests)  # a tuple or list as it is: isinstance of an ABC runs Python
+        plain = kind is tuple or kind is list or isinstance(requests, Sequence)
+        data: bytes = speedups.encode(requests if plain else list(requests))
         return data
     return encode_in_python(requests)
 
