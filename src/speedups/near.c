@@ -2,12 +2,15 @@
  *
  * near_hit answers a get from a live entry as NearTable.hit does (counted, the value or
  * the caller's copy), or says MISS.  Every read the near cache misses ends in a fill; in
- * Python its common case (a str or bytes value, room in memory, no sweep due) is most
- * of a miss's own cost.  near_fill
- * does that case here, with the same answers and the same table afterwards; any other
- * case (another type of value or key, prefixes, a full table whose admission must choose,
- * the sketch ageing, a sweep due, the table's lock held) it hands to NearTable.fill,
- * before it changed anything.
+ * Python its common case (a str or bytes value, room in memory) is most of a miss's own
+ * cost, and so is the sweep of expired entries (NearTable._expire) that every sixteenth
+ * of max_age brings.  near_fill does that case here, its sweep included, with the same
+ * answers and the same table afterwards; any other case (another type of value or key,
+ * prefixes, a full table whose admission must choose, the sketch ageing, an expiry queue
+ * to rebuild, the table's lock held) it hands to NearTable.fill, before it changed
+ * anything.
+ *
+ * near_hit also notes a hot entry near its end for a refresh ahead (NearTable.hit).
  *
  * The table's lock: NearTable.fill holds it across a few dict and list operations.  Here
  * the lock is seen free (`locked()`) and the whole change is made without releasing the
@@ -23,6 +26,8 @@
 #define STRIPE 4095  /* _model_table.STRIPES - 1 */
 #define DUE_LIMIT 128  /* _model_table.DUE_LIMIT */
 #define HOT 2  /* _model_table.HOT */
+#define SWEEP 256  /* _model_table.SWEEP */
+#define LARGE 8192  /* _model.LARGE_VALUE */
 
 /* What _model_table.py binds (bind_near): its classes, the size constants, slot offsets. */
 static struct {
@@ -31,11 +36,12 @@ static struct {
     /* NearTable's slots */
     Py_ssize_t t_hits, t_saved, t_misses, t_report, t_report_at, t_seq, t_clock, t_fixed, t_cleared, t_stamps, t_lock, t_entries, t_order, t_queue,
         t_bytes, t_sketch_from, t_largest, t_sweep_at, t_fills, t_rows, t_mask, t_added,
-        t_sample_limit, t_budget, t_due, t_due_within;
+        t_sample_limit, t_budget, t_due, t_due_within, t_slack;
     /* Entry's slots */
     Py_ssize_t e_key, e_value, e_copy, e_size, e_expires, e_hits, e_slot, e_envelope, e_cas,
         e_epoch, e_due;
-    PyObject *s_fill, *s_hit, *s_miss, *s_missed, *s_locked, *s_append, *zero, *one, *MISS;
+    PyObject *s_fill, *s_hit, *s_miss, *s_missed, *s_locked, *s_append, *s_popleft, *zero, *one,
+        *MISS;
     int bound;
 } N;
 
@@ -88,6 +94,7 @@ speedups_bind_near(PyObject *module, PyObject *args)
         {&N.t_mask, T, "_mask"},         {&N.t_added, T, "_added"},
         {&N.t_sample_limit, T, "_sample_limit"}, {&N.t_budget, T, "budget"},
         {&N.t_due, T, "due"},            {&N.t_due_within, T, "_due_within"},
+        {&N.t_slack, T, "_slack"},
         {&N.e_key, E, "key"},
         {&N.e_value, E, "value"},        {&N.e_copy, E, "copy"},
         {&N.e_size, E, "size"},          {&N.e_expires, E, "expires"},
@@ -111,6 +118,7 @@ speedups_bind_near(PyObject *module, PyObject *args)
             || (N.one = PyLong_FromLong(1)) == NULL
             || (N.s_locked = PyUnicode_InternFromString("locked")) == NULL
             || (N.s_append = PyUnicode_InternFromString("append")) == NULL
+            || (N.s_popleft = PyUnicode_InternFromString("popleft")) == NULL
             || (N.zero = PyLong_FromLong(0)) == NULL)
             return NULL;
     }
@@ -323,6 +331,107 @@ sketch(PyObject *table, Py_ssize_t held, unsigned char *rows[4], Py_ssize_t *add
     return 1;
 }
 
+/* NearTable._expire(now), within near_fill's change (no Python code runs: the table's
+ * lock is seen free and the GIL kept): drop the entries past their bound from the head
+ * of the expiry queue, at most SWEEP, oldest fill first (large ones stay, as do those
+ * renewed or filled again since: their queue item is not their last), then date the
+ * next sweep.  What is popped and dropped is kept in `let_go` (SWEEP places each) for
+ * the caller to let go once the table is whole.  A queue grown past twice the entries
+ * is left for Python's next fill to rebuild (near_fill hands that case to it).  -1: an
+ * error set. */
+static int
+sweep_expired(PyObject *table, double now, PyObject **let_go, int *n_let_go)
+{
+    PyObject *queue = AT(table, N.t_queue), *entries = AT(table, N.t_entries);
+    PyObject *order = AT(table, N.t_order), *slack_obj = AT(table, N.t_slack);
+    Py_ssize_t held = PyLong_AsSsize_t(AT(table, N.t_bytes)), dropped = 0;
+    int ok = 1;
+    double slack = slack_obj == NULL ? -1.0 : as_double(slack_obj, &ok);
+    if (!ok || slack < 0)
+        return 0;  /* nothing swept: Python's fill sweeps once this one is done */
+    for (int i = 0; i < SWEEP; i++) {
+        if (PyObject_Size(queue) <= 0)
+            break;
+        PyObject *head = PySequence_GetItem(queue, 0);
+        if (head == NULL)
+            return -1;
+        double expires = -1.0;
+        ok = PyTuple_CheckExact(head) && PyTuple_GET_SIZE(head) == 2;
+        if (ok)
+            expires = as_double(PyTuple_GET_ITEM(head, 0), &ok);
+        if (!ok || expires > now) {
+            Py_DECREF(head);
+            break;
+        }
+        PyObject *popped = PyObject_CallMethodNoArgs(queue, N.s_popleft);
+        if (popped == NULL) {
+            Py_DECREF(head);
+            return -1;
+        }
+        Py_DECREF(popped);  /* the head itself, held below */
+        let_go[(*n_let_go)++] = head;
+        PyObject *key = PyTuple_GET_ITEM(head, 1);
+        PyObject *entry = PyUnicode_CheckExact(key) ? PyDict_GetItemWithError(entries, key) : NULL;
+        if (entry == NULL) {
+            if (PyErr_Occurred())
+                return -1;
+            continue;
+        }
+        PyObject *its = Py_IS_TYPE(entry, N.Entry) ? AT(entry, N.e_expires) : NULL;
+        PyObject *size = its == NULL ? NULL : AT(entry, N.e_size);
+        PyObject *slot = its == NULL ? NULL : AT(entry, N.e_slot);
+        if (size == NULL || slot == NULL || !PyLong_CheckExact(size) || !PyLong_CheckExact(slot))
+            continue;
+        int same = 1;
+        if (its != PyTuple_GET_ITEM(head, 0) && (as_double(its, &same) != expires || !same))
+            continue;  /* renewed or filled again since */
+        Py_ssize_t bytes = PyLong_AsSsize_t(size);
+        if (bytes >= LARGE)
+            continue;  /* may be revalidated */
+        /* NearTable._remove(entry) */
+        let_go[(*n_let_go)++] = Py_NewRef(entry);
+        Py_ssize_t last_at = PyList_GET_SIZE(order) - 1;
+        PyObject *last = Py_NewRef(PyList_GET_ITEM(order, last_at));
+        if (PyList_SetSlice(order, last_at, last_at + 1, NULL) < 0) {
+            Py_DECREF(last);
+            return -1;
+        }
+        if (last != entry) {
+            Py_ssize_t at = PyLong_AsSsize_t(slot);
+            Py_XSETREF(AT(last, N.e_slot), Py_NewRef(slot));
+            PyList_SetItem(order, at, last);  /* steals last; the entry is held in let_go */
+        }
+        else
+            Py_DECREF(last);
+        if (PyDict_DelItem(entries, key) < 0)
+            return -1;
+        dropped += bytes;
+    }
+    if (dropped) {
+        PyObject *now_held = PyLong_FromSsize_t(held - dropped);
+        if (now_held == NULL)
+            return -1;
+        Py_SETREF(AT(table, N.t_bytes), now_held);
+    }
+    double next = now;
+    if (PyObject_Size(queue) > 0) {
+        PyObject *head = PySequence_GetItem(queue, 0);
+        if (head == NULL)
+            return -1;
+        ok = PyTuple_CheckExact(head) && PyTuple_GET_SIZE(head) == 2;
+        if (ok)
+            next = as_double(PyTuple_GET_ITEM(head, 0), &ok);
+        Py_DECREF(head);
+        if (!ok)
+            return 0;  /* not a number: the sweep stays due, for Python's fill */
+    }
+    PyObject *at = PyFloat_FromDouble(next + slack);
+    if (at == NULL)
+        return -1;
+    Py_SETREF(AT(table, N.t_sweep_at), at);
+    return 0;
+}
+
 /* near_fill(table, key, value, ticket): table.fill(key, value, ticket), the same answer
  * and the same table afterwards. */
 PyObject *
@@ -477,8 +586,9 @@ speedups_near_fill(PyObject *module, PyObject *const *args, Py_ssize_t n)
     Py_ssize_t queued = PyObject_Size(queue);
     if (queued < 0)
         goto done;
-    if (now >= sweep || queued + 1 > 2 * (count + 1) + 64)
-        goto fallback;  /* a sweep is due */
+    if (queued + 1 > 2 * (count + 1) + 64)
+        goto fallback;  /* the queue is rebuilt (NearTable._compact) */
+    int sweeping = now >= sweep;  /* swept below, once the entry is in */
     unsigned char *rows[4];
     Py_ssize_t added = 0;
     if (held > from) {  /* the sketch counts this read (NearTable._count_use) */
@@ -542,6 +652,15 @@ speedups_near_fill(PyObject *module, PyObject *const *args, Py_ssize_t n)
     if (counted == NULL)
         goto done;
     Py_DECREF(counted);
+    if (sweeping) {
+        PyObject *let_go[2 * SWEEP];
+        int n_let_go = 0;
+        int swept = sweep_expired(table, now, let_go, &n_let_go);
+        for (int i = 0; i < n_let_go; i++)  /* once the table is whole */
+            Py_DECREF(let_go[i]);
+        if (swept < 0)
+            goto done;
+    }
     result = Py_NewRef(Py_True);
     goto done;
 

@@ -3,7 +3,8 @@
 the hot path is built).
 
 A near hit is ``hit``; every miss ends in a fill, whose common case (a str or bytes
-value, room in memory, no sweep due) runs in C, any other case in ``NearTable.fill``.
+value, room in memory, with its sweep of expired entries) runs in C, any other case in
+``NearTable.fill``.
 Both paths must give the same answers and leave the same table: hypothesis drives two
 tables through the same fills, hits, tickets, writes, clears and time, one per path.
 """
@@ -135,7 +136,7 @@ def test_both_paths_alike_at_the_edges() -> None:
     clock = FakeClock(1000.0)
     python, module = table_of(clock, max_bytes=2**16), table_of(clock, max_bytes=2**16)
     ticket = python.ticket()
-    for table in (python, module):  # the first fill sweeps (none yet), so Python's does it
+    for table in (python, module):  # the first fill, by NearTable.fill on both: they start alike
         NearTable.fill(table, "first", "v", ticket)
     clock.advance(1.0)  # a read answered exactly max_age after it was sent: not held
     assert NearTable.fill(python, "k", "v", ticket) is fill(module, "k", "v", ticket) is False
@@ -155,6 +156,39 @@ def test_both_paths_alike_at_the_edges() -> None:
         both("again", "v" * i)
     for i in range(400):  # many keys: half full (the sketch counts), then full (admission)
         both(f"m{i}", "w" * 300)
+
+
+def test_both_paths_sweep_expired_entries_alike() -> None:
+    """A fill past the oldest entry's bound sweeps: at most SWEEP entries a fill, oldest
+    first, large ones and those filled again since left; the next sweep dated alike."""
+    clock = FakeClock(1000.0)
+    python, module = table_of(clock), table_of(clock)
+    ticket = python.ticket()
+    for table in (python, module):  # the first fill, by NearTable.fill on both: they start alike
+        NearTable.fill(table, "first", "v", ticket)
+    for i in range(300):
+        clock.advance(0.0001)
+        ticket = python.ticket()
+        value: Any = b"L" * 9000 if i % 50 == 7 else f"v{i}"  # some large: they stay
+        assert NearTable.fill(python, f"k{i}", value, ticket) == fill(
+            module, f"k{i}", value, ticket
+        )
+    clock.advance(0.0001)
+    ticket = python.ticket()
+    for i in (3, 4):  # filled again: their first queue items are not their last
+        assert NearTable.fill(python, f"k{i}", "again", ticket) == fill(
+            module, f"k{i}", "again", ticket
+        )
+    assert state(python) == state(module)
+    clock.advance(1.5)  # every one past its bound, and past the slack
+    for n in range(3):
+        ticket = python.ticket()
+        assert NearTable.fill(python, f"new{n}", "v", ticket) == fill(
+            module, f"new{n}", "v", ticket
+        )
+        assert state(python) == state(module)
+    large = {f"k{i}" for i in range(300) if i % 50 == 7}
+    assert set(python.entries) == {"new0", "new1", "new2"} | large
 
 
 def test_both_paths_count_alike_in_the_sketch() -> None:
@@ -181,7 +215,7 @@ def test_a_hit_until_the_bound_each_caller_its_own_copy(hitting: Any, filling: A
     clock = FakeClock(1000.0)
     table = table_of(clock)
     ticket = table.ticket()
-    filling(table, "first", "v", ticket)  # the first fill sweeps: Python's
+    filling(table, "first", "v", ticket)  # the first fill sweeps (nothing yet)
     clock.advance(0.25)
     assert filling(table, "plain", "v", ticket)
     assert filling(table, "flat", {"a": 1}, ticket)

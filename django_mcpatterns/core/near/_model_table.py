@@ -551,8 +551,9 @@ fill, hit, missed, untrack = compiled.near(
 """``fill(table, key, value, ticket)``, ``hit(table, key)`` and ``missed(table)``: the
 table's methods of those names, compiled where the hot path is (``src/speedups/near.c``:
 the same answers, the same table afterwards; a fill's common case only, a str or bytes
-value, room in memory, no sweep due).  ``untrack(entry)``: the entry, left out of the
-cycle collector's work (near.c's ``near_untrack`` says why it is safe)."""
+value, room in memory; the sweep of expired entries included).  ``untrack(entry)``: the
+entry, left out of the cycle collector's work (near.c's ``near_untrack`` says why it is
+safe)."""
 
 
 _tables: weakref.WeakSet[NearTable] = weakref.WeakSet()  # every table of this process

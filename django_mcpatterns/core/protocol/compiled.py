@@ -277,7 +277,7 @@ def near(
     ``missed(table)`` (``NearTable.fill``, ``.hit`` and ``.missed``, given), in C where the
     hot path is built
     (``src/speedups/near.c``: the same answers and table; a fill's common case only, a
-    str or bytes value, room, no sweep due), bound to the table's ``Entry`` and
+    str or bytes value, room, its sweep included), bound to the table's ``Entry`` and
     ``NearTable`` classes, its ``MISS`` and ``sizes`` (what an empty str and bytes take,
     and an entry's fixed overhead); those given on the pure path.  Fourth, ``untrack``:
     an entry given back, no longer followed by the cycle collector (no cycle passes
