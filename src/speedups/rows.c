@@ -411,3 +411,286 @@ speedups_unpack_rows(PyObject *module, PyObject *args)
     }
     return made;
 }
+
+/* ---- rows of one shape stored by column (rows.py's columns and unpack_columns) ---- */
+
+/* Whether two related dicts of packed rows have the same names, in the same order:
+ * 1, 0, or -1 with an error. */
+static int
+same_names(PyObject *a, PyObject *b)
+{
+    if (PyDict_GET_SIZE(a) != PyDict_GET_SIZE(b))
+        return 0;
+    Py_ssize_t pa = 0, pb = 0;
+    PyObject *ka, *kb, *value;
+    while (PyDict_Next(a, &pa, &ka, &value)) {
+        if (!PyDict_Next(b, &pb, &kb, &value))
+            return 0;
+        if (ka != kb) {
+            int equal = PyObject_RichCompareBool(ka, kb, Py_EQ);
+            if (equal <= 0)
+                return equal;
+        }
+    }
+    return 1;
+}
+
+static PyObject *columns_of(PyObject *rows);
+
+static PyObject *
+columns_nested(PyObject *rows)
+{
+    if (Py_EnterRecursiveCall(" while storing cached rows by column"))
+        return NULL;
+    PyObject *group = columns_of(rows);
+    Py_LeaveRecursiveCall();
+    return group;
+}
+
+/* rows (a list of packed rows) as one column group, or None (a new reference) when they
+ * are not of one shape. */
+static PyObject *
+columns_of(PyObject *rows)
+{
+    Py_ssize_t n = PyList_GET_SIZE(rows);
+    if (n == 0)
+        return Py_NewRef(Py_None);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *row = PyList_GET_ITEM(rows, i);
+        if (!PyTuple_CheckExact(row) || PyTuple_GET_SIZE(row) != 5
+            || !PyDict_CheckExact(PyTuple_GET_ITEM(row, 4)))
+            return Py_NewRef(Py_None);
+    }
+    PyObject *first = Py_NewRef(PyList_GET_ITEM(rows, 0)), *values = NULL, *by_name = NULL;
+    PyObject *column = NULL, *group = NULL;
+    PyObject *label = PyTuple_GET_ITEM(first, 0), *db = PyTuple_GET_ITEM(first, 1);
+    PyObject *names = PyTuple_GET_ITEM(first, 2), *related = PyTuple_GET_ITEM(first, 4);
+    int shaped = 1;
+    /* the comparisons may run Python code (a str subclass's __eq__): sizes read again */
+    for (Py_ssize_t i = 1; shaped > 0 && i < PyList_GET_SIZE(rows); i++) {
+        PyObject *row = PyList_GET_ITEM(rows, i);
+        if (PyTuple_GET_ITEM(row, 2) != names)
+            shaped = 0;
+        else if ((shaped = PyObject_RichCompareBool(PyTuple_GET_ITEM(row, 0), label, Py_EQ)) > 0
+                 && (shaped = PyObject_RichCompareBool(PyTuple_GET_ITEM(row, 1), db, Py_EQ)) > 0)
+            shaped = same_names(related, PyTuple_GET_ITEM(row, 4));
+    }
+    if (shaped <= 0 || PyList_GET_SIZE(rows) != n) {
+        Py_DECREF(first);
+        return shaped < 0 ? NULL : Py_NewRef(Py_None);
+    }
+    if ((values = PyList_New(n)) == NULL || (by_name = PyDict_New()) == NULL)
+        goto done;
+    for (Py_ssize_t i = 0; i < n; i++)
+        PyList_SET_ITEM(values, i, Py_NewRef(PyTuple_GET_ITEM(PyList_GET_ITEM(rows, i), 3)));
+    Py_ssize_t pos = 0;
+    PyObject *name, *unused;
+    while (PyDict_Next(related, &pos, &name, &unused)) {
+        if ((column = PyList_New(n)) == NULL)
+            goto done;
+        Py_ssize_t packed = 0;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            PyObject *rel = PyDict_GetItemWithError(PyTuple_GET_ITEM(PyList_GET_ITEM(rows, i), 4),
+                                                   name);
+            if (rel == NULL) {
+                if (!PyErr_Occurred())
+                    PyErr_SetObject(PyExc_KeyError, name);
+                goto done;
+            }
+            packed += PyTuple_CheckExact(rel);
+            PyList_SET_ITEM(column, i, Py_NewRef(rel));
+        }
+        if (packed == n) {
+            PyObject *nested = columns_nested(column);
+            if (nested == NULL)
+                goto done;
+            Py_SETREF(column, nested);
+        }
+        else if (packed)
+            Py_SETREF(column, Py_NewRef(Py_None));
+        if (column == Py_None) {  /* not of one shape */
+            group = column;
+            column = NULL;
+            goto done;
+        }
+        int failed = PyDict_SetItem(by_name, name, column) < 0;
+        Py_CLEAR(column);
+        if (failed)
+            goto done;
+    }
+    group = PyTuple_Pack(5, label, db, names, values, by_name);
+done:
+    Py_DECREF(first);
+    Py_XDECREF(values);
+    Py_XDECREF(by_name);
+    Py_XDECREF(column);
+    return group;
+}
+
+/* columns(rows): rows.py's columns, in C. */
+PyObject *
+speedups_columns(PyObject *module, PyObject *rows)
+{
+    if (!PyList_Check(rows)) {
+        PyErr_SetString(PyExc_TypeError, "columns takes a list of packed rows");
+        return NULL;
+    }
+    return columns_of(rows);
+}
+
+/* A fresh ModelState as from_db leaves it: adding False, db set. */
+static PyObject *
+new_state(PyObject *model_state, PyObject *db)
+{
+    PyObject *state;
+    if (PyType_Check(model_state)
+        && ((PyTypeObject *)model_state)->tp_new == PyBaseObject_Type.tp_new
+        && ((PyTypeObject *)model_state)->tp_init == PyBaseObject_Type.tp_init)
+        state = PyBaseObject_Type.tp_new((PyTypeObject *)model_state, empty, NULL);
+    else
+        state = PyObject_CallNoArgs(model_state);
+    if (state == NULL)
+        return NULL;
+    PyObject *attributes = PyObject_GenericGetDict(state, NULL);
+    int failed = attributes == NULL || PyDict_SetItem(attributes, s_adding, Py_False) < 0
+                 || PyDict_SetItem(attributes, s_db, db) < 0;
+    Py_XDECREF(attributes);
+    if (failed)
+        Py_CLEAR(state);
+    return state;
+}
+
+static PyObject *unpack_group(PyObject *, PyObject *, PyObject *, PyObject *);
+
+static PyObject *
+unpack_group_nested(PyObject *group, PyObject *classes, PyObject *model_of, PyObject *model_state)
+{
+    if (Py_EnterRecursiveCall(" while unpacking cached rows"))
+        return NULL;
+    PyObject *made = unpack_group(group, classes, model_of, model_state);
+    Py_LeaveRecursiveCall();
+    return made;
+}
+
+/* Fresh instances of a column group, each as unpack_row makes a row's. */
+static PyObject *
+unpack_group(PyObject *group, PyObject *classes, PyObject *model_of, PyObject *model_state)
+{
+    if (!PyTuple_CheckExact(group) || PyTuple_GET_SIZE(group) != 5) {
+        PyErr_SetString(PyExc_TypeError, "a column group is a tuple of 5");
+        return NULL;
+    }
+    PyObject *label = PyTuple_GET_ITEM(group, 0), *db = PyTuple_GET_ITEM(group, 1);
+    PyObject *names = PyTuple_GET_ITEM(group, 2), *values = PyTuple_GET_ITEM(group, 3);
+    PyObject *related = PyTuple_GET_ITEM(group, 4);
+    if (!PyTuple_Check(names) || !PyList_CheckExact(values) || !PyDict_Check(related)) {
+        PyErr_SetString(PyExc_TypeError,
+                        "a column group's names are a tuple, its values a list, its related a dict");
+        return NULL;
+    }
+    Py_INCREF(values);  /* held: model_of() may run any Python code */
+    Py_INCREF(related);
+    PyObject *made = NULL, *cls = NULL, *out = NULL, *column = NULL;
+    Py_ssize_t n = PyList_GET_SIZE(values);
+    if ((made = PyDict_New()) == NULL)
+        goto fail;
+    Py_ssize_t pos = 0;
+    PyObject *name, *rel;
+    while (PyDict_Next(related, &pos, &name, &rel)) {
+        if (PyTuple_CheckExact(rel))
+            column = unpack_group_nested(rel, classes, model_of, model_state);
+        else if (PyList_CheckExact(rel))
+            column = Py_NewRef(rel);
+        else {
+            PyErr_SetString(PyExc_TypeError, "a related column is a group or a list");
+            goto fail;
+        }
+        if (column == NULL)
+            goto fail;
+        if (PyList_GET_SIZE(column) != n) {
+            PyErr_SetString(PyExc_TypeError, "a related column has as many rows as its group");
+            goto fail;
+        }
+        if (PyDict_SetItem(made, name, column) < 0)
+            goto fail;
+        Py_CLEAR(column);
+    }
+    cls = PyDict_GetItemWithError(classes, label);
+    if (cls != NULL)
+        Py_INCREF(cls);
+    else if (PyErr_Occurred() || (cls = PyObject_CallOneArg(model_of, label)) == NULL)
+        goto fail;
+    if (!PyType_Check(cls)) {
+        PyErr_SetString(PyExc_TypeError, "a packed row's label names no model");
+        goto fail;
+    }
+    if (PyList_GET_SIZE(values) != n) {
+        PyErr_SetString(PyExc_RuntimeError, "the packed rows changed while unpacked");
+        goto fail;
+    }
+    if ((out = PyList_New(n)) == NULL)
+        goto fail;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *row = PyList_GET_ITEM(values, i);
+        if (!PyTuple_Check(row) || PyTuple_GET_SIZE(row) != PyTuple_GET_SIZE(names)) {
+            PyErr_SetString(PyExc_TypeError, "a packed row has as many values as names");
+            goto fail;
+        }
+        PyObject *obj = new_instance(cls), *attributes = NULL, *state = NULL, *cache = NULL;
+        if (obj == NULL)
+            goto fail;
+        PyList_SET_ITEM(out, i, obj);
+        if ((attributes = PyObject_GenericGetDict(obj, NULL)) == NULL)
+            goto fail;
+        int failed = 0;
+        for (Py_ssize_t j = 0; !failed && j < PyTuple_GET_SIZE(names); j++)
+            failed = PyDict_SetItem(attributes, PyTuple_GET_ITEM(names, j),
+                                    PyTuple_GET_ITEM(row, j)) < 0;
+        if (!failed)
+            failed = (state = new_state(model_state, db)) == NULL;
+        if (!failed && PyDict_GET_SIZE(made)) {
+            PyObject *state_attributes = PyObject_GenericGetDict(state, NULL);
+            failed = state_attributes == NULL || (cache = PyDict_New()) == NULL;
+            Py_ssize_t at = 0;
+            PyObject *key, *col;
+            while (!failed && PyDict_Next(made, &at, &key, &col))
+                failed = PyDict_SetItem(cache, key, PyList_GET_ITEM(col, i)) < 0;
+            if (!failed)
+                failed = PyDict_SetItem(state_attributes, s_fields_cache, cache) < 0;
+            Py_XDECREF(state_attributes);
+        }
+        if (!failed)
+            failed = PyDict_SetItem(attributes, s_state, state) < 0;
+        Py_DECREF(attributes);
+        Py_XDECREF(state);
+        Py_XDECREF(cache);
+        if (failed)
+            goto fail;
+    }
+    Py_DECREF(values);
+    Py_DECREF(related);
+    Py_DECREF(made);
+    Py_DECREF(cls);
+    return out;
+fail:
+    Py_DECREF(values);
+    Py_DECREF(related);
+    Py_XDECREF(made);
+    Py_XDECREF(cls);
+    Py_XDECREF(out);
+    Py_XDECREF(column);
+    return NULL;
+}
+
+/* unpack_columns(group, classes, model_of, ModelState): rows.py's unpack_columns, in C. */
+PyObject *
+speedups_unpack_columns(PyObject *module, PyObject *args)
+{
+    PyObject *group, *classes, *model_of, *model_state;
+    if (!PyArg_ParseTuple(args, "OO!OO:unpack_columns", &group, &PyDict_Type, &classes,
+                          &model_of, &model_state))
+        return NULL;
+    if (names_ready() < 0)
+        return NULL;
+    return unpack_group(group, classes, model_of, model_state);
+}

@@ -58,6 +58,8 @@ extern PyTypeObject ReaderType;
 extern PyTypeObject MakerType;  /* maker.c */
 PyObject *speedups_pack_rows(PyObject *module, PyObject *args);   /* rows.c */
 PyObject *speedups_unpack_rows(PyObject *module, PyObject *args);
+PyObject *speedups_columns(PyObject *module, PyObject *rows);
+PyObject *speedups_unpack_columns(PyObject *module, PyObject *args);
 PyObject *speedups_shape_bind(PyObject *module, PyObject *args);  /* shape.c */
 PyObject *speedups_shape_walk(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
 PyObject *speedups_shape_named(PyObject *module, PyObject *const *args, Py_ssize_t nargs);

@@ -575,3 +575,39 @@ def test_a_failing_event_handler_does_not_break_operations(
     cluster = Cluster([f"127.0.0.1:{_closed_port()}"], on_node_event=handler)
     assert cluster.get("k", "dflt") == "dflt"
     assert "on_node_event handler failed" in caplog.text
+
+
+@pytest.mark.parametrize("servers", [1, 2])
+def test_a_multi_key_call_to_a_server_that_died_unnoticed_loses_only_its_keys(
+    servers: int,
+) -> None:
+    """The driver sends a multi-key call itself while every server is healthy: a server
+    that died since its last answer fails its own keys there (its health records it),
+    the others' answer, nothing is raised; with raise_errors, the error comes after
+    every reply was read."""
+    started = start_memcached(servers)
+    try:
+        for raise_errors in (False, True):
+            specs = [s.spec for s in started]
+            cluster = Cluster(specs, ClusterOptions(raise_errors=raise_errors))
+            dying = started[0]
+            dead_keys = keys_on(cluster, dying.spec)
+            live_keys = keys_on(cluster, started[1].spec) if servers == 2 else []
+            keys = dead_keys + live_keys
+            assert cluster.set_many(dict.fromkeys(keys, "v")) == []
+            assert cluster.get_many(keys) == dict.fromkeys(keys, "v")  # connected, healthy
+            dying.stop()
+            try:
+                assert cluster.health()[dying.spec].state == "up"
+                if raise_errors:
+                    with pytest.raises(NodeUnavailableError):
+                        cluster.gets_many(keys)
+                else:
+                    assert cluster.gets_many(keys).keys() == set(live_keys)
+                assert cluster.health()[dying.spec].state != "up"
+                if live_keys:  # its connection was read to the end: still in use
+                    assert cluster.get_many(live_keys) == dict.fromkeys(live_keys, "v")
+            finally:
+                started[0] = dying = start_memcached(1, ports=[dying.port])[0]
+    finally:
+        stop_all(started)

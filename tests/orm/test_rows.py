@@ -172,7 +172,7 @@ def test_a_class_not_known_yet_is_asked_for_by_its_label(unpack: Any) -> None:
     if unpack is None:
         pytest.skip("the compiled path is not built")
     c = Category.from_db("default", None, (1, "c", True))
-    packed = rows.pack([c, c])[1]
+    packed = rows._pack_rows([c, c], *ARGS_PACK)
     asked: list[str] = []
 
     def model_of(label: str) -> type[Model]:
@@ -186,3 +186,109 @@ def test_a_class_not_known_yet_is_asked_for_by_its_label(unpack: Any) -> None:
         unpack(
             [("mcpatterns_orm_shop.nothing", "default", (), (), {})], {}, rows._model, ModelState
         )
+
+
+# -- rows of one shape, stored by column -----------------------------------------------
+
+
+@st.composite
+def one_shape(draw: st.DrawFn) -> list[Product]:
+    """Rows as one queryset makes them: one class, database, deferred set and related
+    shape, only the values differ (a nested related row here and there)."""
+    special = draw(st.booleans())
+    db = draw(aliases)
+    deferred = draw(st.sets(st.sampled_from(["name", "price", "status"])))
+    annotated = draw(st.booleans())
+    related = {
+        f: draw(st.sampled_from(["absent", "none", "row"])) for f in ("category", "supplier")
+    }
+    made = []
+    for _ in range(draw(st.integers(1, 6))):
+        values: list[Any] = [draw(ids), draw(names), draw(ids), draw(st.integers()), draw(names)]
+        values.append(draw(st.none() | ids))
+        if special:
+            values += [values[0], draw(names)]
+        obj = (Special if special else Product).from_db(db, None, tuple(values))
+        for name in deferred:
+            del obj.__dict__[name]
+        if annotated:
+            obj.__dict__["n_tags"] = draw(st.integers())
+        for field, mode in related.items():
+            if mode != "absent":
+                row = Category.from_db(db, None, (draw(ids), draw(names), draw(st.booleans())))
+                obj._state.fields_cache[field] = None if mode == "none" else row
+        made.append(obj)
+    return made
+
+
+def both_columns(made: list[Any]) -> Any:
+    packed = rows._pack_rows(made, *ARGS_PACK)
+    assert packed is not None
+    pure = rows._columns(packed)
+    if compiled.columns is not None:
+        assert compiled.columns(packed) == pure
+    return pure
+
+
+@given(one_shape())
+@settings(max_examples=150, deadline=None)
+def test_rows_of_one_shape_are_stored_by_column_and_rebuilt_alike(made: list[Product]) -> None:
+    group = both_columns(made)
+    assert group is not None
+    forms = [rows._unpack_columns]
+    if compiled.unpack_columns is not None:
+        forms.append(compiled.unpack_columns)
+    for unpack in forms:
+        first = unpack(group, *ARGS_UNPACK)
+        second = unpack(group, *ARGS_UNPACK)
+        assert [shape(o) for o in first] == [shape(o) for o in made]
+        for a, b in zip(first, second, strict=True):  # fresh every time
+            assert a is not b
+            assert a._state is not b._state
+            assert a._state.adding is False
+    assert [shape(o) for o in rows.unpack(rows.pack(made))] == [shape(o) for o in made]
+
+
+@given(st.lists(products(), min_size=1, max_size=6))
+@settings(max_examples=150, deadline=None)
+def test_rows_of_shapes_apart_are_judged_alike(made: list[Product]) -> None:
+    group = both_columns(made)  # None unless the rows happen to share one shape
+    stored = rows.pack(made)
+    assert stored[0] == ("mcpatterns-orm-rows" if group is None else "mcpatterns-orm-columns")
+    assert [shape(o) for o in rows.unpack(stored)] == [shape(o) for o in made]
+
+
+def test_rows_apart_in_class_database_names_or_related_are_kept_by_row() -> None:
+    def category(i: int, db: str = "default") -> Category:
+        return Category.from_db(db, None, (i, "c", True))
+
+    def product(related: Category | None) -> Product:
+        p = Product.from_db("default", None, (1, "p", 2, 3, "live", None))
+        p._state.fields_cache["category"] = related
+        return p
+
+    deferred = category(2)
+    del deferred.__dict__["name"]
+    for made in (
+        [category(1), category(2, "replica")],
+        [category(1), deferred],
+        [product(category(1)), product(None)],
+        [Product.from_db("default", None, (1, "p", 2, 3, "live", None)), category(1)],
+    ):
+        assert both_columns(made) is None
+        assert rows.pack(made)[0] == "mcpatterns-orm-rows"
+    assert both_columns([product(None), product(None)]) is not None  # all none: a plain column
+
+
+@pytest.mark.parametrize(
+    "unpack", [rows._unpack_columns, compiled.unpack_columns], ids=["pure", "compiled"]
+)
+def test_a_column_group_of_the_wrong_size_is_refused(unpack: Any) -> None:
+    if unpack is None:
+        pytest.skip("the compiled path is not built")
+    names = ("id", "name", "active")
+    label = "mcpatterns_orm_shop.category"
+    with pytest.raises(TypeError):
+        unpack((label, "default", names, [(1, "c", True)], {"x": [None, None]}), *ARGS_UNPACK)
+    with pytest.raises(TypeError):
+        unpack((label, "default", names, [(1, "c")], {}), *ARGS_UNPACK)

@@ -34,7 +34,7 @@ the pure-Python path.
     the hot path (a plain key, a Call's five fields, an item of a plain format).
 :func:`near`
     The near cache's hit, miss and fill (``NearTable.hit``, ``.missed``, ``.fill``), in C.
-:data:`pack_rows`, :data:`unpack_rows`
+:data:`pack_rows`, :data:`unpack_rows`, :data:`columns`, :data:`unpack_columns`
     The ORM's cached rows (``orm/rows.py``: the pure form, and what they do), in C;
     None on the pure-Python path.
 :func:`shape_walker`
@@ -76,6 +76,7 @@ __all__ = [
     "Reader",
     "async_runner",
     "async_trip",
+    "columns",
     "decoded",
     "encode",
     "grouped",
@@ -91,6 +92,7 @@ __all__ = [
     "placed",
     "resolve",
     "shape_walker",
+    "unpack_columns",
     "unpack_rows",
     "value_decoder",
     "why_pure",
@@ -309,6 +311,8 @@ def maker(cls: type[T]) -> Callable[..., T]:
 new_get: Callable[[Sequence[bytes], bool], Get] = maker(Get)
 pack_rows: Callable[..., list[Any] | None] | None = getattr(speedups, "pack_rows", None)
 unpack_rows: Callable[..., list[Any]] | None = getattr(speedups, "unpack_rows", None)
+columns: Callable[[list[Any]], Any] | None = getattr(speedups, "columns", None)
+unpack_columns: Callable[..., list[Any]] | None = getattr(speedups, "unpack_columns", None)
 
 
 Walk = Callable[[Any, Any], None]
