@@ -143,7 +143,9 @@ class Plan:
 
     def dependencies(self) -> list[str]:
         """The keys read with the result: its stamps and registries."""
-        return [*self.stamps, *(registry for registry, _ in self.schemes)]
+        if not self.schemes:
+            return list(self.stamps)
+        return [*self.stamps, *[registry for registry, _ in self.schemes]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -270,10 +272,10 @@ def backoff(budget: float, first: float = 0.005) -> list[float]:
 
 def tokens_for(plan: Plan, tokens: Mapping[str, bytes]) -> tuple[bytes, ...] | None:
     """The tokens a fill records, in the plan's order; None when one is unknown."""
-    ordered = [*plan.stamps, *(registry for registry, _ in plan.schemes)]
-    if any(key not in tokens for key in ordered):
+    try:  # a list made, not generators resumed per key: this runs on every fill
+        return tuple([tokens[key] for key in plan.dependencies()])
+    except KeyError:
         return None
-    return tuple(tokens[key] for key in ordered)
 
 
 def conjunctions(
