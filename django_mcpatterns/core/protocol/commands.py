@@ -199,9 +199,9 @@ class StoreCommands:
         data, flags = self.decoders.encoded(kb, value)
         exptime = expire_time(expire)
 
-        def swap(token: CasToken) -> Call[bool | None]:
-            request = Store("cas", kb, data, flags, exptime, cas_token(token))
-            return Call(ring, request, cas_stored, False)
+        def swap(token: CasToken) -> Call[bool | None]:  # made field by field (makers)
+            request = new_store("cas", kb, data, flags, exptime, cas_token(token))
+            return new_call(ring, request, cas_stored, False, False)
 
         return steps.on_home(kb, cas, swap, False)
 
