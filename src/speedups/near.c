@@ -198,14 +198,20 @@ speedups_near_hit(PyObject *module, PyObject *const *args, Py_ssize_t n)
     if (now_obj == NULL)
         goto done;
     PyObject *expires = AT(entry, N.e_expires);
-    int live, timed = 1;  /* timed: both read as doubles, for the refresh window */
-    double expires_at = expires == NULL ? 0.0 : as_double(expires, &timed);
-    double now = as_double(now_obj, &timed);
-    if (expires != NULL && PyFloat_CheckExact(expires) && PyFloat_CheckExact(now_obj))
-        live = PyFloat_AS_DOUBLE(expires) > PyFloat_AS_DOUBLE(now_obj);
+    int live, timed = 0;  /* timed: both read as doubles, for the refresh window */
+    double expires_at = 0.0, now = 0.0;
+    if (expires != NULL && PyFloat_CheckExact(expires) && PyFloat_CheckExact(now_obj)) {
+        expires_at = PyFloat_AS_DOUBLE(expires);
+        now = PyFloat_AS_DOUBLE(now_obj);
+        timed = 1;
+        live = expires_at > now;
+    }
     else if (expires != NULL) {  /* held: the comparison may run Python code (a renew) */
         Py_INCREF(expires);
         live = PyObject_RichCompareBool(expires, now_obj, Py_GT);
+        timed = 1;
+        expires_at = as_double(expires, &timed);
+        now = as_double(now_obj, &timed);
         Py_DECREF(expires);
     }
     else {
@@ -221,12 +227,17 @@ speedups_near_hit(PyObject *module, PyObject *const *args, Py_ssize_t n)
     PyObject *counted = hits == NULL ? NULL : PyNumber_Add(hits, N.one);
     if (counted == NULL)
         goto done;
-    long hits_now = PyLong_CheckExact(counted) ? PyLong_AsLong(counted) : 0;
-    if (hits_now == -1 && PyErr_Occurred())
-        PyErr_Clear();
     Py_XSETREF(AT(entry, N.e_hits), counted);
-    if (note(table, entry, key, hits_now, timed, expires_at, now) < 0)
-        goto done;
+    PyObject *within = AT(table, N.t_due_within);
+    if (within != NULL && PyFloat_CheckExact(within) && timed
+        && expires_at - now < PyFloat_AS_DOUBLE(within) && AT(entry, N.e_due) == Py_False) {
+        counted = AT(entry, N.e_hits);  /* in the window, not noted yet: maybe due */
+        long hits_now = counted != NULL && PyLong_CheckExact(counted) ? PyLong_AsLong(counted) : 0;
+        if (hits_now == -1 && PyErr_Occurred())
+            PyErr_Clear();
+        if (note(table, entry, key, hits_now, timed, expires_at, now) < 0)
+            goto done;
+    }
     PyObject *counters[] = {AT(table, N.t_hits), AT(table, N.t_saved)};
     for (int i = 0; i < 2; i++) {
         if (counters[i] == NULL || (count = PyIter_Next(counters[i])) == NULL) {

@@ -148,7 +148,9 @@ class NearTable(Admission):
         # is its own, and none is noted).
         ahead = options.refresh_ahead
         self._due_within: float | None = (
-            None if ahead is None or options.prefixes is not None else (1 - ahead) * self.max_age
+            None
+            if ahead is None or options.prefixes is not None
+            else float((1 - ahead) * self.max_age)
         )
         self._reset()
         watch_forks(self)
