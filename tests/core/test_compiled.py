@@ -641,6 +641,27 @@ def test_the_makers_make_what_the_classes_do(keys: list[bytes], cas: bool, flags
     assert compiled.maker(MetaGet) is MetaGet  # a __post_init__ that checks: the class itself
 
 
+@settings(max_examples=50, deadline=None)
+@given(data=st.binary(max_size=20), flags=st.integers(0, 2**32 - 1), cas=st.integers(0, 2**63))
+def test_the_values_made_field_by_field_are_the_classes_own(
+    data: bytes, flags: int, cas: int
+) -> None:
+    from django_mcpatterns.core.chunks import _async as chunks
+    from django_mcpatterns.core.protocol import commands
+    from django_mcpatterns.core.protocol.meta import MetaSet
+    from django_mcpatterns.core.stamps import _model as stamps
+    from django_mcpatterns.core.values.layout import Encoded
+
+    swap = commands._meta_swap(b"k", data, flags, b"%d" % cas, 30)
+    real = MetaSet(b"k", data=data, cas=cas, ttl=30, client_flags=flags, return_cas=True)
+    assert type(swap) is MetaSet
+    assert (swap, repr(swap), swap.encode()) == (real, repr(real), real.encode())
+    cached = stamps.new_cached((data,), [flags])
+    assert type(cached) is stamps.Cached
+    assert cached == stamps.Cached((data,), [flags])
+    assert chunks.new_encoded(data, flags) == Encoded(data, flags)
+
+
 @settings(max_examples=200, deadline=None)
 @given(
     keys=st.lists(

@@ -21,6 +21,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from django_mcpatterns.core.keys import Key, KeyT, Routed, placed
+from django_mcpatterns.core.protocol.compiled import maker
 from django_mcpatterns.core.store import AsyncLeaseStore, AsyncStore, CasToken, Leased
 from django_mcpatterns.core.values.envelope import STALE
 from django_mcpatterns.core.values.layout import (
@@ -34,6 +35,8 @@ from django_mcpatterns.core.values.layout import (
 from django_mcpatterns.core.values.refusals import is_refused
 
 _MISS: Any = object()
+new_encoded = maker(Encoded)
+"""Encoded from its two fields, in C where compiled (a write of a value that fits makes one)."""
 
 
 class AsyncChunkedStore:
@@ -190,7 +193,7 @@ class AsyncChunkedStore:
         if not isinstance(data, bytes):
             data = str(data).encode()  # pymemcache-style serdes give an int's digits as str
         if fits(wire, data, self.max_item_size):
-            return Encoded(data, flags), {}
+            return new_encoded(data, flags), {}
         return split(wire, ring, data, flags, self.max_item_size)
 
     async def set(self, key: Key, value: Any, expire: int = 0) -> bool:

@@ -292,13 +292,17 @@ def _same(entry: E) -> E:
     return entry
 
 
-def maker(cls: type[T]) -> Callable[..., T]:
+def maker(cls: type[T], *, checked: bool = False) -> Callable[..., T]:
     """A maker of ``cls`` from all its fields, positionally: compiled where ``cls`` is a frozen
-    slots dataclass whose ``__init__`` only stores them, else ``cls`` itself."""
+    slots dataclass whose ``__init__`` only stores them, else ``cls`` itself.
+
+    ``checked``: ``cls`` has a ``__post_init__`` that only checks its fields, and the
+    caller only ever passes fields it accepts (the maker does not run it).
+    """
     names = [field.name for field in dataclasses.fields(cls)]  # type: ignore[arg-type]
     plain = (
         speedups is not None
-        and not hasattr(cls, "__post_init__")
+        and (checked or not hasattr(cls, "__post_init__"))
         and all(field.init for field in dataclasses.fields(cls))  # type: ignore[arg-type]
         and set(names) <= set(getattr(cls, "__slots__", ()))
     )

@@ -21,13 +21,13 @@ from django_mcpatterns.core.leases import PLACEHOLDER
 from django_mcpatterns.core.store import AsyncLeaseStore, AsyncStore, CasToken
 
 from ._model import (
-    Cached,
     Plan,
     Read,
     Registry,
     Scheme,
     backoff,
     judge,
+    new_cached,
     new_token,
     registry_line,
     registry_start,
@@ -127,8 +127,8 @@ async def async_fill(
     """
     try:
         if lease is None:
-            return await store.add(plan.key, Cached(tokens, value), expire)
-        stored = await store.cas(plan.key, Cached(tokens, value), lease, expire)
+            return await store.add(plan.key, new_cached(tokens, value), expire)
+        stored = await store.cas(plan.key, new_cached(tokens, value), lease, expire)
     except ValueTooLargeError:
         return False
     return stored is True

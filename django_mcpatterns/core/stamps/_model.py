@@ -143,7 +143,9 @@ class Plan:
 
     def dependencies(self) -> list[str]:
         """The keys read with the result: its stamps and registries."""
-        return [*self.stamps, *(registry for registry, _ in self.schemes)]
+        if not self.schemes:
+            return list(self.stamps)
+        return [*self.stamps, *[registry for registry, _ in self.schemes]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,6 +190,8 @@ class Read:
         return self.cas is not None
 
 
+new_cached = maker(Cached)
+"""Cached from its two fields, in C where compiled (a fill makes one)."""
 _new_read = maker(Read)
 """Read from all its fields, positionally: a frozen dataclass's own ``__init__`` sets each
 through ``object.__setattr__`` (15k instructions for a hit's Read, against 1k)."""
@@ -270,10 +274,10 @@ def backoff(budget: float, first: float = 0.005) -> list[float]:
 
 def tokens_for(plan: Plan, tokens: Mapping[str, bytes]) -> tuple[bytes, ...] | None:
     """The tokens a fill records, in the plan's order; None when one is unknown."""
-    ordered = [*plan.stamps, *(registry for registry, _ in plan.schemes)]
-    if any(key not in tokens for key in ordered):
+    try:  # a list made, not generators resumed per key: this runs on every fill
+        return tuple([tokens[key] for key in plan.dependencies()])
+    except KeyError:
         return None
-    return tuple(tokens[key] for key in ordered)
 
 
 def conjunctions(

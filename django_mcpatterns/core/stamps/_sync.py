@@ -22,13 +22,13 @@ from django_mcpatterns.core.leases import PLACEHOLDER
 from django_mcpatterns.core.store import CasToken, LeaseStore, Store
 
 from ._model import (
-    Cached,
     Plan,
     Read,
     Registry,
     Scheme,
     backoff,
     judge,
+    new_cached,
     new_token,
     registry_line,
     registry_start,
@@ -124,8 +124,8 @@ def fill(
     """
     try:
         if lease is None:
-            return store.add(plan.key, Cached(tokens, value), expire)
-        stored = store.cas(plan.key, Cached(tokens, value), lease, expire)
+            return store.add(plan.key, new_cached(tokens, value), expire)
+        stored = store.cas(plan.key, new_cached(tokens, value), lease, expire)
     except ValueTooLargeError:
         return False
     return stored is True
