@@ -209,9 +209,11 @@ speedups_near_hit(PyObject *module, PyObject *const *args, Py_ssize_t n)
     else if (expires != NULL) {  /* held: the comparison may run Python code (a renew) */
         Py_INCREF(expires);
         live = PyObject_RichCompareBool(expires, now_obj, Py_GT);
-        timed = 1;
-        expires_at = as_double(expires, &timed);
-        now = as_double(now_obj, &timed);
+        if (live >= 0) {  /* not with the comparison's error set: as_double may clear it */
+            timed = 1;
+            expires_at = as_double(expires, &timed);
+            now = as_double(now_obj, &timed);
+        }
         Py_DECREF(expires);
     }
     else {
@@ -443,6 +445,32 @@ sweep_expired(PyObject *table, double now, PyObject **let_go, int *n_let_go)
     return 0;
 }
 
+/* Whether the sweep near_fill would make now pops only items keyed by an exact str: a
+ * key of a str subclass (filled by NearTable.fill) is looked up by Python's rules, its
+ * __eq__ and __hash__ maybe Python code, so such a sweep is NearTable.fill's whole.
+ * 1, 0, or -1 with an error. */
+static int
+sweep_keys_exact(PyObject *queue, double now)
+{
+    Py_ssize_t queued = PyObject_Size(queue);
+    if (queued < 0)
+        return -1;
+    for (Py_ssize_t i = 0; i < queued && i < SWEEP; i++) {
+        PyObject *item = PySequence_GetItem(queue, i);
+        if (item == NULL)
+            return -1;
+        int ok = PyTuple_CheckExact(item) && PyTuple_GET_SIZE(item) == 2;
+        double expires = ok ? as_double(PyTuple_GET_ITEM(item, 0), &ok) : -1.0;
+        int exact = !ok || expires > now || PyUnicode_CheckExact(PyTuple_GET_ITEM(item, 1));
+        Py_DECREF(item);
+        if (!ok || expires > now)
+            return 1;  /* the sweep stops here */
+        if (!exact)
+            return 0;
+    }
+    return 1;
+}
+
 /* near_fill(table, key, value, ticket): table.fill(key, value, ticket), the same answer
  * and the same table afterwards. */
 PyObject *
@@ -600,6 +628,13 @@ speedups_near_fill(PyObject *module, PyObject *const *args, Py_ssize_t n)
     if (queued + 1 > 2 * (count + 1) + 64)
         goto fallback;  /* the queue is rebuilt (NearTable._compact) */
     int sweeping = now >= sweep;  /* swept below, once the entry is in */
+    if (sweeping) {
+        int exact = sweep_keys_exact(queue, now);
+        if (exact < 0)
+            goto done;
+        if (!exact)
+            goto fallback;
+    }
     unsigned char *rows[4];
     Py_ssize_t added = 0;
     if (held > from) {  /* the sketch counts this read (NearTable._count_use) */

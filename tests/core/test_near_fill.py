@@ -210,6 +210,48 @@ def test_both_paths_count_alike_in_the_sketch() -> None:
     assert max(max(row) for row in module._rows) == 255
 
 
+class Marked(str):
+    """A str subclass (as Django's SafeString): NearTable.fill holds it as it is."""
+
+
+def test_a_sweep_past_a_key_of_a_str_subclass_drops_it_on_both_paths() -> None:
+    """An expired entry whose key is a str subclass is swept as any other: the compiled
+    fill leaves such a sweep to NearTable.fill (the key's lookup is Python's) rather than
+    pop its queue item and keep the entry for good."""
+    clock = FakeClock(1000.0)
+    python, module = table_of(clock), table_of(clock)
+    ticket = python.ticket()
+    for table in (python, module):  # filled by NearTable.fill on both: they start alike
+        NearTable.fill(table, "first", "v", ticket)
+        NearTable.fill(table, Marked("marked"), "v", ticket)
+        NearTable.fill(table, "last", "v", ticket)
+    clock.advance(1.5)  # all three past their bound, and past the slack
+    ticket = python.ticket()
+    assert NearTable.fill(python, "new", "v", ticket) is fill(module, "new", "v", ticket) is True
+    assert set(module.entries) == set(python.entries) == {"new"}
+    assert state(python) == state(module)
+
+
+class Unordered:
+    """A clock's reading no number compares with."""
+
+    def __lt__(self, other: Any) -> bool:
+        raise ValueError("no order")
+
+    __gt__ = __lt__
+
+
+@pytest.mark.parametrize("hitting", [NearTable.hit, hit])
+def test_a_hit_whose_clock_cannot_be_compared_raises_its_error(hitting: Any) -> None:
+    """The comparison's own error, not a SystemError (its bound read as -1.0 once cleared it)."""
+    readings: list[Any] = [-3]
+    table = NearTable(NearOptions(max_age=1), clock=lambda: readings[-1])
+    assert NearTable.fill(table, "k", "v", (-2, table.ticket()[1]))  # expires at -1
+    readings.append(Unordered())
+    with pytest.raises(ValueError, match="no order"):
+        hitting(table, "k")
+
+
 @pytest.mark.parametrize(("hitting", "filling"), [(NearTable.hit, NearTable.fill), (hit, fill)])
 def test_a_hit_until_the_bound_each_caller_its_own_copy(hitting: Any, filling: Any) -> None:
     clock = FakeClock(1000.0)
