@@ -450,47 +450,54 @@ columns_nested(PyObject *rows)
 /* rows (a list of packed rows) as one column group, or None (a new reference) when they
  * are not of one shape. */
 static PyObject *
-columns_of(PyObject *rows)
+columns_of(PyObject *list)
 {
-    Py_ssize_t n = PyList_GET_SIZE(rows);
+    Py_ssize_t n = PyList_GET_SIZE(list);
     if (n == 0)
         return Py_NewRef(Py_None);
     for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *row = PyList_GET_ITEM(rows, i);
+        PyObject *row = PyList_GET_ITEM(list, i);
         if (!PyTuple_CheckExact(row) || PyTuple_GET_SIZE(row) != 5
             || !PyDict_CheckExact(PyTuple_GET_ITEM(row, 4)))
             return Py_NewRef(Py_None);
     }
-    PyObject *first = Py_NewRef(PyList_GET_ITEM(rows, 0)), *values = NULL, *by_name = NULL;
-    PyObject *column = NULL, *group = NULL;
+    /* the rows as they are now, each held: the comparisons and lookups below may run
+     * Python code (a str subclass's __eq__) that changes the list */
+    PyObject *rows = PyList_AsTuple(list);
+    if (rows == NULL)
+        return NULL;
+    PyObject *first = Py_NewRef(PyTuple_GET_ITEM(rows, 0)), *values = NULL, *by_name = NULL;
+    PyObject *column = NULL, *group = NULL, *held_name = NULL;
     PyObject *label = PyTuple_GET_ITEM(first, 0), *db = PyTuple_GET_ITEM(first, 1);
     PyObject *names = PyTuple_GET_ITEM(first, 2), *related = PyTuple_GET_ITEM(first, 4);
     int shaped = 1;
     /* the comparisons may run Python code (a str subclass's __eq__): sizes read again */
-    for (Py_ssize_t i = 1; shaped > 0 && i < PyList_GET_SIZE(rows); i++) {
-        PyObject *row = PyList_GET_ITEM(rows, i);
+    for (Py_ssize_t i = 1; shaped > 0 && i < n; i++) {
+        PyObject *row = PyTuple_GET_ITEM(rows, i);
         if (PyTuple_GET_ITEM(row, 2) != names)
             shaped = 0;
         else if ((shaped = PyObject_RichCompareBool(PyTuple_GET_ITEM(row, 0), label, Py_EQ)) > 0
                  && (shaped = PyObject_RichCompareBool(PyTuple_GET_ITEM(row, 1), db, Py_EQ)) > 0)
             shaped = same_names(related, PyTuple_GET_ITEM(row, 4));
     }
-    if (shaped <= 0 || PyList_GET_SIZE(rows) != n) {
+    if (shaped <= 0) {
         Py_DECREF(first);
+        Py_DECREF(rows);
         return shaped < 0 ? NULL : Py_NewRef(Py_None);
     }
     if ((values = PyList_New(n)) == NULL || (by_name = PyDict_New()) == NULL)
         goto done;
     for (Py_ssize_t i = 0; i < n; i++)
-        PyList_SET_ITEM(values, i, Py_NewRef(PyTuple_GET_ITEM(PyList_GET_ITEM(rows, i), 3)));
+        PyList_SET_ITEM(values, i, Py_NewRef(PyTuple_GET_ITEM(PyTuple_GET_ITEM(rows, i), 3)));
     Py_ssize_t pos = 0;
     PyObject *name, *unused;
     while (PyDict_Next(related, &pos, &name, &unused)) {
+        Py_XSETREF(held_name, Py_NewRef(name));  /* the lookups may change `related` */
         if ((column = PyList_New(n)) == NULL)
             goto done;
         Py_ssize_t packed = 0;
         for (Py_ssize_t i = 0; i < n; i++) {
-            PyObject *rel = PyDict_GetItemWithError(PyTuple_GET_ITEM(PyList_GET_ITEM(rows, i), 4),
+            PyObject *rel = PyDict_GetItemWithError(PyTuple_GET_ITEM(PyTuple_GET_ITEM(rows, i), 4),
                                                    name);
             if (rel == NULL) {
                 if (!PyErr_Occurred())
@@ -521,6 +528,8 @@ columns_of(PyObject *rows)
     group = PyTuple_Pack(5, label, db, names, values, by_name);
 done:
     Py_DECREF(first);
+    Py_DECREF(rows);
+    Py_XDECREF(held_name);
     Py_XDECREF(values);
     Py_XDECREF(by_name);
     Py_XDECREF(column);
@@ -588,15 +597,18 @@ unpack_group(PyObject *group, PyObject *classes, PyObject *model_of, PyObject *m
                         "a column group's names are a tuple, its values a list, its related a dict");
         return NULL;
     }
-    Py_INCREF(values);  /* held: model_of() may run any Python code */
-    Py_INCREF(related);
-    PyObject *made = NULL, *cls = NULL, *out = NULL, *column = NULL;
+    Py_INCREF(group);  /* held, and so its items: model_of() may run any Python code */
+    PyObject *made = NULL, *cls = NULL, *out = NULL, *column = NULL, *held = NULL;
     Py_ssize_t n = PyList_GET_SIZE(values);
     if ((made = PyDict_New()) == NULL)
         goto fail;
     Py_ssize_t pos = 0;
     PyObject *name, *rel;
     while (PyDict_Next(related, &pos, &name, &rel)) {
+        PyObject *pair = PyTuple_Pack(2, name, rel);  /* held: the nested walk runs Python code */
+        if (pair == NULL)
+            goto fail;
+        Py_XSETREF(held, pair);
         if (PyTuple_CheckExact(rel))
             column = unpack_group_nested(rel, classes, model_of, model_state);
         else if (PyList_CheckExact(rel))
@@ -631,11 +643,16 @@ unpack_group(PyObject *group, PyObject *classes, PyObject *model_of, PyObject *m
     if ((out = PyList_New(n)) == NULL)
         goto fail;
     for (Py_ssize_t i = 0; i < n; i++) {
+        if (PyList_GET_SIZE(values) != n) {  /* a name's __hash__ may be Python code */
+            PyErr_SetString(PyExc_RuntimeError, "the packed rows changed while unpacked");
+            goto fail;
+        }
         PyObject *row = PyList_GET_ITEM(values, i);
         if (!PyTuple_Check(row) || PyTuple_GET_SIZE(row) != PyTuple_GET_SIZE(names)) {
             PyErr_SetString(PyExc_TypeError, "a packed row has as many values as names");
             goto fail;
         }
+        Py_XSETREF(held, Py_NewRef(row));
         PyObject *obj = new_instance(cls), *attributes = NULL, *state = NULL, *cache = NULL;
         if (obj == NULL)
             goto fail;
@@ -653,8 +670,14 @@ unpack_group(PyObject *group, PyObject *classes, PyObject *model_of, PyObject *m
             failed = state_attributes == NULL || (cache = PyDict_New()) == NULL;
             Py_ssize_t at = 0;
             PyObject *key, *col;
-            while (!failed && PyDict_Next(made, &at, &key, &col))
-                failed = PyDict_SetItem(cache, key, PyList_GET_ITEM(col, i)) < 0;
+            while (!failed && PyDict_Next(made, &at, &key, &col)) {
+                if (PyList_GET_SIZE(col) <= i) {  /* a stored list, changed meanwhile */
+                    PyErr_SetString(PyExc_RuntimeError, "the packed rows changed while unpacked");
+                    failed = 1;
+                }
+                else
+                    failed = PyDict_SetItem(cache, key, PyList_GET_ITEM(col, i)) < 0;
+            }
             if (!failed)
                 failed = PyDict_SetItem(state_attributes, s_fields_cache, cache) < 0;
             Py_XDECREF(state_attributes);
@@ -667,14 +690,14 @@ unpack_group(PyObject *group, PyObject *classes, PyObject *model_of, PyObject *m
         if (failed)
             goto fail;
     }
-    Py_DECREF(values);
-    Py_DECREF(related);
+    Py_DECREF(group);
+    Py_XDECREF(held);
     Py_DECREF(made);
     Py_DECREF(cls);
     return out;
 fail:
-    Py_DECREF(values);
-    Py_DECREF(related);
+    Py_DECREF(group);
+    Py_XDECREF(held);
     Py_XDECREF(made);
     Py_XDECREF(cls);
     Py_XDECREF(out);

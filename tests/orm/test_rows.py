@@ -292,3 +292,64 @@ def test_a_column_group_of_the_wrong_size_is_refused(unpack: Any) -> None:
         unpack((label, "default", names, [(1, "c", True)], {"x": [None, None]}), *ARGS_UNPACK)
     with pytest.raises(TypeError):
         unpack((label, "default", names, [(1, "c")], {}), *ARGS_UNPACK)
+
+
+class Meddling(str):
+    """A str whose comparison or hash runs Python code that changes the rows being read
+    (nothing of this package makes one: the compiled forms must stay safe all the same)."""
+
+    meddle: Any = None
+
+    def __eq__(self, other: object) -> bool:
+        if self.meddle is not None:
+            self.meddle()
+        return str.__eq__(self, other)
+
+    def __ne__(self, other: object) -> bool:
+        return not self.__eq__(other)
+
+    def __hash__(self) -> int:
+        if self.meddle is not None:
+            self.meddle()
+        return str.__hash__(self)
+
+
+@needs_compiled
+def test_rows_changed_while_stored_by_column_are_read_as_given() -> None:
+    """A label's __eq__ replaces a row of the list: the compiled form reads the rows as
+    they were given (each held), not a freed row nor an int read as a row."""
+    made = [Category.from_db("default", None, (i, "c", True)) for i in (1, 2, 3)]
+    packed = rows._pack_rows(made, *ARGS_PACK)
+    assert packed is not None
+    label = Meddling(packed[1][0])
+    packed[1] = (label, *packed[1][1:])
+    given_values = [row[3] for row in packed]
+
+    def replace() -> None:
+        packed[1] = 2**100  # a heap int: read as a row's fourth item, outside the object
+        label.meddle = None
+
+    label.meddle = replace
+    group = compiled.columns(packed)  # type: ignore[misc]
+    assert group is not None
+    assert group[3] == given_values
+
+
+@needs_compiled
+def test_rows_changed_while_unpacked_from_columns_are_refused() -> None:
+    """A name's __hash__ empties the group's values, or a related column: the compiled
+    form says so rather than read a freed row or past the column's end."""
+    label = "mcpatterns_orm_shop.category"
+    for emptied in ("values", "related"):
+        values: list[Any] = [(1, "c", True), (2, "d", False)]
+        related: list[Any] = [None, None]
+        name = Meddling("name")
+
+        def empty(emptied: str = emptied) -> None:
+            (values if emptied == "values" else related).clear()
+            name.meddle = None
+
+        name.meddle = empty
+        group = (label, "default", ("id", name, "active"), values, {"category": related})
+        with pytest.raises(RuntimeError, match="changed while unpacked"):
+            compiled.unpack_columns(group, *ARGS_UNPACK)  # type: ignore[misc]
