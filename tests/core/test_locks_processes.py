@@ -24,7 +24,7 @@ from django_mcpatterns.core.exceptions import LockNotOwnedError
 from django_mcpatterns.core.locks import Lock
 from django_mcpatterns.core.options import ClusterOptions
 from tests.conftest import flush
-from tests.harness import MemcachedServer, server_ttl
+from tests.harness import PATIENCE, MemcachedServer, server_ttl
 
 pytestmark = pytest.mark.slow  # processes of their own: a drill
 
@@ -37,9 +37,11 @@ OWNER = textwrap.dedent(
     from django_mcpatterns.core.cluster import Cluster
     from django_mcpatterns.core.locks import Lock
     from django_mcpatterns.core.options import ClusterOptions
+    from tests.harness import PATIENCE
 
     spec, key, timeout, protocol = sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[4]
-    lock = Lock(Cluster([spec], ClusterOptions(protocol=protocol)), key, timeout)
+    options = ClusterOptions(protocol=protocol, timeout=PATIENCE, connect_timeout=PATIENCE)
+    lock = Lock(Cluster([spec], options), key, timeout)
     for command in sys.stdin:
         command = command.strip()
         try:
@@ -62,9 +64,11 @@ CONTENDER = textwrap.dedent(
     from django_mcpatterns.core.cluster import Cluster
     from django_mcpatterns.core.locks import Lock
     from django_mcpatterns.core.options import ClusterOptions
+    from tests.harness import PATIENCE
 
     spec, rounds, start_at = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
-    cluster = Cluster([spec], ClusterOptions(protocol=sys.argv[4]))
+    options = ClusterOptions(protocol=sys.argv[4], timeout=PATIENCE, connect_timeout=PATIENCE)
+    cluster = Cluster([spec], options)
     time.sleep(max(0.0, start_at - time.time()))
     for _ in range(rounds):
         with Lock(cluster, "lock:counter", 10):
@@ -133,7 +137,8 @@ def protocol(request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture
 def cluster(server: MemcachedServer, protocol: str) -> Iterator[Cluster]:
-    cluster = Cluster([server.spec], ClusterOptions(protocol=protocol))  # type: ignore[arg-type]
+    options = ClusterOptions(protocol=protocol, timeout=PATIENCE, connect_timeout=PATIENCE)  # type: ignore[arg-type]
+    cluster = Cluster([server.spec], options)
     yield cluster
     cluster.close()
 
