@@ -53,7 +53,7 @@ REPORT_EVERY: Final = 1.0  # seconds between reports to instrumentation (on a mi
 HOT: Final = 2  # hits in its life (this one counted) that make an entry worth a refresh ahead
 DUE_LIMIT: Final = 128  # the most keys waiting for a refresh ahead (more are not noted)
 CARRIED: Final = 16  # the most keys one miss re-reads ahead, in its own request
-CARRY_FROM: Final = 4  # keys due before a miss carries them (its fixed cost shared)
+CARRY_FROM: Final = 8  # keys due before a miss carries them (its fixed cost shared)
 # What a str (ASCII) or bytes object takes besides its characters: what sys.getsizeof
 # says, without its method lookup and call (a fifth of a fill's cost).
 _STR: Final = sys.getsizeof("")
