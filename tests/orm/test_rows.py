@@ -296,7 +296,8 @@ def test_a_column_group_of_the_wrong_size_is_refused(unpack: Any) -> None:
 
 class Meddling(str):
     """A str whose comparison or hash runs Python code that changes the rows being read
-    (nothing of this package makes one: the compiled forms must stay safe all the same)."""
+    (nothing of this package makes one: the compiled forms must stay safe all the same);
+    its hash stays the same however often it runs."""
 
     meddle: Any = None
 
@@ -344,12 +345,7 @@ def test_rows_changed_while_unpacked_from_columns_are_refused() -> None:
         values: list[Any] = [(1, "c", True), (2, "d", False)]
         related: list[Any] = [None, None]
         name = Meddling("name")
-
-        def empty(emptied: str = emptied) -> None:
-            (values if emptied == "values" else related).clear()
-            name.meddle = None
-
-        name.meddle = empty
+        name.meddle = (values if emptied == "values" else related).clear
         group = (label, "default", ("id", name, "active"), values, {"category": related})
         with pytest.raises(RuntimeError, match="changed while unpacked"):
             compiled.unpack_columns(group, *ARGS_UNPACK)  # type: ignore[misc]
