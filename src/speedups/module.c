@@ -13,7 +13,7 @@ Bound B;
 static int64_t bound_by = -1;
 
 /* Bumped whenever what compiled.py expects of this module changes. */
-#define ABI 8
+#define ABI 9
 
 static PyObject *
 bind(PyObject *module, PyObject *args, PyObject *kwargs)

@@ -17,7 +17,11 @@
  * GIL and without running Python code (every object allocated and every call made before
  * the look; what is dropped is let go after), so no thread runs in between: none can be
  * inside the lock's section meanwhile, and one that takes it afterwards sees the change
- * complete.  Past half full the admission sketch counts the read here too; admission
+ * complete.  A dict lookup inside the change runs no Python code as long as every key
+ * held is a str or a subclass comparing and hashing as str does: NearTable.fill notes
+ * any other (`_odd_keys`), and the table is then its own until cleared; the sweep's keys
+ * are exact str (else the sweep is NearTable.fill's too).  Past half full the
+ * admission sketch counts the read here too; admission
  * itself (the budget reached) and the sketch's ageing are Python's. */
 #include "speedups.h"
 
@@ -36,7 +40,7 @@ static struct {
     /* NearTable's slots */
     Py_ssize_t t_hits, t_saved, t_misses, t_report, t_report_at, t_seq, t_clock, t_fixed, t_cleared, t_stamps, t_lock, t_entries, t_order, t_queue,
         t_bytes, t_sketch_from, t_largest, t_sweep_at, t_fills, t_rows, t_mask, t_added,
-        t_sample_limit, t_budget, t_due, t_due_within, t_slack;
+        t_sample_limit, t_budget, t_due, t_due_within, t_slack, t_odd_keys;
     /* Entry's slots */
     Py_ssize_t e_key, e_value, e_copy, e_size, e_expires, e_hits, e_slot, e_envelope, e_cas,
         e_epoch, e_due;
@@ -94,7 +98,7 @@ speedups_bind_near(PyObject *module, PyObject *args)
         {&N.t_mask, T, "_mask"},         {&N.t_added, T, "_added"},
         {&N.t_sample_limit, T, "_sample_limit"}, {&N.t_budget, T, "budget"},
         {&N.t_due, T, "due"},            {&N.t_due_within, T, "_due_within"},
-        {&N.t_slack, T, "_slack"},
+        {&N.t_slack, T, "_slack"},      {&N.t_odd_keys, T, "_odd_keys"},
         {&N.e_key, E, "key"},
         {&N.e_value, E, "value"},        {&N.e_copy, E, "copy"},
         {&N.e_size, E, "size"},          {&N.e_expires, E, "expires"},
@@ -606,6 +610,8 @@ speedups_near_fill(PyObject *module, PyObject *const *args, Py_ssize_t n)
     Py_DECREF(locked);
     if (locked != Py_False)
         goto fallback;  /* another thread is inside: NearTable.fill waits for it */
+    if (AT(table, N.t_odd_keys) != Py_False)
+        goto fallback;  /* a key held whose lookups (the sweep's) may run Python code */
     if (seq < cleared_at || stamp > seq) {
         result = Py_NewRef(Py_False);  /* a write of this process came after the read was sent */
         goto done;

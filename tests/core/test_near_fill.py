@@ -232,6 +232,34 @@ def test_a_sweep_past_a_key_of_a_str_subclass_drops_it_on_both_paths() -> None:
     assert state(python) == state(module)
 
 
+@pytest.mark.parametrize("filling", PATHS)
+def test_a_key_comparing_by_python_code_is_compared_only_under_the_lock(filling: Any) -> None:
+    """A key of a str subclass with its own __eq__, held: the sweep's lookup of an equal
+    str runs that __eq__, which must not run inside near.c's change (the table's lock is
+    not held there: another thread could fill meanwhile), so the compiled fill leaves the
+    table to NearTable.fill once such a key is held."""
+    clock = FakeClock(1000.0)
+    table = table_of(clock)
+    under_lock: list[bool] = []
+
+    class Odd(str):
+        def __eq__(self, other: object) -> bool:
+            under_lock.append(table._lock.locked())
+            return str.__eq__(self, other)
+
+        __hash__ = str.__hash__
+
+    NearTable.fill(table, "k", "v", table.ticket())  # queued to expire at 1001.0
+    clock.advance(0.5)
+    NearTable.fill(table, Odd("k"), "v", table.ticket())  # held under the Odd key since
+    clock.advance(0.6)  # past the first item's bound and the slack: a sweep is due
+    assert filling(table, "new", "v", table.ticket()) is True
+    assert len(under_lock) == 2 and all(under_lock)  # the Odd fill's lookup, the sweep's
+    assert set(table.entries) == {"k", "new"}
+    table.clear()
+    assert filling(table, "k", "v", table.ticket()) is True  # cleared: compiled again
+
+
 class Unordered:
     """A clock's reading no number compares with."""
 

@@ -88,6 +88,7 @@ class NearTable(Admission):
         "_lock",
         "_mask",
         "_misses",
+        "_odd_keys",
         "_order",
         "_queue",
         "_report",
@@ -175,6 +176,7 @@ class NearTable(Admission):
         self._saved = itertools.count()
         self._fills = itertools.count()
         self._sweep_at = 0.0  # when the oldest entry held is SLACK past its bound (or later)
+        self._odd_keys = False  # a key whose lookups may run Python code held (see fill)
         self._counts = dict.fromkeys(
             ("refused", "evictions", "invalidations", "revalidated", "refreshed"), 0
         )
@@ -413,6 +415,8 @@ class NearTable(Admission):
                     return False
             entry.slot = len(order)
             order.append(entry)
+            if type(key) is not str and _odd(type(key)):
+                self._odd_keys = True  # near.c's fill leaves the table to this one from now on
             entries[key] = entry
             self._bytes += size
             queue = self._queue
@@ -513,6 +517,7 @@ class NearTable(Admission):
             self._order = []
             self._queue.clear()
             self._bytes = 0
+            self._odd_keys = False
 
     def _remove(self, entry: Entry) -> None:
         order = self._order
@@ -571,3 +576,9 @@ def clear_all() -> None:
 def _read(counter: itertools.count[int]) -> int:
     """The next number ``counter`` would give: how many it gave (read without taking one)."""
     return int(repr(counter)[6:-1])
+
+
+def _odd(kind: type) -> bool:
+    """Whether a key of ``kind`` (a str subclass) compares or hashes by its own methods: a
+    dict lookup of an equal str may then run Python code, which near.c's fill must not."""
+    return kind.__eq__ is not str.__eq__ or kind.__hash__ is not str.__hash__
