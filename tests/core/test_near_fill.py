@@ -254,7 +254,8 @@ def test_a_key_comparing_by_python_code_is_compared_only_under_the_lock(filling:
     NearTable.fill(table, Odd("k"), "v", table.ticket())  # held under the Odd key since
     clock.advance(0.6)  # past the first item's bound and the slack: a sweep is due
     assert filling(table, "new", "v", table.ticket()) is True
-    assert len(under_lock) == 2 and all(under_lock)  # the Odd fill's lookup, the sweep's
+    assert len(under_lock) == 2  # the Odd fill's lookup, the sweep's
+    assert all(under_lock)
     assert set(table.entries) == {"k", "new"}
     table.clear()
     assert filling(table, "k", "v", table.ticket()) is True  # cleared: compiled again

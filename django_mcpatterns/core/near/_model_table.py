@@ -578,7 +578,7 @@ def _read(counter: itertools.count[int]) -> int:
     return int(repr(counter)[6:-1])
 
 
-def _odd(kind: type) -> bool:
+def _odd(kind: type[str]) -> bool:
     """Whether a key of ``kind`` (a str subclass) compares or hashes by its own methods: a
     dict lookup of an equal str may then run Python code, which near.c's fill must not."""
     return kind.__eq__ is not str.__eq__ or kind.__hash__ is not str.__hash__
