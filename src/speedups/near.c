@@ -737,7 +737,8 @@ done:
  * tracked, each is traversed by the young collections it survives and by every full
  * collection, which their own turnover keeps triggering (a tenth of a miss's
  * instructions, with a few thousand entries).  No cycle can pass through an entry:
- * it refers to its key, its value as keep() stores it (immutable scalars and tuples of
+ * it refers to its key (an exact str: a subclass's instance may carry attributes, so its
+ * entry stays tracked), its value as keep() stores it (immutable scalars and tuples of
  * them, a private copy of a flat dict, list or set, or pickled bytes: nothing a caller
  * holds or can make refer back), a module-level copier, metadata and numbers, and
  * nothing refers to it but its table.  Should a value hold a cycle of its own, that

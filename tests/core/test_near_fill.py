@@ -327,6 +327,19 @@ def test_entries_are_left_out_of_the_cycle_collectors_work(filling: Any) -> None
         untrack(object())
 
 
+class Tagged(str):
+    """A key of a str subclass: its instances may hold anything, even their own table."""
+
+
+def test_an_entry_whose_key_may_refer_back_stays_tracked() -> None:
+    clock = FakeClock(1000.0)
+    table = table_of(clock)
+    key = Tagged("tagged")
+    key.table = table  # type: ignore[attr-defined]  # a cycle through the entry
+    assert NearTable.fill(table, key, "v", table.ticket())
+    assert gc.is_tracked(table.entries["tagged"])
+
+
 @pytest.mark.parametrize("missing", [NearTable.missed, missed])
 def test_a_miss_is_counted_and_reported_at_most_every_second(missing: Any) -> None:
     clock = FakeClock(1000.0)

@@ -379,7 +379,9 @@ class NearTable(Admission):
             # Not kept apart from its callers: too large to count as held, refused below.
             stored, copy, size = (None, None, self.budget) if kept is None else kept
         size += (_STR + len(key) if key.isascii() else sys.getsizeof(key)) + ENTRY_OVERHEAD + QUEUED
-        entry = untrack(Entry())  # no __init__ to call: its slots are set here
+        entry = Entry()  # no __init__ to call: its slots are set here
+        if type(key) is str:  # a str subclass may carry attributes: a cycle could pass through
+            untrack(entry)
         entry.key = key
         entry.value = stored
         entry.copy = copy
