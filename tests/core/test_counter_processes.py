@@ -9,6 +9,7 @@ every run.
 
 from __future__ import annotations
 
+import gc
 import multiprocessing
 import random
 import sqlite3
@@ -125,8 +126,16 @@ def _run(spec: str, protocol: str, tmp: Path, seed: int) -> tuple[int, int, int]
         for _ in range(READERS)
     ]
     others.append(ctx.Process(target=_evictor, args=(spec, key, done, seed, evictions)))
-    for process in writers + others:
-        process.start()
+    # A child must not finalize this worker's garbage (objects of earlier tests): a finalizer
+    # run there may wait for a lock another thread held at fork() (a CI run's reader hung in
+    # the collector).  Collected here, the rest frozen while the children are made.
+    gc.collect()
+    gc.freeze()
+    try:
+        for process in writers + others:
+            process.start()
+    finally:
+        gc.unfreeze()
     for process in writers:
         forked.join(process, 120)
         assert process.exitcode == 0

@@ -126,9 +126,14 @@ class Repairer:
         self._wake.set()
 
     def _after_fork(self) -> None:
-        """In a forked child: the parent's thread is not here, and its lock may be held."""
+        """In a forked child: the parent's thread is not here, and its lock, or the locks
+        inside its events (held for an instant by each set, clear or wait), may be held."""
         self._lock = threading.Lock()
         self._thread = None
+        self._wake = threading.Event()
+        idle, self.idle = self.idle, threading.Event()
+        if idle.is_set():  # reads the flag without the event's lock
+            self.idle.set()
 
     def _run(self) -> None:
         wake = self._wake
