@@ -270,6 +270,28 @@ new_instance(PyObject *cls)
     return made;
 }
 
+/* A fresh ModelState as from_db leaves it: adding False, db set. */
+static PyObject *
+new_state(PyObject *model_state, PyObject *db)
+{
+    PyObject *state;
+    if (PyType_Check(model_state)
+        && ((PyTypeObject *)model_state)->tp_new == PyBaseObject_Type.tp_new
+        && ((PyTypeObject *)model_state)->tp_init == PyBaseObject_Type.tp_init)
+        state = PyBaseObject_Type.tp_new((PyTypeObject *)model_state, empty, NULL);
+    else
+        state = PyObject_CallNoArgs(model_state);
+    if (state == NULL)
+        return NULL;
+    PyObject *attributes = PyObject_GenericGetDict(state, NULL);
+    int failed = attributes == NULL || PyDict_SetItem(attributes, s_adding, Py_False) < 0
+                 || PyDict_SetItem(attributes, s_db, db) < 0;
+    Py_XDECREF(attributes);
+    if (failed)
+        Py_CLEAR(state);
+    return state;
+}
+
 static PyObject *unpack_row(PyObject *, PyObject *, PyObject *, PyObject *);
 
 /* unpack_row, its depth bounded as Python's (a related row holds related rows) */
@@ -326,17 +348,8 @@ unpack_row(PyObject *row, PyObject *classes, PyObject *model_of, PyObject *model
             < 0)
             goto fail;
     /* the state as ModelState() then two attributes set: in its dict, likewise */
-    if (PyType_Check(model_state)
-        && ((PyTypeObject *)model_state)->tp_new == PyBaseObject_Type.tp_new
-        && ((PyTypeObject *)model_state)->tp_init == PyBaseObject_Type.tp_init)
-        state = PyBaseObject_Type.tp_new((PyTypeObject *)model_state, empty, NULL);
-    else
-        state = PyObject_CallNoArgs(model_state); /* as the pure path: model_state() */
-    if (state == NULL)
-        goto fail;
-    if ((state_attributes = PyObject_GenericGetDict(state, NULL)) == NULL
-        || PyDict_SetItem(state_attributes, s_adding, Py_False) < 0
-        || PyDict_SetItem(state_attributes, s_db, db) < 0)
+    if ((state = new_state(model_state, db)) == NULL
+        || (state_attributes = PyObject_GenericGetDict(state, NULL)) == NULL)
         goto fail;
     if (PyDict_GET_SIZE(related)) {
         if ((cache = PyDict_New()) == NULL)
@@ -545,28 +558,6 @@ speedups_columns(PyObject *module, PyObject *rows)
         return NULL;
     }
     return columns_of(rows);
-}
-
-/* A fresh ModelState as from_db leaves it: adding False, db set. */
-static PyObject *
-new_state(PyObject *model_state, PyObject *db)
-{
-    PyObject *state;
-    if (PyType_Check(model_state)
-        && ((PyTypeObject *)model_state)->tp_new == PyBaseObject_Type.tp_new
-        && ((PyTypeObject *)model_state)->tp_init == PyBaseObject_Type.tp_init)
-        state = PyBaseObject_Type.tp_new((PyTypeObject *)model_state, empty, NULL);
-    else
-        state = PyObject_CallNoArgs(model_state);
-    if (state == NULL)
-        return NULL;
-    PyObject *attributes = PyObject_GenericGetDict(state, NULL);
-    int failed = attributes == NULL || PyDict_SetItem(attributes, s_adding, Py_False) < 0
-                 || PyDict_SetItem(attributes, s_db, db) < 0;
-    Py_XDECREF(attributes);
-    if (failed)
-        Py_CLEAR(state);
-    return state;
 }
 
 static PyObject *unpack_group(PyObject *, PyObject *, PyObject *, PyObject *);
