@@ -139,6 +139,8 @@ def _compares_pk(model: type[Model], name: str, kind: type) -> bool:
                 and field.related_model is kind
                 and field.target_field is kind._meta.pk
             )
+        if len(_relations) >= 4096:
+            _relations.clear()
         _relations[model, name, kind] = found
     return found
 
