@@ -51,7 +51,7 @@ __all__ = [
 
 logger = logging.getLogger("django_mcpatterns.backend")
 
-MADE_KEYS = 1024  # keys made and kept per cache (about 100 KB; then made again): the hot ones
+MADE_KEYS = 1024  # keys made and kept per cache and generation (two: about 200 KB)
 
 MISSING: Any = object()
 """A ``default`` no stored value is: what tells a stored ``None`` from a miss."""
@@ -80,8 +80,16 @@ class MemcachedContract(PatternHost, BaseCache):
         self._location = location
         self._options: Mapping[str, Any] = params.get("OPTIONS") or {}
         self._hash_long_keys = self._options.get("long_keys") == "hash"
-        # Keys made with the prefix and version they were made under (make_and_validate_key).
-        self._keys_made: tuple[Any, Any, dict[str, str]] = (None, None, {})
+        # Keys made under a prefix and version (make_and_validate_key): the prefix, the
+        # version, the head they make (``"prefix:version:"``, None when not a valid key's),
+        # the keys made and those of the generation before.
+        self._keys_made: tuple[Any, Any, str | None, dict[str, str], dict[str, str]] = (
+            None,
+            None,
+            None,
+            {},
+            {},
+        )
 
     def make_and_validate_key(self, key: Any, version: Any = None) -> str:
         """Django's key (``KEY_PREFIX``, version, ``KEY_FUNCTION``), validated.
@@ -97,24 +105,33 @@ class MemcachedContract(PatternHost, BaseCache):
         ):
             # Django's make_key with its key function, then the check a valid key passes:
             # the same string, made once for a key used again while the prefix and version
-            # stay (a near-cache hit is mostly this).
-            prefix, version, made_keys = self._keys_made
+            # stay (a near-cache hit is mostly this).  Two generations of MADE_KEYS: a key
+            # read again while the newer fills is kept in it, so the hot ones stay made.
+            prefix, version, head, made_keys, older = self._keys_made
             if prefix is not self.key_prefix or version is not self.version:
-                prefix, version, made_keys = self._keys_made = (self.key_prefix, self.version, {})
+                prefix, version = self.key_prefix, self.version
+                head = "%s:%s:" % (prefix, version)  # noqa: UP031  # Django's: str() of each
+                if not (head.isascii() and head.isprintable() and " " not in head):
+                    head = None  # every key made with it fails the check: Django's path
+                made_keys, older = {}, {}
+                self._keys_made = (prefix, version, head, made_keys, older)
             made = made_keys.get(key)
             if made is not None:
                 return made
-            made = "%s:%s:%s" % (prefix, version, key)  # noqa: UP031  # Django's: str() of each
-            if self._hash_long_keys:
-                made = shorten(made)
-            if (  # key_bytes's test of a valid key (printable ASCII, no space, not too long)
-                0 < len(made) <= MAX_KEY_LENGTH
-                and made.isascii()
-                and made.isprintable()
-                and " " not in made
-            ):
-                if len(made_keys) >= MADE_KEYS:
-                    made_keys.clear()
+            made = older.get(key)
+            if made is None and head is not None:
+                made = head + key
+                if self._hash_long_keys:
+                    made = shorten(made)
+                    valid = made.isascii() and made.isprintable() and " " not in made
+                else:  # the head passed the check: the key's characters are what is left
+                    valid = key.isascii() and key.isprintable() and " " not in key
+                if not (valid and len(made) <= MAX_KEY_LENGTH):  # key_bytes's test
+                    made = None
+            if made is not None:
+                if len(made_keys) >= MADE_KEYS:  # a new generation; the oldest is dropped
+                    older, made_keys = made_keys, {}
+                    self._keys_made = (prefix, version, head, made_keys, older)
                 made_keys[key] = made
                 return made
             version = None
