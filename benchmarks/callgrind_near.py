@@ -12,6 +12,10 @@ the mix
     then ``--ops`` counted.  Cases: refresh ahead off and on.  Beside the instructions,
     the table's own counts over the counted operations: misses, keys refreshed ahead and
     round trips (misses and sets) per operation.
+the mix through Django
+    The same workload through Django's cache API (``cache.get``/``cache.set`` of a
+    ``KetamaMemcacheCache`` with the near cache, refresh ahead on, the benchmark's
+    path): key making and the backend's own layers included.
 the operations
     A near hit, a near miss (every entry past its bound when read again), and a plain
     ``Cluster.get`` of a key memcached holds, for scale.
@@ -39,6 +43,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from callgrind_ops import build_stub, require_tools, run_under_callgrind  # noqa: E402
 
 MIX = {"refresh-ahead-off": None, "refresh-ahead-on": 0.5}  # labels: no spaces
+DJANGO = "django-mix"
 SINGLE = ("near-hit", "near-miss", "Cluster.get")
 SINGLE_OPS = 2000
 SPREAD = 5000  # keys the near-miss case cycles over
@@ -74,7 +79,7 @@ def main() -> None:
         f"{args.rate:,.0f} ops per clock second; {args.warm:,} ops warm, {args.ops:,} counted"
     )
     print(f"  {'case':<20} {'Ir/op':>8} {'misses/op':>10} {'refreshed/op':>13} {'trips/op':>9}")
-    for case in MIX:
+    for case in (*MIX, DJANGO):
         seen = counts[case]
         print(
             f"  {case:<20} {totals[case] / args.ops:>8,.0f} {seen['misses']:>10.4f}"
@@ -149,6 +154,7 @@ def inner(plan: dict[str, Any]) -> None:
             "refreshed": (after.refreshed - before.refreshed) / ops,
             "trips": (after.misses - before.misses + sets) / ops,
         }
+    counts[DJANGO] = through_django(plan, lib, work)
     clock = Clock()
     store = NearStore(cluster, NearTable(NearOptions(1.0), clock=clock))
     spread = work.keys[:SPREAD]
@@ -173,6 +179,36 @@ def inner(plan: dict[str, Any]) -> None:
         block(SINGLE_OPS)
         lib.bench_dump(name.encode())
     print(json.dumps(counts))
+
+
+def through_django(plan: dict[str, Any], lib: Any, work: Any) -> dict[str, float]:
+    """The mix through Django's cache API (the benchmark's path), its table on the fake
+    clock; the table's counts over the counted operations."""
+    from django_mcpatterns.backend import KetamaMemcacheCache
+
+    near = {"max_age": 1.0, "max_bytes": 32 * 2**20}
+    cache = KetamaMemcacheCache([plan["spec"]], {"OPTIONS": {"near_cache": near}})
+    for start in range(0, plan["keys"], 5000):
+        cache.set_many(dict.fromkeys(work.keys[start : start + 5000], work.value), 3600)
+    clock = Clock()
+    table = cache.binding.near
+    table.clock = clock
+    keys, writes = work.plans[0]
+    step, warm, ops = 1 / plan["rate"], plan["warm"], plan["ops"]
+    mix = (cache, clock, keys, writes, work.value, step)
+    replay(*mix, 0, warm)
+    before = table.stats()
+    gc.collect()
+    lib.bench_zero()
+    replay(*mix, warm, warm + ops)
+    lib.bench_dump(DJANGO.encode())
+    after = table.stats()
+    sets = sum(writes[warm : warm + ops])
+    return {
+        "misses": (after.misses - before.misses) / ops,
+        "refreshed": (after.refreshed - before.refreshed) / ops,
+        "trips": (after.misses - before.misses + sets) / ops,
+    }
 
 
 if __name__ == "__main__":

@@ -51,7 +51,11 @@ __all__ = [
 
 logger = logging.getLogger("django_mcpatterns.backend")
 
-MADE_KEYS = 1024  # keys made and kept per cache (about 100 KB; then made again): the hot ones
+MADE_KEYS = 1024  # keys made and kept per cache and generation (two: about 200 KB)
+
+KeysMade = tuple[Any, Any, Any, dict[str, str], dict[str, str], "str | None"]
+"""``MemcachedContract._keys_made``: prefix, version, key function, keys made, the
+generation before, head."""
 
 MISSING: Any = object()
 """A ``default`` no stored value is: what tells a stored ``None`` from a miss."""
@@ -80,8 +84,11 @@ class MemcachedContract(PatternHost, BaseCache):
         self._location = location
         self._options: Mapping[str, Any] = params.get("OPTIONS") or {}
         self._hash_long_keys = self._options.get("long_keys") == "hash"
-        # Keys made with the prefix and version they were made under (make_and_validate_key).
-        self._keys_made: tuple[Any, Any, dict[str, str]] = (None, None, {})
+        # Keys made (make_and_validate_key), valid while the prefix, the version and the
+        # key function they were made under stay: those three, the keys made, those of the
+        # generation before, and the head they start with (``"prefix:version:"``; None when
+        # keys are not made here: not a valid key's head, or not Django's way of making).
+        self._keys_made: KeysMade = (None, None, None, {}, {}, None)
 
     def make_and_validate_key(self, key: Any, version: Any = None) -> str:
         """Django's key (``KEY_PREFIX``, version, ``KEY_FUNCTION``), validated.
@@ -89,40 +96,56 @@ class MemcachedContract(PatternHost, BaseCache):
         With ``OPTIONS["long_keys"] = "hash"``, a key over 250 bytes becomes its
         digest form first (:func:`~django_mcpatterns.core.keys.shorten`).
         """
-        if (
-            version is None
-            and type(key) is str
-            and self._own_keys
-            and self.key_func is default_key_func
-        ):
-            # Django's make_key with its key function, then the check a valid key passes:
-            # the same string, made once for a key used again while the prefix and version
-            # stay (a near-cache hit is mostly this).
-            prefix, version, made_keys = self._keys_made
-            if prefix is not self.key_prefix or version is not self.version:
-                prefix, version, made_keys = self._keys_made = (self.key_prefix, self.version, {})
-            made = made_keys.get(key)
+        if version is None and type(key) is str:
+            # A key used again while the prefix, version and key function stay is the
+            # same string: made once (a near-cache hit is mostly this lookup).
+            state = self._keys_made
+            if (
+                state[0] is not self.key_prefix
+                or state[1] is not self.version
+                or state[2] is not self.key_func
+            ):
+                state = self._keys_made = self._keys_state()
+            made = state[3].get(key)
             if made is not None:
                 return made
-            made = "%s:%s:%s" % (prefix, version, key)  # noqa: UP031  # Django's: str() of each
-            if self._hash_long_keys:
-                made = shorten(made)
-            if (  # key_bytes's test of a valid key (printable ASCII, no space, not too long)
-                0 < len(made) <= MAX_KEY_LENGTH
-                and made.isascii()
-                and made.isprintable()
-                and " " not in made
-            ):
-                if len(made_keys) >= MADE_KEYS:
-                    made_keys.clear()
-                made_keys[key] = made
-                return made
-            version = None
+            head = state[5]
+            if head is not None:
+                # Django's make_key with its key function, then the check a valid key
+                # passes.  Two generations of MADE_KEYS: a key read again while the newer
+                # fills is kept in it, so the hot ones stay made.
+                made = state[4].get(key)
+                if made is None:
+                    made = head + key
+                    if self._hash_long_keys:
+                        made = shorten(made)
+                        valid = made.isascii() and made.isprintable() and " " not in made
+                    else:  # the head passed the check: the key's characters are what is left
+                        valid = key.isascii() and key.isprintable() and " " not in key
+                    if not (valid and len(made) <= MAX_KEY_LENGTH):  # key_bytes's test
+                        made = None
+                if made is not None:
+                    made_keys = state[3]
+                    if len(made_keys) >= MADE_KEYS:  # a new generation; the oldest is dropped
+                        made_keys = {}
+                        self._keys_made = (*state[:3], made_keys, state[3], head)
+                    made_keys[key] = made
+                    return made
         made = self.make_key(key, version=version)
         if self._hash_long_keys:
             made = shorten(made)
         self.validate_key(made)
         return made
+
+    def _keys_state(self) -> KeysMade:
+        """A new ``_keys_made`` for the current prefix, version and key function."""
+        prefix, version, key_func = self.key_prefix, self.version, self.key_func
+        head: str | None = None
+        if self._own_keys and key_func is default_key_func:  # Django's make_key, our check
+            head = "%s:%s:" % (prefix, version)  # noqa: UP031  # Django's: str() of each
+            if not (head.isascii() and head.isprintable() and " " not in head):
+                head = None  # every key made with it fails the check: Django's path
+        return (prefix, version, key_func, {}, {}, head)
 
     def validate_key(self, key: str) -> None:
         # Ours is the stricter check (memcached's 250 limit is on the UTF-8
