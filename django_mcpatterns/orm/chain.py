@@ -209,19 +209,42 @@ def materialize(qs: Any) -> None:
 
 def _get_queryset(self: Any) -> Any:
     qs = _django_get_queryset(self)
-    if type(qs).__init__ is _django_init and qs.model is not None:
+    kind = type(qs)
+    plain = _plain_classes.get(kind)
+    if plain is None:
+        plain = _plain_classes[kind] = _builds_as_django(kind)
+    if plain and qs.model is not None and type(qs._query) is Query:
         query = qs._query
         qs._mcp_state = Recording(query) if _opted(qs.model) else query
     return qs
 
 
+_BUILDING = (
+    "__init__",
+    "query",
+    "_chain",
+    "_clone",
+    "_filter_or_exclude",
+    "_filter_or_exclude_inplace",
+    "_not_support_combined_queries",
+)
+"""What Django's methods call to build a query: a queryset class that defines one of them
+itself may build differently on replay (from state the fingerprint does not hold)."""
+_plain_classes: dict[type, bool] = {}
+
+
+def _builds_as_django(kind: type) -> bool:
+    for klass in kind.__mro__:
+        if klass is QuerySet:
+            return True
+        if any(name in vars(klass) for name in _BUILDING):
+            return False
+    return False
+
+
 def _django_get_queryset(self: Any) -> Any:
     """Django's ``BaseManager.get_queryset`` (set by :func:`install`)."""
     raise NotImplementedError
-
-
-def _django_init(self: Any, *args: Any, **kwargs: Any) -> None:
-    """Django's ``QuerySet.__init__`` (set by :func:`install`)."""
 
 
 def _never(model: type[Model]) -> bool:
@@ -366,14 +389,13 @@ def install(opted: Callable[[type[Model]], bool]) -> None:
 
     ``opted(model)``: whether a new pristine queryset of ``model`` records at once.
     """
-    global _opted, _django_init, _django_query, _django_get_queryset
+    global _opted, _django_query, _django_get_queryset
     _opted = opted
     if _ORIGINAL:
         return
     _ORIGINAL["query"] = QuerySet.__dict__["query"]
     for name in (*_STEPS, "all", "using"):
         _ORIGINAL[name] = QuerySet.__dict__[name]
-    _django_init = QuerySet.__init__
     _django_query = _ORIGINAL["query"].fget
     _django_get_queryset = _MANAGER["get_queryset"] = BaseManager.get_queryset
     QuerySet._mcp_state = None  # type: ignore[attr-defined]

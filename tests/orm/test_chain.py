@@ -29,7 +29,7 @@ from hypothesis import strategies as st
 from django_mcpatterns.orm import chain
 from django_mcpatterns.orm import queryset as orm_queryset
 from django_mcpatterns.orm.reads import reader
-from tests.orm.shop.models import Category, Featured, Product, Tag, snapshot
+from tests.orm.shop.models import SCOPE, Category, Featured, Product, Scoped, Tag, snapshot
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -285,3 +285,16 @@ def test_never_cached_chains_are_remembered_as_such(shop: Any) -> None:
         qs = Product.objects.cache().order_by("?")
         assert orm_queryset._planned(qs, "fetch") is None
     assert len(list(Product.objects.cache().order_by("?"))) == 12
+
+
+def test_querysets_that_build_their_own_way_never_record(shop: Any) -> None:
+    cats = _data()
+    assert chain.recording(Scoped.objects.cache()) is None
+    pks = [c.pk for c in cats]
+    for status in ("live", "draft"):
+        SCOPE[0] = status
+        try:
+            found = {p.status for p in Scoped.objects.cache().filter(category__in=pks)}
+        finally:
+            SCOPE[0] = "live"
+        assert found == {status}

@@ -67,6 +67,25 @@ class PricedQuerySet(models.QuerySet["Featured"]):
             self.query.add_q(models.Q(price__gt=0))
 
 
+SCOPE = ["live"]
+"""The status :class:`ScopedQuerySet` adds to every filter (state no call names)."""
+
+
+class ScopedQuerySet(models.QuerySet["Scoped"]):
+    """A queryset whose own building adds a condition from state outside the calls."""
+
+    def _filter_or_exclude_inplace(self, negate: bool, args: Any, kwargs: Any) -> None:
+        super()._filter_or_exclude_inplace(negate, args, {**kwargs, "status": SCOPE[0]})
+
+
+class Scoped(Product):
+    objects = models.Manager.from_queryset(ScopedQuerySet)()
+
+    class Meta:
+        app_label = LABEL
+        proxy = True
+
+
 class Featured(Product):
     """A proxy with managers made from custom querysets."""
 
