@@ -255,8 +255,12 @@ _opted: Callable[[type[Model]], bool] = _never
 
 
 def _get_query(self: Any) -> Query:
-    if self._mcp_state is not None:
-        materialize(self)
+    state = self._mcp_state
+    if state is not None:
+        if type(state) is Recording:
+            materialize(self)
+        else:  # pristine, not recording: from now on its Query may change in place
+            self.__dict__[STATE] = None
     if self._deferred_filter:  # Django's getter applies it first
         query: Query = _django_query(self)
         return query
@@ -319,15 +323,15 @@ def _filtering(name: str) -> Callable[..., Any]:
 def _naming(name: str) -> Callable[..., Any]:
     original = _ORIGINAL[name]
 
-    def method(self: Any, *args: Any, **kwargs: Any) -> Any:
-        state = None if self._mcp_state is None or kwargs else _steps(self)
+    def method(self: Any, *args: Any) -> Any:  # Django's takes names only
+        state = None if self._mcp_state is None else _steps(self)
         if state is not None:
             for arg in args:
                 if type(arg) is not str:
                     break
             else:
                 return _clone(self, _then(state, (name, args, _EMPTY), (name, args)))
-        return original(self, *args, **kwargs)
+        return original(self, *args)
 
     return method
 

@@ -85,7 +85,7 @@ def _planned(qs: Any, op: str, *extra: Any) -> Found | None:
     if timeout is None:
         return None
     found = reader()
-    state = chain.recording(qs) if not extra else None
+    state = None if extra or qs._mcp_state is None else chain.recording(qs)
     if state is not None:
         planned = _recalled(qs, state, op, found)
     else:
