@@ -243,6 +243,11 @@ def test_the_queryset_api_on_a_recording(shop: Any) -> None:
 
     assert asyncio.run(collect()) == expected
     assert asyncio.run(collect()) == expected  # a hit, in the event loop
+    assert asyncio.run(make().acount()) == len(expected)
+    assert asyncio.run(make().acount()) == len(expected)
+    assert asyncio.run(make().aexists())
+    assert chain.recording(Product.objects.nocache()) is None  # the benchmark's uncached side
+    assert chain.recording(Product.objects.filter(category=cats[2]).cache()) is None
 
 
 def test_managers(shop: Any) -> None:
