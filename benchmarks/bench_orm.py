@@ -99,9 +99,16 @@ def load(products: int, categories: int) -> list[Any]:
     return cats
 
 
-def page(category: Any, cached: bool) -> list[Any]:
+def page(category: Any, cached: bool, last: bool = False) -> list[Any]:
+    """The page query.  Uncached: Django's own (``.nocache()`` last: nothing recorded).
+    Cached: ``.cache()`` first, the chain recorded (a hit of a chain seen before builds
+    no Query), or with ``last`` ``.cache()`` last (Django builds the Query, the key is
+    found from it)."""
     from tests.orm.shop.models import Product
 
+    if cached and not last:
+        qs = Product.objects.cache().filter(category=category, status="live")
+        return list(qs.select_related("category").order_by("-price", "pk")[:20])
     qs = Product.objects.filter(category=category, status="live").select_related("category")
     qs = qs.order_by("-price", "pk")
     qs = qs.cache() if cached else qs.nocache()
@@ -180,6 +187,8 @@ def speed(cats: list[Any], rounds: int, ops: int) -> dict[str, list[Times]]:
         "SELECT 1": lambda: timed(select_1, ops),
         "uncached": lambda: timed(lambda: page(category, False), ops),
         "warm": lambda: timed(lambda: page(category, True), ops),
+        "warm-cache-last": lambda: timed(lambda: page(category, True, last=True), ops),
+        "cold-cache-last": lambda: timed(lambda: page(category, True, last=True), ops, forget),
     }
     for mode in LEASES:
         suffix = "" if mode == "meta" else f"-{mode}"
@@ -355,7 +364,12 @@ def report(
             f"  {name:23} {statistics.median(wall[name]) * 1e6:12.0f} {ratio(name):9.2f} "
             f"{statistics.median(cpu[name]) * 1e6:11.0f} {added(name):+6.0f}"
         )
-    print(f"warm speed-up {1 / ratio('warm'):.1f}x (target >= {SPEEDUP_TARGET}x; cachalot: 7x)")
+    print(
+        f"warm speed-up {1 / ratio('warm'):.1f}x with .cache() first (recorded), "
+        f"{1 / ratio('warm-cache-last'):.1f}x with .cache() last "
+        f"(target >= {SPEEDUP_TARGET}x; cachalot: 7x)"
+    )
+    print("(the cold and invalidated cases spell .cache() first, cold-cache-last last)")
     for kind, what in (("cold", "a result not cached"), ("invalidated", "after a write")):
         names = {m: kind + ("" if m == "meta" else f"-{m}") for m in LEASES}
         overheads = ", ".join(f"{m} {100 * (ratio(n) - 1):+.1f}%" for m, n in names.items())

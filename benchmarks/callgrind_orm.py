@@ -6,8 +6,10 @@ bench_orm.py does), loads the products, then runs itself under
 ``valgrind --tool=callgrind --instr-atstart=no``: the inner process reads the page
 query (20 products of a category with their category) as ``uncached``
 (``.nocache()``), ``warm`` (a hit) and ``cold`` (its result deleted first, so the
-leased read, the query and the fill), and the deletion alone (``delete``, taken
-off ``cold``), each case ``--ops`` times between two callgrind client requests.
+leased read, the query and the fill), spelled ``.cache()`` first (the chain
+recorded: a warm hit builds no Query), ``warm_last`` and ``cold_last`` spelled
+``.cache()`` last (Django builds the Query), and the deletion alone (``delete``,
+taken off the cold cases), each case ``--ops`` times between two callgrind client requests.
 Only the client process's user-space instructions count: the servers' work and
 the kernel's (system calls, loopback) do not, so a round trip costs here what it
 costs this process's interpreter, not its wait.  ``PYTHONHASHSEED=0``: two runs
@@ -37,7 +39,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import bench_orm  # noqa: E402
 from callgrind_ops import build_stub, require_tools, run_under_callgrind  # noqa: E402
 
-CASES = ("delete", "uncached", "warm", "cold")
+CASES = ("delete", "uncached", "warm", "cold", "warm_last", "cold_last")
 
 
 def main() -> None:
@@ -85,6 +87,7 @@ def under_callgrind(plan: dict[str, Any], out: Path) -> dict[str, float]:
     totals, _ = run_under_callgrind(__file__, plan, out)
     counts = {case: total / plan["ops"] for case, total in totals.items()}
     counts["cold"] -= counts["delete"]  # the deletion that makes each read cold
+    counts["cold_last"] -= counts["delete"]
     return counts
 
 
@@ -92,14 +95,20 @@ def report(counts: dict[str, float], compare: Path | None) -> None:
     before = json.loads(compare.read_text()) if compare else None
     uncached = counts["uncached"]
     print("instructions per read (client process, user space):")
-    for case in ("uncached", "warm", "cold"):
+    for case in ("uncached", "warm", "cold", "warm_last", "cold_last"):
         line = f"  {case:9} {counts[case]:>11,.0f}  {counts[case] / uncached:5.2f} of uncached"
-        if before:
+        if before and case in before:
             line += f"  ({counts[case] / before[case]:.3f} of before)"
         print(line)
     print(
-        f"warm: uncached / warm = {uncached / counts['warm']:.2f}; cold adds "
-        f"{counts['cold'] - uncached:+,.0f} ({100 * (counts['cold'] / uncached - 1):+.1f}%)"
+        f"warm (.cache() first, recorded): uncached / warm = {uncached / counts['warm']:.2f}; "
+        f"cold adds {counts['cold'] - uncached:+,.0f} "
+        f"({100 * (counts['cold'] / uncached - 1):+.1f}%)"
+    )
+    print(
+        f"warm_last (.cache() last): uncached / warm = {uncached / counts['warm_last']:.2f}; "
+        f"cold_last adds {counts['cold_last'] - uncached:+,.0f} "
+        f"({100 * (counts['cold_last'] / uncached - 1):+.1f}%)"
     )
 
 
@@ -136,6 +145,8 @@ def inner(plan: dict[str, Any]) -> None:
             "uncached": lambda: bench_orm.page(category, False),
             "warm": lambda: bench_orm.page(category, True),
             "cold": cold,
+            "warm_last": lambda: bench_orm.page(category, True, last=True),
+            "cold_last": lambda: (delete(), bench_orm.page(category, True, last=True)),
         }
         for case in CASES:  # "warm" after "delete": its first read fills
             for _ in range(20):

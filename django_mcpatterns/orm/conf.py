@@ -9,9 +9,10 @@ from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
+from django.core.signals import setting_changed
 from django.db.models import Model
 
-__all__ = ["OPS", "OrmSettings", "orm_settings"]
+__all__ = ["OPS", "OrmSettings", "may_have_rules", "orm_settings"]
 
 OPS = frozenset({"get", "fetch", "count", "exists", "aggregate"})
 _KEYS = frozenset(
@@ -128,6 +129,24 @@ def parse(raw: Mapping[str, Any]) -> OrmSettings:
 
 
 _last: list[Any] = [object(), None]
+_rules: list[bool] = [True]
+
+
+def may_have_rules() -> bool:
+    """Whether ``MCPATTERNS_ORM["models"]`` may name models (cheap: no settings read).
+
+    False only after the current settings were parsed without rules; a change of the
+    setting (``setting_changed``) makes it True until they are parsed again.
+    """
+    return _rules[0]
+
+
+def _changed(setting: str, **_: Any) -> None:
+    if setting == "MCPATTERNS_ORM":
+        _rules[0] = True
+
+
+setting_changed.connect(_changed, dispatch_uid="mcpatterns_orm_rules", weak=False)
 
 
 def orm_settings() -> OrmSettings:
@@ -136,5 +155,6 @@ def orm_settings() -> OrmSettings:
     if raw is not _last[0]:
         _last[1] = parse(raw if raw is not None else {})
         _last[0] = raw
+        _rules[0] = bool(_last[1].rules)
     parsed: OrmSettings = _last[1]
     return parsed

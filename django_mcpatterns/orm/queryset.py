@@ -20,7 +20,8 @@ from django.db.models import QuerySet
 from django.db.models.manager import BaseManager
 from django.db.models.query import MAX_GET_RESULTS, ModelIterable
 
-from .conf import orm_settings
+from . import chain
+from .conf import may_have_rules, orm_settings
 from .reads import Planned, Reader, reader
 from .rows import pack, unpack
 
@@ -39,6 +40,9 @@ def cache(self: Any, timeout: int | None = None) -> QuerySet[Any]:
         raise ValueError(
             f"cache(timeout=...) must be a positive number of seconds, not {timeout!r}"
         )
+    recorded: QuerySet[Any] | None = chain.start(self, (True, timeout))
+    if recorded is not None:  # a pristine queryset: its calls are recorded from now on
+        return recorded
     clone: QuerySet[Any] = self._chain()
     setattr(clone.query, _MARK, (True, timeout))
     return clone
@@ -53,7 +57,8 @@ def nocache(self: Any) -> QuerySet[Any]:
 
 def _timeout(qs: Any, op: str) -> int | None:
     """The TTL to cache ``op`` of ``qs`` with, or None when it is not cached."""
-    mark = qs.query.__dict__.get(_MARK)
+    state = qs._mcp_state
+    mark = state.mark if type(state) is chain.Recording else qs.query.__dict__.get(_MARK)
     settings = orm_settings()
     if mark is not None:
         enabled, timeout = mark
@@ -80,13 +85,39 @@ def _planned(qs: Any, op: str, *extra: Any) -> Found | None:
     if timeout is None:
         return None
     found = reader()
-    planned = found.plan(qs.query, qs.db, op, qs._iterable_class, qs._fields, *extra)
+    state = chain.recording(qs) if not extra else None
+    if state is not None:
+        planned = _recalled(qs, state, op, found)
+    else:
+        planned = found.plan(qs.query, qs.db, op, qs._iterable_class, qs._fields, *extra)
     if planned is None:
         return None
     allowed = found.admit(planned)
     if allowed is None:
         return None
     return planned, timeout, found, allowed
+
+
+def _recalled(qs: Any, state: chain.Recording, op: str, found: Reader) -> Planned | None:
+    """The plan of a recorded queryset: kept by its chain's fingerprint, or made from its
+    Query (built now) and kept, unless an instance's primary key changed meanwhile."""
+    key = chain.fingerprint(qs, state, op)
+    try:
+        return found.memo[key]
+    except KeyError:
+        pass
+    planned = found.plan(qs.query, qs.db, op, ModelIterable, None)
+    if chain.keys_of(qs.model, state.steps) == state.keys:
+        found.remember(key, planned)
+    return planned
+
+
+def _records(model: Any) -> bool:
+    """A new pristine queryset of ``model`` records its calls: its rule caches fetches."""
+    if not may_have_rules():
+        return False
+    rule = orm_settings().rule(model)
+    return rule is not None and "fetch" in rule.ops
 
 
 def _known_related(qs: Any, results: list[Any]) -> None:
@@ -269,6 +300,7 @@ def install() -> None:
         _ORIGINAL[name] = original
         functools.update_wrapper(wrapper, original)
         setattr(QuerySet, name, wrapper)
+    chain.install(_records)
     QuerySet.cache = cache  # type: ignore[attr-defined]
     QuerySet.nocache = nocache  # type: ignore[attr-defined]
     # Managers made by from_queryset() before now get the methods from BaseManager.
@@ -281,6 +313,7 @@ def uninstall() -> None:
     for name, original in _ORIGINAL.items():
         setattr(QuerySet, name, original)
     _ORIGINAL.clear()
+    chain.uninstall()
     for name in ("cache", "nocache"):
         delattr(QuerySet, name)
         delattr(BaseManager, name)

@@ -11,7 +11,7 @@ shape that cannot be keyed, falls back to the database: never an error.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import replace
 from typing import Any, TypeVar
 
@@ -105,6 +105,9 @@ class Reader:
         self._tables: dict[tuple[str, str], tuple[str, str]] = {}
         self._vendors: dict[str, str] = {}
         self._plans: dict[str, Planned] = {}
+        self.memo: dict[Hashable, Planned | None] = {}
+        """Plans by a recorded chain's fingerprint (None: not cached), as many as
+        :data:`PLANS` (``orm.chain``): a hit of a chain seen before builds no Query."""
 
     def record(self, event: str, label: str, count: int = 1) -> None:
         """Count an event (orm.stats(), the orm_event signal) and tell the cache's observer
@@ -149,8 +152,17 @@ class Reader:
                 return None
             if len(plans) >= PLANS:
                 plans.clear()
+                self.memo.clear()
             plans[text] = found
         return found
+
+    def remember(self, fingerprint: Hashable, planned: Planned | None) -> None:
+        """Keep ``planned`` (None: the query is not cached) for a recorded chain's
+        ``fingerprint`` (``orm.chain``): the plan of every queryset with that chain."""
+        memo = self.memo
+        if len(memo) >= PLANS:
+            memo.clear()
+        memo[fingerprint] = planned
 
     def _planned(self, query: Query, db: str, tables: set[str], digest: str) -> Planned | None:
         model = query.model

@@ -53,6 +53,31 @@ class Special(Product):
         app_label = LABEL
 
 
+class FeaturedQuerySet(models.QuerySet["Featured"]):
+    def live(self) -> FeaturedQuerySet:
+        return self.filter(status="live")
+
+
+class PricedQuerySet(models.QuerySet["Featured"]):
+    """A queryset whose own ``__init__`` changes the query it starts from."""
+
+    def __init__(self, model: Any = None, query: Any = None, using: Any = None, hints: Any = None):
+        super().__init__(model, query, using, hints)
+        if query is None and model is not None:
+            self.query.add_q(models.Q(price__gt=0))
+
+
+class Featured(Product):
+    """A proxy with managers made from custom querysets."""
+
+    objects = models.Manager.from_queryset(FeaturedQuerySet)()
+    odd = models.Manager.from_queryset(PricedQuerySet)()
+
+    class Meta:
+        app_label = LABEL
+        proxy = True
+
+
 MODELS: list[type[models.Model]] = [Category, Tag, Product, Special]
 
 
