@@ -37,7 +37,7 @@ from django.core.cache.backends.base import (
 
 from .core.exceptions import InvalidKeyError
 from .core.keys import MAX_KEY_LENGTH, key_bytes, shorten
-from .core.store import MAX_RELATIVE_EXPIRE
+from .core.store import MAX_RELATIVE_EXPIRE, AsyncStore, Store
 from .patterns import DEFAULT, PatternHost
 
 __all__ = [
@@ -89,6 +89,10 @@ class MemcachedContract(PatternHost, BaseCache):
         # generation before, and the head they start with (``"prefix:version:"``; None when
         # keys are not made here: not a valid key's head, or not Django's way of making).
         self._keys_made: KeysMade = (None, None, None, {}, {}, None)
+        # The binding's near_values and async_near_values, kept by get and set on first use
+        # (an instance attribute is read faster than a cached_property).
+        self._sync_reads: Store | None = None
+        self._async_reads: AsyncStore | None = None
 
     def make_and_validate_key(self, key: Any, version: Any = None) -> str:
         """Django's key (``KEY_PREFIX``, version, ``KEY_FUNCTION``), validated.

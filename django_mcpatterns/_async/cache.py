@@ -48,7 +48,10 @@ class AsyncCacheMethods(MemcachedContract):
 
     async def aget(self, key: Any, default: Any = None, version: Any = None) -> Any:
         key = self.make_and_validate_key(key, version)
-        return await self.binding.async_near_values.get(key, default)
+        values = self._async_reads
+        if values is None:  # the binding's, kept: reading its cached_property is slower
+            values = self._async_reads = self.binding.async_near_values
+        return await values.get(key, default)
 
     async def aset(  # type: ignore[override]  # says whether it stored; Django's returns None
         self, key: Any, value: Any, timeout: Any = DEFAULT_TIMEOUT, version: Any = None
@@ -60,7 +63,9 @@ class AsyncCacheMethods(MemcachedContract):
         refuses values over its 1 MB item limit).
         """
         key, expire = self._write_args(key, timeout, version)
-        values = self.binding.async_near_values
+        values = self._async_reads
+        if values is None:
+            values = self._async_reads = self.binding.async_near_values
         try:  # not a context manager: the hot path of every write
             stored = await values.set(key, value, expire)
         except ValueTooLargeError:

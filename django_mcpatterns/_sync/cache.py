@@ -49,7 +49,10 @@ class CacheMethods(MemcachedContract):
 
     def get(self, key: Any, default: Any = None, version: Any = None) -> Any:
         key = self.make_and_validate_key(key, version)
-        return self.binding.near_values.get(key, default)
+        values = self._sync_reads
+        if values is None:  # the binding's, kept: reading its cached_property is slower
+            values = self._sync_reads = self.binding.near_values
+        return values.get(key, default)
 
     def set(  # type: ignore[override]  # says whether it stored; Django's returns None
         self, key: Any, value: Any, timeout: Any = DEFAULT_TIMEOUT, version: Any = None
@@ -61,7 +64,9 @@ class CacheMethods(MemcachedContract):
         refuses values over its 1 MB item limit).
         """
         key, expire = self._write_args(key, timeout, version)
-        values = self.binding.near_values
+        values = self._sync_reads
+        if values is None:
+            values = self._sync_reads = self.binding.near_values
         try:  # not a context manager: the hot path of every write
             stored = values.set(key, value, expire)
         except ValueTooLargeError:

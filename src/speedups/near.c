@@ -38,7 +38,7 @@ static struct {
     PyTypeObject *Entry, *Table, *deque, *lock;
     Py_ssize_t str_size, bytes_size, overhead;
     /* NearTable's slots */
-    Py_ssize_t t_hits, t_saved, t_misses, t_report, t_report_at, t_seq, t_clock, t_fixed, t_cleared, t_stamps, t_lock, t_entries, t_order, t_queue,
+    Py_ssize_t t_hits, t_misses, t_report, t_report_at, t_seq, t_clock, t_fixed, t_cleared, t_stamps, t_lock, t_entries, t_order, t_queue,
         t_bytes, t_sketch_from, t_largest, t_sweep_at, t_fills, t_rows, t_mask, t_added,
         t_sample_limit, t_budget, t_due, t_due_within, t_slack, t_odd_keys;
     /* Entry's slots */
@@ -85,7 +85,7 @@ speedups_bind_near(PyObject *module, PyObject *args)
         PyTypeObject *type;
         const char *name;
     } slots[] = {
-        {&N.t_hits, T, "_hits"},         {&N.t_saved, T, "_saved"},
+        {&N.t_hits, T, "_hits"},
         {&N.t_misses, T, "_misses"},     {&N.t_report, T, "_report"},
         {&N.t_report_at, T, "_report_at"}, {&N.t_seq, T, "_seq"},
         {&N.t_clock, T, "clock"},        {&N.t_fixed, T, "_fixed"},
@@ -244,15 +244,13 @@ speedups_near_hit(PyObject *module, PyObject *const *args, Py_ssize_t n)
         if (note(table, entry, key, hits_now, timed, expires_at, now) < 0)
             goto done;
     }
-    PyObject *counters[] = {AT(table, N.t_hits), AT(table, N.t_saved)};
-    for (int i = 0; i < 2; i++) {
-        if (counters[i] == NULL || (count = PyIter_Next(counters[i])) == NULL) {
-            if (!PyErr_Occurred())
-                PyErr_SetString(PyExc_RuntimeError, "a near table's counter ended");
-            goto done;
-        }
-        Py_DECREF(count);
+    PyObject *counter = AT(table, N.t_hits);  /* a hit and a round trip saved, counted once */
+    if (counter == NULL || (count = PyIter_Next(counter)) == NULL) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_RuntimeError, "a near table's counter ended");
+        goto done;
     }
+    Py_DECREF(count);
     PyObject *copy = AT(entry, N.e_copy), *value = AT(entry, N.e_value);
     if (copy == NULL || value == NULL)
         PyErr_SetString(PyExc_AttributeError, "copy");

@@ -86,6 +86,7 @@ class NearTable(Admission):
         "_hits",
         "_largest",
         "_lock",
+        "_looked",
         "_mask",
         "_misses",
         "_odd_keys",
@@ -171,7 +172,10 @@ class NearTable(Admission):
         self._stamps = array.array("q", bytes(8 * STRIPES))
         self._rows = [bytearray(self._mask + 1) for _ in range(4)]
         self._added = 0
+        # Round trips saved = hits - those of lookup() (they save none by themselves) +
+        # saved(): a hit of hit(), the hot path, counts once.
         self._hits = itertools.count()
+        self._looked = itertools.count()
         self._misses = itertools.count()
         self._saved = itertools.count()
         self._fills = itertools.count()
@@ -194,6 +198,7 @@ class NearTable(Admission):
         if entry is not None and entry.expires > self.clock():
             entry.hits += 1
             next(self._hits)
+            next(self._looked)
             return entry
         next(self._misses)
         return None
@@ -211,8 +216,7 @@ class NearTable(Admission):
         now = self.clock()
         if entry is not None and entry.expires > now:
             hits = entry.hits = entry.hits + 1
-            next(self._hits)
-            next(self._saved)
+            next(self._hits)  # and a round trip saved (see _reset)
             within = self._due_within
             if (
                 note
@@ -300,8 +304,7 @@ class NearTable(Admission):
         entry = self.entries.get(key)
         if entry is not None and entry.envelope is not None and entry.expires > self.clock():
             entry.hits += 1
-            next(self._hits)
-            next(self._saved)
+            next(self._hits)  # and a round trip saved (see _reset)
             return dataclasses.replace(entry.envelope, value=entry.out())
         next(self._misses)
         return None
@@ -536,10 +539,12 @@ class NearTable(Admission):
         with self._lock:
             counts = {**self._counts, "fills": _read(self._fills)}
             entries, held = len(self.entries), self._bytes
+        looked = _read(self._looked)  # before the hits: a lookup counts a hit first
+        hits = _read(self._hits)
         return NearStats(
-            hits=_read(self._hits),
+            hits=hits,
             misses=_read(self._misses),
-            round_trips_saved=_read(self._saved),
+            round_trips_saved=hits - looked + _read(self._saved),
             entries=entries,
             bytes=held,
             max_bytes=self.options.max_bytes,
