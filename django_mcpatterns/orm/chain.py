@@ -361,6 +361,15 @@ def _using(self: Any, alias: Any) -> Any:
     return _ORIGINAL["using"](self, alias)
 
 
+def _getstate(self: Any) -> dict[str, Any]:
+    """Django's pickled state, of the built Query: a process that unpickles it without
+    this app (or with another version of it) reads Django's own queryset."""
+    if self._mcp_state is not None:
+        materialize(self)
+    state: dict[str, Any] = _ORIGINAL["__getstate__"](self)
+    return state
+
+
 def start(qs: Any, mark: tuple[bool, int | None]) -> Any:
     """``cache()`` on a pristine or recording queryset: a recording clone with ``mark``,
     or None (the queryset is Django's: mark its Query)."""
@@ -389,7 +398,7 @@ def install(opted: Callable[[type[Model]], bool]) -> None:
     if _ORIGINAL:
         return
     _ORIGINAL["query"] = QuerySet.__dict__["query"]
-    for name in (*_STEPS, "all", "using"):
+    for name in (*_STEPS, "all", "using", "__getstate__"):
         _ORIGINAL[name] = QuerySet.__dict__[name]
     _django_query = _ORIGINAL["query"].fget
     _django_get_queryset = _MANAGER["get_queryset"] = BaseManager.get_queryset
@@ -403,6 +412,7 @@ def install(opted: Callable[[type[Model]], bool]) -> None:
     QuerySet.__getitem__ = _wrapped(_getitem, "__getitem__")  # type: ignore[method-assign]
     QuerySet.all = _all  # type: ignore[method-assign]
     QuerySet.using = _using  # type: ignore[method-assign]
+    QuerySet.__getstate__ = _getstate  # type: ignore[method-assign]
 
 
 def _wrapped(method: Callable[..., Any], name: str) -> Callable[..., Any]:

@@ -235,6 +235,9 @@ def test_the_queryset_api_on_a_recording(shop: Any) -> None:
     unpickled = pickle.loads(pickle.dumps(make()))
     assert list(unpickled) == expected
     assert str(unpickled.query) == str(make().query)
+    # Pickled as Django's own (its Query built), for a process without this app to read.
+    assert make().__getstate__()["_mcp_state"] is None
+    assert str(make().__getstate__()["_query"]) == str(make().query)
     with_tags = list(make().prefetch_related("tags"))
     assert with_tags == expected
 
