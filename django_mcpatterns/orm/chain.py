@@ -227,9 +227,17 @@ _BUILDING = (
     "_filter_or_exclude",
     "_filter_or_exclude_inplace",
     "_not_support_combined_queries",
+    "filter",
+    "exclude",
+    "order_by",
+    "select_related",
+    "__getitem__",
+    "all",
+    "using",
 )
-"""What Django's methods call to build a query: a queryset class that defines one of them
-itself may build differently on replay (from state the fingerprint does not hold)."""
+"""The recorded methods and what Django's call to build a query: a queryset class that
+defines one of them itself may build from state the fingerprint does not hold (a tenant,
+a language read at the call or at the replay), so it never records."""
 _plain_classes: dict[type, bool] = {}
 
 
@@ -271,6 +279,13 @@ def _get_query(self: Any) -> Query:
 def _django_query(self: Any) -> Query:
     """Django's ``QuerySet.query`` getter (set by :func:`install`)."""
     raise NotImplementedError
+
+
+def _getstate(self: Any) -> Any:
+    """Pickled with its Query built: a process without these wrappers reads it right."""
+    if self._mcp_state is not None:
+        _get_query(self)
+    return _ORIGINAL["__getstate__"](self)
 
 
 def _set_query(self: Any, value: Query) -> None:
@@ -398,6 +413,7 @@ def install(opted: Callable[[type[Model]], bool]) -> None:
     if _ORIGINAL:
         return
     _ORIGINAL["query"] = QuerySet.__dict__["query"]
+    _ORIGINAL["__getstate__"] = QuerySet.__dict__["__getstate__"]
     for name in (*_STEPS, "all", "using"):
         _ORIGINAL[name] = QuerySet.__dict__[name]
     _django_query = _ORIGINAL["query"].fget
@@ -405,6 +421,7 @@ def install(opted: Callable[[type[Model]], bool]) -> None:
     QuerySet._mcp_state = None  # type: ignore[attr-defined]
     BaseManager.get_queryset = _get_queryset  # type: ignore[method-assign]
     QuerySet.query = property(_get_query, _set_query)  # type: ignore[assignment]
+    QuerySet.__getstate__ = _getstate  # type: ignore[method-assign]
     for name in ("filter", "exclude"):
         setattr(QuerySet, name, _wrapped(_filtering(name), name))
     for name in ("order_by", "select_related"):
