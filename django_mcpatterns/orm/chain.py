@@ -216,9 +216,17 @@ _BUILDING = (
     "_filter_or_exclude",
     "_filter_or_exclude_inplace",
     "_not_support_combined_queries",
+    "filter",
+    "exclude",
+    "order_by",
+    "select_related",
+    "__getitem__",
+    "all",
+    "using",
 )
-"""What Django's methods call to build a query: a queryset class that defines one of them
-itself may build differently on replay (from state the fingerprint does not hold)."""
+"""The recorded methods and what Django's call to build a query: a queryset class that
+defines one of them itself may build from state the fingerprint does not hold (a tenant,
+a language read at the call or at the replay), so it never records."""
 _plain_classes: dict[type, bool] = {}
 
 
@@ -260,6 +268,13 @@ def _get_query(self: Any) -> Query:
 def _django_query(self: Any) -> Query:
     """Django's ``QuerySet.query`` getter (set by :func:`install`)."""
     raise NotImplementedError
+
+
+def _getstate(self: Any) -> Any:
+    """Pickled with its Query built: a process without these wrappers reads it right."""
+    if self._mcp_state is not None:
+        _get_query(self)
+    return _ORIGINAL["__getstate__"](self)
 
 
 def _set_query(self: Any, value: Query) -> None:
@@ -361,15 +376,6 @@ def _using(self: Any, alias: Any) -> Any:
     return _ORIGINAL["using"](self, alias)
 
 
-def _getstate(self: Any) -> dict[str, Any]:
-    """Django's pickled state, of the built Query: a process that unpickles it without
-    this app (or with another version of it) reads Django's own queryset."""
-    if self._mcp_state is not None:
-        materialize(self)
-    state: dict[str, Any] = _ORIGINAL["__getstate__"](self)
-    return state
-
-
 def start(qs: Any, mark: tuple[bool, int | None]) -> Any:
     """``cache()`` on a pristine or recording queryset: a recording clone with ``mark``,
     or None (the queryset is Django's: mark its Query)."""
@@ -398,13 +404,15 @@ def install(opted: Callable[[type[Model]], bool]) -> None:
     if _ORIGINAL:
         return
     _ORIGINAL["query"] = QuerySet.__dict__["query"]
-    for name in (*_STEPS, "all", "using", "__getstate__"):
+    _ORIGINAL["__getstate__"] = QuerySet.__dict__["__getstate__"]
+    for name in (*_STEPS, "all", "using"):
         _ORIGINAL[name] = QuerySet.__dict__[name]
     _django_query = _ORIGINAL["query"].fget
     _django_get_queryset = _MANAGER["get_queryset"] = BaseManager.get_queryset
     QuerySet._mcp_state = None  # type: ignore[attr-defined]
     BaseManager.get_queryset = _get_queryset  # type: ignore[method-assign]
     QuerySet.query = property(_get_query, _set_query)  # type: ignore[assignment]
+    QuerySet.__getstate__ = _getstate  # type: ignore[method-assign]
     for name in ("filter", "exclude"):
         setattr(QuerySet, name, _wrapped(_filtering(name), name))
     for name in ("order_by", "select_related"):
@@ -412,7 +420,6 @@ def install(opted: Callable[[type[Model]], bool]) -> None:
     QuerySet.__getitem__ = _wrapped(_getitem, "__getitem__")  # type: ignore[method-assign]
     QuerySet.all = _all  # type: ignore[method-assign]
     QuerySet.using = _using  # type: ignore[method-assign]
-    QuerySet.__getstate__ = _getstate  # type: ignore[method-assign]
 
 
 def _wrapped(method: Callable[..., Any], name: str) -> Callable[..., Any]:

@@ -11,6 +11,8 @@ materializes: Django's behaviour, only later.
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import copy
 import pickle
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -18,7 +20,7 @@ from typing import Any
 import pytest
 from django.conf import settings
 from django.core.exceptions import FieldError
-from django.db import transaction
+from django.db import models, transaction
 from django.db.models import F, Q
 from django.db.models.query import ModelIterable
 from django.test import override_settings
@@ -235,9 +237,6 @@ def test_the_queryset_api_on_a_recording(shop: Any) -> None:
     unpickled = pickle.loads(pickle.dumps(make()))
     assert list(unpickled) == expected
     assert str(unpickled.query) == str(make().query)
-    # Pickled as Django's own (its Query built), for a process without this app to read.
-    assert make().__getstate__()["_mcp_state"] is None
-    assert str(make().__getstate__()["_query"]) == str(make().query)
     with_tags = list(make().prefetch_related("tags"))
     assert with_tags == expected
 
@@ -308,3 +307,53 @@ def test_querysets_that_build_their_own_way_never_record(shop: Any) -> None:
         finally:
             SCOPE[0] = "live"
         assert found == {status}
+
+
+CURRENT: contextvars.ContextVar[str] = contextvars.ContextVar("status", default="live")
+
+
+class ContextFilter(models.QuerySet[Product]):
+    """A tenant-style queryset: its filter() adds a condition read from a context."""
+
+    def filter(self, *args: Any, **kwargs: Any) -> Any:
+        return super().filter(*args, **{**kwargs, "status": CURRENT.get()})
+
+
+class ContextBuild(models.QuerySet[Product]):
+    """The same, read where Django builds the query."""
+
+    def _filter_or_exclude(self, negate: bool, args: Any, kwargs: Any) -> Any:
+        return super()._filter_or_exclude(negate, args, {**kwargs, "status": CURRENT.get()})
+
+
+@pytest.mark.parametrize("kind", [ContextFilter, ContextBuild])
+def test_querysets_that_read_a_context_never_record(shop: Any, kind: type) -> None:
+    cats = _data()
+    manager: Any = models.Manager.from_queryset(kind)()
+    manager.model = Product
+    manager.name = "ctx"
+    assert chain.recording(manager.cache()) is None
+    pks = [c.pk for c in cats]
+    for status in ("live", "draft", "live"):
+        token = CURRENT.set(status)
+        try:
+            qs = manager.cache().filter(category__in=pks)
+        finally:
+            CURRENT.reset(token)
+        assert {p.status for p in qs} == {status}
+
+
+def test_copies_and_pickles_of_a_recording(shop: Any) -> None:
+    cats = _data()
+    qs = Product.objects.cache().filter(category=cats[0]).order_by("-price")
+    eager = Product.objects.nocache().filter(category=cats[0]).order_by("-price")
+    expected = [p.pk for p in eager]
+    live = [p.pk for p in eager.filter(status="live")]
+    for made in (copy.deepcopy(qs), copy.copy(qs)):
+        assert [p.pk for p in made] == expected
+        assert [p.pk for p in made.filter(status="live")] == live
+    assert [p.pk for p in qs] == expected
+    state = pickle.loads(pickle.dumps(Product.objects.cache().filter(category=cats[0])))
+    # pickled with its query built: a process without the ORM app reads the same query
+    assert state.__dict__.get("_mcp_state") is None
+    assert str(state.__dict__["_query"]) == str(Product.objects.filter(category=cats[0]).query)
