@@ -36,7 +36,14 @@ from django_mcpatterns.core.serializers import FLAG_JSON, ValueRefused
 from django_mcpatterns.core.servers import Server
 from django_mcpatterns.core.store import Store
 from tests.conftest import flush
-from tests.harness import MemcachedServer, cluster_on, free_port, raw_client, require_binary
+from tests.harness import (
+    PATIENCE,
+    MemcachedServer,
+    cluster_on,
+    free_port,
+    raw_client,
+    require_binary,
+)
 
 # -- a socket module that records (and can slow down) what clients do ----------
 
@@ -254,9 +261,7 @@ def test_unix_socket_server() -> None:
     cmd = [binary, "-s", path, "-m", "16"] + (["-u", "root"] if os.geteuid() == 0 else [])
     process = subprocess.Popen(cmd)
     try:
-        deadline = time.monotonic() + 5
-        while not os.path.exists(path) and time.monotonic() < deadline:
-            time.sleep(0.01)
+        _wait_listening(path)
         cluster = Cluster([f"unix:{path}"])
         assert cluster.set("k", "v")
         assert cluster.get("k") == "v"
@@ -267,6 +272,20 @@ def test_unix_socket_server() -> None:
         process.kill()
         process.wait()
         shutil.rmtree(os.path.dirname(path), ignore_errors=True)
+
+
+def _wait_listening(path: str) -> None:
+    """Until memcached accepts on ``path`` (the file exists from bind(), before listen())."""
+    deadline = time.monotonic() + PATIENCE
+    while True:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+            try:
+                probe.connect(path)
+                return
+            except OSError:  # not there yet, or not listening yet
+                if time.monotonic() > deadline:
+                    raise
+        time.sleep(0.01)
 
 
 def test_configuration_errors() -> None:
