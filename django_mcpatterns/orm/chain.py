@@ -33,7 +33,7 @@ from django.db.models.manager import BaseManager
 from django.db.models.query import ModelIterable
 from django.db.models.sql import Query
 
-__all__ = ["Recording", "fingerprint", "install", "keys_of", "recording", "uninstall"]
+__all__ = ["Recording", "fingerprint", "install", "recording", "uninstall"]
 
 STATE = "_mcp_state"
 """The instance attribute holding a queryset's :class:`Recording`, or a pristine one's
@@ -89,17 +89,6 @@ def fingerprint(qs: Any, state: Recording, op: str) -> Hashable:
     """What decides the plan of ``op`` on a recorded queryset: the same fingerprint, the
     same Query, so the same result key and stamps."""
     return (type(qs), qs.model, qs.db, op, state.keys)
-
-
-def keys_of(model: type[Model], steps: tuple[Step, ...]) -> tuple[Hashable, ...] | None:
-    """The steps normalized again (an instance's primary key may have changed since)."""
-    keys = []
-    for step in steps:
-        key = _step_key(model, step)
-        if key is _NO:
-            return None
-        keys.append(key)
-    return tuple(keys)
 
 
 def _value_key(model: type[Model], name: str, value: Any) -> Hashable:
@@ -327,6 +316,8 @@ def _filtering(name: str) -> Callable[..., Any]:
                     break
                 if kind is list:  # Django reads a list at the call: so does the recording
                     kwargs[key] = list(value)
+                elif isinstance(value, Model):  # Django reads its pk at the call: so does this
+                    kwargs[key] = value.pk  # (replayed with it: the key it was recorded under)
                 items.append((key, normal))
             else:
                 return _clone(self, _then(state, (name, (), kwargs), (name, tuple(items))))

@@ -100,15 +100,14 @@ def _planned(qs: Any, op: str, *extra: Any) -> Found | None:
 
 def _recalled(qs: Any, state: chain.Recording, op: str, found: Reader) -> Planned | None:
     """The plan of a recorded queryset: kept by its chain's fingerprint, or made from its
-    Query (built now) and kept, unless an instance's primary key changed meanwhile."""
+    Query (built now) and kept (an instance's pk is recorded as it was at the call)."""
     key = chain.fingerprint(qs, state, op)
     try:
         return found.memo[key]
     except KeyError:
         pass
     planned = found.plan(qs.query, qs.db, op, ModelIterable, None)
-    if chain.keys_of(qs.model, state.steps) == state.keys:
-        found.remember(key, planned)
+    found.remember(key, planned)
     return planned
 
 

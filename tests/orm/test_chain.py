@@ -278,11 +278,13 @@ def test_values_are_read_when_recorded(shop: Any) -> None:
     qs = Product.objects.cache().filter(category__in=ids)
     ids.append(cats[1].pk)  # Django reads the list at filter(): so does a recording
     assert {p.category_id for p in qs} == {cats[0].pk}
+    first = {p.category_id for p in Product.objects.cache().filter(category=cats[0])}
+    Product.objects.filter(category=cats[0]).update(price=77)  # the result void, its plan kept
     moved = Category.objects.get(pk=cats[0].pk)
-    qs = Product.objects.cache().filter(category=moved)
-    moved.pk = cats[1].pk  # a primary key changed after the call: its plan is not kept
-    list(qs)
-    again = Product.objects.cache().filter(category=cats[0])
+    qs = Product.objects.cache().filter(category=moved)  # Django reads the pk at filter()
+    moved.pk = cats[1].pk  # as the `obj.pk = None; obj.save()` copy idiom does
+    assert {p.category_id for p in qs} == first == {cats[0].pk}  # the call's pk, as Django's
+    again = Product.objects.cache().filter(category=cats[0])  # nothing else stored under it
     assert {p.category_id for p in again} == {cats[0].pk}
 
 
