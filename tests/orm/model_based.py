@@ -55,7 +55,9 @@ def _reads(rng: random.Random) -> list[tuple[str, Read]]:
     s = rng.choice(STATUSES)
     n = rng.randrange(0, 50)
     P = Product.objects
+    cat = Category.objects.using(DB).nocache().filter(pk=c).first()  # an instance (or None)
     return [
+        ("category-instance", lambda S, m: list(m(S(P).filter(category=cat)))),
         ("category", lambda S, m: list(m(S(P).filter(category=c)))),
         ("pk", lambda S, m: list(m(S(P).filter(pk=p)))),
         ("in", lambda S, m: list(m(S(P).filter(category__in=[c, c2])))),
