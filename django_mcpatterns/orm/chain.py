@@ -33,11 +33,16 @@ from django.db.models.manager import BaseManager
 from django.db.models.query import ModelIterable
 from django.db.models.sql import Query
 
+from .shape import zone
+
 __all__ = ["Recording", "fingerprint", "install", "recording", "uninstall"]
 
 STATE = "_mcp_state"
 """The instance attribute holding a queryset's :class:`Recording`, or a pristine one's
 Query (None on the class: every other queryset)."""
+SHARED = "_mcp_shared"
+"""Set on a pristine queryset that ``cache()`` made a recording from: the recording's
+base is its Query, which it must copy before anyone may change it in place."""
 _ATOMIC = frozenset({int, str, bool, type(None)})
 _NO: Hashable = object()
 _ORIGINAL: dict[str, Any] = {}
@@ -87,8 +92,8 @@ def _plain(qs: Any) -> bool:
 
 def fingerprint(qs: Any, state: Recording, op: str) -> Hashable:
     """What decides the plan of ``op`` on a recorded queryset: the same fingerprint, the
-    same Query, so the same result key and stamps."""
-    return (type(qs), qs.model, qs.db, op, state.keys)
+    same Query, so the same result key and stamps (the time zone is the shape's too)."""
+    return (type(qs), qs.model, qs.db, op, zone(), state.keys)
 
 
 def _value_key(model: type[Model], name: str, value: Any) -> Hashable:
@@ -258,6 +263,8 @@ def _get_query(self: Any) -> Query:
             materialize(self)
         else:  # pristine, not recording: from now on its Query may change in place
             self.__dict__[STATE] = None
+            if self.__dict__.pop(SHARED, False):  # a recording's base: change a copy instead
+                self._query = self._query.chain()
     if self._deferred_filter:  # Django's getter applies it first
         query: Query = _django_query(self)
         return query
@@ -388,7 +395,9 @@ def start(qs: Any, mark: tuple[bool, int | None]) -> Any:
         return _clone(qs, _tuple_new(Recording, (*state[:3], mark, state.sliced)))
     if state is not qs._query:
         return None
-    return _clone(qs, _tuple_new(Recording, (state, (), (), mark, False)))
+    recording = _clone(qs, _tuple_new(Recording, (state, (), (), mark, False)))
+    qs.__dict__[SHARED] = True  # its Query is the recording's base now: never changed in place
+    return recording
 
 
 _STEPS = ("filter", "exclude", "order_by", "select_related", "__getitem__")

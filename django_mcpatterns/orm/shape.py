@@ -29,6 +29,7 @@ from collections.abc import Callable
 from functools import cached_property
 from typing import Any
 
+from django.conf import settings
 from django.db.models import Field, ForeignObjectRel, Model
 from django.db.models.expressions import Col, RawSQL
 from django.db.models.functions import Now, Random
@@ -36,6 +37,7 @@ from django.db.models.lookups import Lookup
 from django.db.models.sql import Query
 from django.db.models.sql.datastructures import BaseTable, Join
 from django.db.models.sql.where import ExtraWhere, WhereNode
+from django.utils import timezone
 from django.utils.functional import cached_property as django_cached_property
 
 from django_mcpatterns.core.protocol import compiled
@@ -146,10 +148,18 @@ def shape_of(query: Query, *extra: Any) -> Shape:
     if "?" in query.order_by:  # random order: its SQL is compiled from the text '?'
         raise Uncacheable("order_by('?') is never cached")
     shape = Shape()
+    shape.parts.append(zone())
     _query(query, shape)
     for part in extra:
         _walk(part, shape)
     return shape
+
+
+def zone() -> str:
+    """The active time zone ("" without ``USE_TZ``), part of every shape: Django compiles
+    a datetime field's date lookups and truncations (``__year``, ``__date``, ``Trunc``) in
+    it, so one query read under two zones is two results."""
+    return f"Z:{timezone.get_current_timezone_name()}" if settings.USE_TZ else ""
 
 
 def digest_of(*parts: Any) -> str:

@@ -357,3 +357,36 @@ def test_copies_and_pickles_of_a_recording(shop: Any) -> None:
     # pickled with its query built: a process without the ORM app reads the same query
     assert state.__dict__.get("_mcp_state") is None
     assert str(state.__dict__["_query"]) == str(Product.objects.filter(category=cats[0]).query)
+
+
+def _live_pks() -> list[int]:
+    return sorted(p.pk for p in Product.objects.nocache().filter(status="live"))
+
+
+def test_a_querysets_query_changed_in_place_after_cache_leaves_the_recording_alone(
+    shop: Any,
+) -> None:
+    """As in Django, a clone never sees its original's Query change afterwards."""
+    _data()
+    base = Product.objects.all()  # pristine, not recording (no rule): its Query is the base
+    cached = base.cache().filter(status="live")
+    base.query.add_q(Q(price__gt=5))  # legal in Django: changes base alone
+    assert sorted(p.pk for p in cached) == _live_pks()
+    assert sorted(p.pk for p in base) == sorted(
+        p.pk for p in Product.objects.nocache().filter(price__gt=5)
+    )
+
+
+def test_a_querysets_query_changed_in_place_never_fills_a_kept_plans_key(shop: Any) -> None:
+    """A miss of a chain whose plan is kept runs the recording's own query: rows of
+    another query are never stored under the key every reader of the chain reads."""
+    from django_mcpatterns import orm
+
+    _data()
+    list(Product.objects.cache().filter(status="live"))  # the chain's plan is kept
+    orm.invalidate_model(Product)  # its result void
+    base = Product.objects.all()
+    cached = base.cache().filter(status="live")
+    base.query.add_q(Q(price__gt=5))
+    assert sorted(p.pk for p in cached) == _live_pks()  # the miss fills the chain's key
+    assert sorted(p.pk for p in Product.objects.cache().filter(status="live")) == _live_pks()

@@ -97,6 +97,15 @@ class Featured(Product):
         proxy = True
 
 
+class Event(models.Model):
+    """A datetime: its date lookups are compiled in the active time zone."""
+
+    at = models.DateTimeField()
+
+    class Meta:
+        app_label = LABEL
+
+
 MODELS: list[type[models.Model]] = [Category, Tag, Product, Special]
 
 
