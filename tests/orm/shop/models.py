@@ -7,7 +7,7 @@ by :func:`create_tables` on the PostgreSQL one.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from django.db import connections, models
 
@@ -75,11 +75,13 @@ class ScopedQuerySet(models.QuerySet["Scoped"]):
     """A queryset whose own building adds a condition from state outside the calls."""
 
     def _filter_or_exclude_inplace(self, negate: bool, args: Any, kwargs: Any) -> None:
-        super()._filter_or_exclude_inplace(negate, args, {**kwargs, "status": SCOPE[0]})
+        # Django's private method (not in every django-stubs release), called by name.
+        inplace = super()._filter_or_exclude_inplace  # type: ignore[misc,unused-ignore]
+        inplace(negate, args, {**kwargs, "status": SCOPE[0]})
 
 
 class Scoped(Product):
-    objects = models.Manager.from_queryset(ScopedQuerySet)()
+    objects: ClassVar[Any] = models.Manager.from_queryset(ScopedQuerySet)()
 
     class Meta:
         app_label = LABEL
@@ -89,7 +91,7 @@ class Scoped(Product):
 class Featured(Product):
     """A proxy with managers made from custom querysets."""
 
-    objects = models.Manager.from_queryset(FeaturedQuerySet)()
+    objects: ClassVar[Any] = models.Manager.from_queryset(FeaturedQuerySet)()
     odd = models.Manager.from_queryset(PricedQuerySet)()
 
     class Meta:
