@@ -141,19 +141,7 @@ def inner(plan: dict[str, Any]) -> None:
         table = NearTable(NearOptions(1.0, 32 * 2**20, None, ahead), clock=clock)
         store = NearStore(cluster, table)
         mix = (store, clock, keys, writes, work.value, step)
-        replay(*mix, 0, warm)
-        before = table.stats()
-        gc.collect()
-        lib.bench_zero()
-        replay(*mix, warm, warm + ops)
-        lib.bench_dump(case.encode())
-        after = table.stats()
-        sets = sum(writes[warm : warm + ops])
-        counts[case] = {
-            "misses": (after.misses - before.misses) / ops,
-            "refreshed": (after.refreshed - before.refreshed) / ops,
-            "trips": (after.misses - before.misses + sets) / ops,
-        }
+        counts[case] = counted(mix, table, lib, case, warm, ops)
     counts[DJANGO] = through_django(plan, lib, work)
     clock = Clock()
     store = NearStore(cluster, NearTable(NearOptions(1.0), clock=clock))
@@ -196,14 +184,22 @@ def through_django(plan: dict[str, Any], lib: Any, work: Any) -> dict[str, float
     keys, writes = work.plans[0]
     step, warm, ops = 1 / plan["rate"], plan["warm"], plan["ops"]
     mix = (cache, clock, keys, writes, work.value, step)
+    return counted(mix, table, lib, DJANGO, warm, ops)
+
+
+def counted(
+    mix: tuple[Any, ...], table: Any, lib: Any, label: str, warm: int, ops: int
+) -> dict[str, float]:
+    """Replay ``warm`` operations of ``mix``, then ``ops`` counted under ``label``: the
+    table's misses, keys refreshed ahead and round trips (misses and sets) per operation."""
     replay(*mix, 0, warm)
     before = table.stats()
     gc.collect()
     lib.bench_zero()
     replay(*mix, warm, warm + ops)
-    lib.bench_dump(DJANGO.encode())
+    lib.bench_dump(label.encode())
     after = table.stats()
-    sets = sum(writes[warm : warm + ops])
+    sets = sum(mix[3][warm : warm + ops])  # the plan's writes
     return {
         "misses": (after.misses - before.misses) / ops,
         "refreshed": (after.refreshed - before.refreshed) / ops,
