@@ -20,7 +20,7 @@ from django.db.models import QuerySet
 from django.db.models.manager import BaseManager
 from django.db.models.query import MAX_GET_RESULTS, ModelIterable
 
-from . import chain
+from . import chain, statements
 from .conf import may_have_rules, orm_settings
 from .reads import Planned, Reader, reader
 from .rows import pack, unpack
@@ -131,7 +131,7 @@ def _known_related(qs: Any, results: list[Any]) -> None:
 
 
 def _rows(qs: Any) -> list[Any]:
-    """What Django's _fetch_all reads."""
+    """What Django's _fetch_all reads, Django's way (what the auditor compares hits with)."""
     return list(qs._iterable_class(qs))
 
 
@@ -140,7 +140,16 @@ def _fetch_all(self: Any) -> None:
         found = _planned(self, _op.get())
         if found is not None:
             planned, timeout, read, allowed = found
-            results = unpack(read.fetch(planned, lambda: _rows(self), timeout, pack, allowed))
+            results = unpack(
+                read.fetch(
+                    planned,
+                    lambda: statements.rows(self, planned),
+                    timeout,
+                    pack,
+                    allowed,
+                    lambda: _rows(self),
+                )
+            )
             _known_related(self, results)
             self._result_cache = results
     _ORIGINAL["_fetch_all"](self)
@@ -198,7 +207,16 @@ async def aget(self: Any, *args: Any, **kwargs: Any) -> Any:
     found = _planned(clone, "get")
     if found is None:
         return await _ORIGINAL["aget"](self, *args, **kwargs)
-    results = unpack(await found[2].afetch(found[0], lambda: _rows(clone), found[1], pack))
+    planned, timeout, read = found[:3]
+    results = unpack(
+        await read.afetch(
+            planned,
+            lambda: statements.rows(clone, planned),
+            timeout,
+            pack,
+            lambda: _rows(clone),
+        )
+    )
     _known_related(clone, results)
     clone._result_cache = results
     if clone._prefetch_related_lookups:
@@ -253,8 +271,15 @@ def __aiter__(self: Any) -> AsyncIterator[Any]:
         if self._result_cache is None:
             found = _planned(self, "fetch")
             if found is not None:
+                planned, timeout, read = found[:3]
                 results = unpack(
-                    await found[2].afetch(found[0], lambda: _rows(self), found[1], pack)
+                    await read.afetch(
+                        planned,
+                        lambda: statements.rows(self, planned),
+                        timeout,
+                        pack,
+                        lambda: _rows(self),
+                    )
                 )
                 _known_related(self, results)
                 self._result_cache = results
