@@ -22,6 +22,7 @@ from __future__ import annotations
 import datetime
 import decimal
 import uuid
+from collections import deque
 from typing import Any
 
 from django.core.exceptions import EmptyResultSet
@@ -70,10 +71,29 @@ def rows(qs: Any, planned: Any) -> list[Any]:
     statement = planned.statement
     if statement is None:
         statement = planned.statement = _compile(qs, planned.db)
+        if statement is not DJANGO:
+            _keep(planned)
     if statement is DJANGO:
         return list(ModelIterable(qs))
     prepared: Any = _Prepared(qs, statement.bound(planned.db))
     return list(ModelIterable(prepared))
+
+
+STATEMENTS = 512
+"""Statements a process keeps (about 11 kB each for the page query, its compiler and a
+copy of its Query): past that, the oldest kept is dropped and compiled again at its plan's
+next miss."""
+_kept: deque[Any] = deque()
+
+
+def _keep(planned: Any) -> None:
+    _kept.append(planned)
+    while len(_kept) > STATEMENTS:
+        try:
+            oldest = _kept.popleft()
+        except IndexError:  # another thread dropped it
+            break
+        oldest.statement = None
 
 
 def _compile(qs: Any, db: str) -> Statement:

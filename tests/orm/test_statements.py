@@ -201,3 +201,19 @@ def test_postgres_refills_run_the_statement(pg: str, shop: Any, compiles: list[s
         assert read() == [("p0", 9, "a"), ("p3", 3, "a")]
     assert compiles == []
     assert len(ctx.captured_queries) == 1
+
+
+def test_a_process_keeps_a_bounded_number_of_statements(
+    cats: list[Category], monkeypatch: pytest.MonkeyPatch, compiles: list[str]
+) -> None:
+    """Past ``STATEMENTS``, the oldest statement is dropped: its plan compiles again."""
+    monkeypatch.setattr(orm_statements, "STATEMENTS", 1)
+    monkeypatch.setattr(orm_statements, "_kept", orm_statements.deque())
+    page(cats[0])
+    page(cats[1])  # the second plan's statement drops the first's
+    for compiled in (1, 0):  # compiled again, then kept again
+        write(cats[0])
+        expected = uncached(cats[0])
+        compiles.clear()
+        assert seen(page(cats[0])) == expected
+        assert len(compiles) == compiled
