@@ -11,12 +11,14 @@ through the :class:`~.reads.Reader`; otherwise it is Django's, unchanged.
 from __future__ import annotations
 
 import functools
+import weakref
 from collections.abc import AsyncIterator, Callable
 from contextvars import ContextVar
 from typing import Any
 
 from asgiref.sync import sync_to_async
-from django.db.models import QuerySet
+from django.db import models
+from django.db.models import Model, QuerySet
 from django.db.models.manager import BaseManager
 from django.db.models.query import MAX_GET_RESULTS, ModelIterable
 
@@ -26,6 +28,9 @@ from .reads import Planned, Reader, reader
 from .rows import pack, unpack
 
 __all__ = ["install", "uninstall"]
+
+_FETCH_ONE: Any = getattr(models, "FETCH_ONE", None)
+"""Django 6.1's default fetch mode (None before: no fetch modes)."""
 
 _MARK = "_mcp"
 _op: ContextVar[str] = ContextVar("mcpatterns_orm_op", default="fetch")
@@ -120,14 +125,45 @@ def _records(model: Any) -> bool:
 
 
 def _known_related(qs: Any, results: list[Any]) -> None:
-    """What Django's ModelIterable does for a related manager's rows, on cached rows."""
+    """What Django's ModelIterable does besides making rows, on cached rows: a related
+    manager's object set on each row, and Django 6.1's fetch mode (``fetch_mode()``)."""
     if qs._iterable_class is not ModelIterable:
         return
     for field, objects in qs._known_related_objects.items():
+        attname = field.attname
         for obj in results:
-            rel = objects.get(getattr(obj, field.attname))
+            # As Django 6.1: not over select_related's, and not by reading a deferred key
+            # (a query per row); Django 5.2 reads it.
+            if attname not in obj.__dict__ or field.is_cached(obj):
+                continue
+            rel = objects.get(obj.__dict__[attname])
             if rel is not None:
                 setattr(obj, field.name, rel)
+    mode = getattr(qs, "_fetch_mode", _FETCH_ONE)
+    if mode is not _FETCH_ONE:
+        _fetching(mode, results)
+
+
+def _fetching(mode: Any, results: list[Any]) -> None:
+    """Each row, and each row it holds through ``select_related``, fetches its deferred
+    fields and relations in ``mode``; with peers, with the rows of the same path."""
+    peers: dict[tuple[str, ...], list[Any]] = {}
+    seen: set[int] = set()
+
+    def made(obj: Any, path: tuple[str, ...]) -> None:
+        seen.add(id(obj))
+        state = obj._state
+        state.fetch_mode = mode
+        if mode.track_peers:
+            group = peers.setdefault(path, [])
+            group.append(weakref.ref(obj))
+            state.peers = group
+        for name, rel in list(state.fields_cache.items()):
+            if isinstance(rel, Model) and id(rel) not in seen:
+                made(rel, (*path, name))
+
+    for obj in results:
+        made(obj, ())
 
 
 def _rows(qs: Any) -> list[Any]:

@@ -13,14 +13,17 @@ on the current thread's connection.  A recorded queryset (:mod:`.chain`) that mi
 then builds no Query either.
 
 Model instances only; another iterable (``values()``...), a query Django finds empty
-before running it (``filter(pk__in=[])``) and one with a parameter that is not an
-immutable value (a JSON document, an array) are read Django's way every time.
+before running it (``filter(pk__in=[])``), one with a parameter that is not an immutable
+value (a JSON document, an array), one that selects a subquery, and a third-party
+backend's are read Django's way every time.
 """
 
 from __future__ import annotations
 
 import datetime
 import decimal
+import enum
+import threading
 import uuid
 from collections import deque
 from typing import Any
@@ -28,6 +31,7 @@ from typing import Any
 from django.core.exceptions import EmptyResultSet
 from django.db import connections
 from django.db.models.query import ModelIterable
+from django.db.models.sql import Query
 from django.db.models.sql.compiler import SQLCompiler
 
 __all__ = ["Statement", "rows"]
@@ -72,40 +76,57 @@ def rows(qs: Any, planned: Any) -> list[Any]:
     if statement is None:
         statement = planned.statement = _compile(qs, planned.db)
         if statement is not DJANGO:
-            _keep(planned)
+            _keep(planned, statement)
     if statement is DJANGO:
         return list(ModelIterable(qs))
-    prepared: Any = _Prepared(qs, statement.bound(planned.db))
+    prepared: Any = _Prepared(qs, statement.bound(planned.db), planned.db)
     return list(ModelIterable(prepared))
 
 
-STATEMENTS = 512
-"""Statements a process keeps (about 11 kB each for the page query, its compiler and a
-copy of its Query): past that, the oldest kept is dropped and compiled again at its plan's
-next miss."""
-_kept: deque[Any] = deque()
+BUDGET = 8 * 1024 * 1024
+"""Bytes of statements a process keeps, as estimated by :func:`_size` (the page query's:
+about 11 kB, its compiler with its description of the rows): past that, the oldest kept
+are dropped, to be compiled again at their plan's next miss."""
+_kept: deque[tuple[Any, int]] = deque()
+_held = [0]
+_keeping = threading.Lock()
 
 
-def _keep(planned: Any) -> None:
-    _kept.append(planned)
-    while len(_kept) > STATEMENTS:
-        try:
-            oldest = _kept.popleft()
-        except IndexError:  # another thread dropped it
-            break
-        oldest.statement = None
+def _size(statement: Statement) -> int:
+    """An upper estimate of a statement's memory (measured: 11 kB for the page query,
+    73 kB for ``pk__in`` 5,000 ids)."""
+    return 10_000 + 2 * len(statement.sql) + 16 * len(statement.params)
+
+
+def _keep(planned: Any, statement: Statement) -> None:
+    size = _size(statement)
+    with _keeping:  # only a plan's first miss comes here
+        _kept.append((planned, size))
+        _held[0] += size
+        while _held[0] > BUDGET and len(_kept) > 1:
+            oldest, freed = _kept.popleft()
+            oldest.statement = None
+            _held[0] -= freed
 
 
 def _compile(qs: Any, db: str) -> Statement:
     """``qs``'s query compiled (a copy: compiling changes a Query, and the statement's
     must not change with the queryset's), or :data:`DJANGO`."""
     compiler = qs.query.chain().get_compiler(using=db)
+    if not type(compiler).__module__.startswith("django.db."):
+        return DJANGO  # a third-party backend's compiler may read what is dropped below
     try:
         sql, params = compiler.as_sql()
     except EmptyResultSet:
         return DJANGO
-    if not sql or not all(type(value) in _IMMUTABLE for value in params):
+    if not sql or not all(_immutable(value) for value in params):
         return DJANGO  # a parameter that can change after compiling (a JSON document...)
+    if any(_holds_query(column) for column, _, _ in compiler.select):
+        return DJANGO  # a subquery's conditions hold the values it was built with
+    # What a run reads is the SQL, its parameters and the description of the rows; the
+    # Query and its conditions hold the values they were built from (a filter's model
+    # instance, with its caches), which a statement kept for the process must not keep.
+    compiler.query = compiler.where = compiler.having = compiler.qualify = None
     compiler.connection = None  # each run binds its own thread's connection
     return Statement(compiler, sql, tuple(params))
 
@@ -129,15 +150,32 @@ _IMMUTABLE = frozenset(
 """The parameters a statement keeps: values that cannot change once compiled."""
 
 
+def _immutable(value: Any) -> bool:
+    """An immutable value, or a choices member of one (``TextChoices``, ``IntegerChoices``)."""
+    return type(value) in _IMMUTABLE or (
+        isinstance(value, enum.Enum) and type(value.value) in _IMMUTABLE
+    )
+
+
+def _holds_query(expression: Any) -> bool:
+    if isinstance(expression, Query) or isinstance(getattr(expression, "query", None), Query):
+        return True
+    sources = getattr(expression, "get_source_expressions", None)
+    return sources is not None and any(
+        _holds_query(source) for source in sources() if source is not None
+    )
+
+
 class _Prepared:
     """``qs`` as ``ModelIterable`` reads it, its Query answering with a bound statement
     (every other attribute is the queryset's own)."""
 
-    __slots__ = ("_compiler", "_qs")
+    __slots__ = ("_compiler", "_qs", "db")
 
-    def __init__(self, qs: Any, compiler: SQLCompiler) -> None:
+    def __init__(self, qs: Any, compiler: SQLCompiler, db: str) -> None:
         self._qs = qs
         self._compiler = compiler
+        self.db = db  # where the statement ran: a router asked again may answer another
 
     @property
     def query(self) -> _Prepared:

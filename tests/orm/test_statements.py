@@ -8,17 +8,21 @@ one query), from any thread, and shapes a statement cannot keep are read Django'
 
 from __future__ import annotations
 
+import gc
 import threading
+import weakref
 from collections.abc import Callable
 from typing import Any
 
 import pytest
-from django.db import connection, connections
+from django.db import connection, connections, models
+from django.db.models import Exists, OuterRef
 from django.db.models.query import ModelIterable
 from django.db.models.sql.compiler import SQLCompiler
+from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
 
-from django_mcpatterns.orm import invalidate_obj
+from django_mcpatterns.orm import invalidate_all, invalidate_obj
 from django_mcpatterns.orm import statements as orm_statements
 from django_mcpatterns.orm.reads import reader
 from tests.orm.shop.models import Category, Product
@@ -122,8 +126,10 @@ def test_a_statement_runs_on_each_threads_own_connection(cats: list[Category]) -
             got.append(seen(refill(cats[0], lambda: page(cats[0]))))
         except BaseException as error:  # reported to the test's thread
             got.append(error)
-        finally:
-            connections.close_all()
+        finally:  # Django keeps an in-memory SQLite database's connection open: close it
+            raw = connections["default"].connection
+            if raw is not None:
+                raw.close()
 
     thread = threading.Thread(target=other)
     thread.start()
@@ -206,9 +212,10 @@ def test_postgres_refills_run_the_statement(pg: str, shop: Any, compiles: list[s
 def test_a_process_keeps_a_bounded_number_of_statements(
     cats: list[Category], monkeypatch: pytest.MonkeyPatch, compiles: list[str]
 ) -> None:
-    """Past ``STATEMENTS``, the oldest statement is dropped: its plan compiles again."""
-    monkeypatch.setattr(orm_statements, "STATEMENTS", 1)
+    """Past ``BUDGET`` bytes, the oldest statements are dropped: their plans compile again."""
+    monkeypatch.setattr(orm_statements, "BUDGET", 1)  # room for the newest only
     monkeypatch.setattr(orm_statements, "_kept", orm_statements.deque())
+    monkeypatch.setattr(orm_statements, "_held", [0])
     page(cats[0])
     page(cats[1])  # the second plan's statement drops the first's
     for compiled in (1, 0):  # compiled again, then kept again
@@ -217,3 +224,69 @@ def test_a_process_keeps_a_bounded_number_of_statements(
         compiles.clear()
         assert seen(page(cats[0])) == expected
         assert len(compiles) == compiled
+
+
+def test_a_statement_keeps_no_value_alive(cats: list[Category]) -> None:
+    """A statement keeps its parameters, not what the query was built from (an instance
+    given to ``filter()``, with its caches: a request's user...)."""
+    cat = Category.objects.nocache().get(pk=cats[1].pk)
+    cat.load = list(range(1000))  # type: ignore[attr-defined]
+    alive = weakref.ref(cat)
+    list(Product.objects.filter(category=cat, price__gte=0).cache())
+    invalidate_obj(cat)
+    list(cat.products.cache().filter(price__gte=1))  # type: ignore[attr-defined]
+    del cat
+    gc.collect()
+    assert alive() is None
+
+
+def test_a_subquery_is_read_djangos_way(cats: list[Category]) -> None:
+    """A selected subquery's conditions hold the values they were built with: not kept."""
+    cheap = Product.objects.filter(category=OuterRef("pk"), price__lt=2)
+    qs = Category.objects.annotate(cheap=Exists(cheap)).order_by("pk").cache()
+    assert [(c.name, c.cheap) for c in qs] == [("c0", True), ("c1", True)]
+    planned = reader().plan(qs.query, qs.db, "fetch", ModelIterable, None)
+    assert planned is not None
+    assert planned.statement is orm_statements.DJANGO
+
+
+class Status(models.TextChoices):
+    LIVE = "live"
+
+
+def test_a_choices_member_is_a_value_kept(cats: list[Category], compiles: list[str]) -> None:
+    def live() -> list[str]:
+        return [p.name for p in Product.objects.cache().filter(status=Status.LIVE, price__lt=3)]
+
+    assert live() == ["p0", "p1", "p2"]
+    write(cats[0])
+    compiles.clear()
+    assert live() == ["p1", "p2"]  # p0 now costs 100
+    assert compiles == []
+
+
+class RoundRobin:
+    """A read router balancing products over two aliases (Django's replica router's kind)."""
+
+    turn = [0]
+
+    def db_for_read(self, model: Any, **hints: Any) -> str | None:
+        if model is not Product:
+            return None
+        self.turn[0] += 1
+        return ("default", "pg")[self.turn[0] % 2]
+
+    def db_for_write(self, model: Any, **hints: Any) -> str | None:
+        return None
+
+
+def test_rows_are_of_the_database_the_statement_ran_on(pg: str, shop: Any) -> None:
+    """A router asked again may answer another alias: each row says where it was read."""
+    for db in ("default", pg):
+        cat = Category.objects.using(db).create(name=db)
+        Product.objects.using(db).create(name=f"from-{db}", category=cat)
+    with override_settings(DATABASE_ROUTERS=[RoundRobin()]):
+        for _ in range(4):
+            invalidate_all()
+            for product in Product.objects.cache().filter(price__gte=0):
+                assert product.name == f"from-{product._state.db}"
