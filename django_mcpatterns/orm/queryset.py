@@ -132,23 +132,25 @@ def _known_related(qs: Any, results: list[Any]) -> None:
     for field, objects in qs._known_related_objects.items():
         attname = field.attname
         for obj in results:
-            # As Django 6.1: not over select_related's, and not by reading a deferred key
-            # (a query per row); Django 5.2 reads it.
-            if attname not in obj.__dict__ or field.is_cached(obj):
+            # Not by reading a deferred key (a query per row), as Django 6.1 (5.2 reads it).
+            # A cached row may hold a stored copy of the object: the manager's own wins.
+            if attname not in obj.__dict__:
                 continue
             rel = objects.get(obj.__dict__[attname])
             if rel is not None:
                 setattr(obj, field.name, rel)
     mode = getattr(qs, "_fetch_mode", _FETCH_ONE)
     if mode is not _FETCH_ONE:
-        _fetching(mode, results)
+        known = {id(o) for objects in qs._known_related_objects.values() for o in objects.values()}
+        _fetching(mode, results, known)
 
 
-def _fetching(mode: Any, results: list[Any]) -> None:
+def _fetching(mode: Any, results: list[Any], known: set[int]) -> None:
     """Each row, and each row it holds through ``select_related``, fetches its deferred
-    fields and relations in ``mode``; with peers, with the rows of the same path."""
+    fields and relations in ``mode``; with peers, with the rows of the same path.  The
+    ``known`` objects (a related manager's own instance) are the caller's: left alone."""
     peers: dict[tuple[str, ...], list[Any]] = {}
-    seen: set[int] = set()
+    seen = set(known)
 
     def made(obj: Any, path: tuple[str, ...]) -> None:
         seen.add(id(obj))

@@ -94,3 +94,20 @@ def test_a_related_managers_rows_do_not_read_a_deferred_key(
     if state == "refill":
         invalidate_all()
     assert queries(names) <= 1
+
+
+@pytest.mark.parametrize("state", STATES)
+def test_a_related_managers_own_instance_keeps_its_mode(cats: list[Category], state: str) -> None:
+    from django.db.models import FETCH_ONE, FETCH_PEERS
+
+    def read() -> list[Product]:
+        return list(cats[1].products.cache().fetch_mode(FETCH_PEERS).order_by("pk"))  # type: ignore[attr-defined]
+
+    if state != "miss":
+        read()
+    if state == "refill":
+        invalidate_all()
+    rows = read()
+    assert rows
+    assert all(p.category is cats[1] for p in rows)
+    assert cats[1]._state.fetch_mode is FETCH_ONE
