@@ -17,7 +17,7 @@ from django.test.utils import CaptureQueriesContext
 from django_mcpatterns.orm import audit, observe, orm_stale_hit, queryset
 from django_mcpatterns.orm.conf import parse
 from tests.django.conftest import CLUSTER_BACKEND
-from tests.harness import free_port, memcached_cluster
+from tests.harness import memcached_cluster
 from tests.orm.shop.models import Category, Product
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -55,8 +55,12 @@ def test_async_hits_are_served_in_the_event_loop(
     assert got.price == 3
 
 
-def test_an_unreachable_cache_reads_the_database(orm_hooks: None) -> None:
-    dead = {"BACKEND": CLUSTER_BACKEND, "LOCATION": [f"127.0.0.1:{free_port()}"]}
+def test_an_unreachable_cache_reads_the_database(orm_hooks: None, tmp_path: Any) -> None:
+    # A socket nothing will ever listen on: the invalidations journaled here outlive the test
+    # (the process's cluster keeps them for a server that may answer later), and a free TCP
+    # port would be taken by a later test's server or proxy, which would receive them (the
+    # asyncio cancellation drill once counted those connections as its own).
+    dead = {"BACKEND": CLUSTER_BACKEND, "LOCATION": [f"unix:{tmp_path}/never.sock"]}
     with override_settings(CACHES={"default": dead}, MCPATTERNS_ORM={"cache": "default"}):
         c = Category.objects.create(name="c")
         p = Product.objects.create(name="p", category=c)
