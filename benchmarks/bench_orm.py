@@ -9,11 +9,16 @@ counted on both sides:
 
 * ``uncached``: ``.nocache()``, the query itself;
 * ``warm``: ``.cache()``, a hit (one ``gets_many`` of the result and its stamps);
-* ``cold``: ``.cache()`` of a result not in the cache (never read, evicted or
-  expired; its stamps there): the read, the query and the fill;
+* ``cold``: ``.cache()`` of a result not in the cache (evicted, expired, or
+  never read by any process; its stamps there) of a query this process read
+  before: the read, the query run as compiled the first time, and the fill;
 * ``invalidated``: ``.cache()`` right after a write to that category (its
   stamp renewed, the cached result void): the read, the query, the lease and
   the fill;
+* ``first``: a cold miss of a query this process has never read (its plans
+  forgotten first): the Query built and planned, the read, the statement
+  compiled (``orm.statements``: later misses of the query run it as compiled),
+  the query and the fill;
 
 each miss with the three ``MCPATTERNS_ORM["lease"]`` modes: ``meta`` (the
 default: memcached's own lease, taken by the read with ``mg <key> ... N<ttl>``),
@@ -163,6 +168,10 @@ def speed(cats: list[Any], rounds: int, ops: int) -> dict[str, list[Times]]:
     def forget() -> None:  # a result never read, evicted or expired; its stamps are there
         read.values.delete(plan.key)
 
+    def first() -> None:  # a query this process never read: no plan, no statement yet
+        forget()
+        reader().forget()  # the reader of the settings in force (each lease mode has its own)
+
     def write() -> None:  # what a save of a product of that category does
         stamps.renew(read.values, conjunctions, [], 3600)
 
@@ -189,6 +198,7 @@ def speed(cats: list[Any], rounds: int, ops: int) -> dict[str, list[Times]]:
         "warm": lambda: timed(lambda: page(category, True), ops),
         "warm-cache-last": lambda: timed(lambda: page(category, True, last=True), ops),
         "cold-cache-last": lambda: timed(lambda: page(category, True, last=True), ops, forget),
+        "first": lambda: timed(lambda: page(category, True), ops, first),
     }
     for mode in LEASES:
         suffix = "" if mode == "meta" else f"-{mode}"
@@ -375,6 +385,10 @@ def report(
         overheads = ", ".join(f"{m} {100 * (ratio(n) - 1):+.1f}%" for m, n in names.items())
         cpus = ", ".join(f"{m} {added(n):+.0f}" for m, n in names.items())
         print(f"{kind}-miss overhead ({what}): wall {overheads}; CPU us added {cpus}")
+    print(
+        f"first-read overhead (a query this process never read: planned, compiled, leased): "
+        f"wall {100 * (ratio('first') - 1):+.1f}%; CPU us added {added('first'):+.0f}"
+    )
     print("(target <= +10% for a cold miss, leased; cachalot: +10% first hit, no lease)")
 
 

@@ -6,7 +6,9 @@ bench_orm.py does), loads the products, then runs itself under
 ``valgrind --tool=callgrind --instr-atstart=no``: the inner process reads the page
 query (20 products of a category with their category) as ``uncached``
 (``.nocache()``), ``warm`` (a hit) and ``cold`` (its result deleted first, so the
-leased read, the query and the fill), spelled ``.cache()`` first (the chain
+leased read, the query run as its plan's first miss compiled it, and the fill),
+``first`` (cold, and the plans forgotten: the Query built, planned and compiled, as
+a process's first read of it), spelled ``.cache()`` first (the chain
 recorded: a warm hit builds no Query), ``warm_last`` and ``cold_last`` spelled
 ``.cache()`` last (Django builds the Query), and the deletion alone (``delete``,
 taken off the cold cases), each case ``--ops`` times between two callgrind client requests.
@@ -39,7 +41,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import bench_orm  # noqa: E402
 from callgrind_ops import build_stub, require_tools, run_under_callgrind  # noqa: E402
 
-CASES = ("delete", "uncached", "warm", "cold", "warm_last", "cold_last")
+CASES = ("delete", "uncached", "warm", "cold", "first", "warm_last", "cold_last")
 
 
 def main() -> None:
@@ -88,6 +90,7 @@ def under_callgrind(plan: dict[str, Any], out: Path) -> dict[str, float]:
     counts = {case: total / plan["ops"] for case, total in totals.items()}
     counts["cold"] -= counts["delete"]  # the deletion that makes each read cold
     counts["cold_last"] -= counts["delete"]
+    counts["first"] -= counts["delete"]
     return counts
 
 
@@ -95,7 +98,7 @@ def report(counts: dict[str, float], compare: Path | None) -> None:
     before = json.loads(compare.read_text()) if compare else None
     uncached = counts["uncached"]
     print("instructions per read (client process, user space):")
-    for case in ("uncached", "warm", "cold", "warm_last", "cold_last"):
+    for case in ("uncached", "warm", "cold", "first", "warm_last", "cold_last"):
         line = f"  {case:9} {counts[case]:>11,.0f}  {counts[case] / uncached:5.2f} of uncached"
         if before and case in before:
             line += f"  ({counts[case] / before[case]:.3f} of before)"
@@ -104,6 +107,10 @@ def report(counts: dict[str, float], compare: Path | None) -> None:
         f"warm (.cache() first, recorded): uncached / warm = {uncached / counts['warm']:.2f}; "
         f"cold adds {counts['cold'] - uncached:+,.0f} "
         f"({100 * (counts['cold'] / uncached - 1):+.1f}%)"
+    )
+    print(
+        f"first (a query this process never read: planned, compiled): adds "
+        f"{counts['first'] - uncached:+,.0f} ({100 * (counts['first'] / uncached - 1):+.1f}%)"
     )
     print(
         f"warm_last (.cache() last): uncached / warm = {uncached / counts['warm_last']:.2f}; "
@@ -140,11 +147,17 @@ def inner(plan: dict[str, Any]) -> None:
             delete()
             bench_orm.page(category, True)
 
+        def first() -> None:  # its plan (and statement) forgotten: as a process's first read
+            delete()
+            reader().forget()
+            bench_orm.page(category, True)
+
         cases = {
             "delete": delete,
             "uncached": lambda: bench_orm.page(category, False),
             "warm": lambda: bench_orm.page(category, True),
             "cold": cold,
+            "first": first,
             "warm_last": lambda: bench_orm.page(category, True, last=True),
             "cold_last": lambda: (delete(), bench_orm.page(category, True, last=True)),
         }

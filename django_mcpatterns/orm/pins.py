@@ -64,7 +64,13 @@ def canonical(field: Field[Any, Any], value: Any) -> str:
         value = value.pk
     if value is None:
         return "N"
-    return repr(field.to_python(value))
+    value = field.to_python(value)
+    kind = type(value)
+    if kind is not str and isinstance(value, str):  # a TextChoices member...: what the
+        value = str.__str__(value)  # database compares is its text (and its repr is not)
+    elif kind is not int and kind is not bool and isinstance(value, int):
+        value = int(value)
+    return repr(value)
 
 
 def pins(query: Query, vendor: str) -> tuple[tuple[str, ...], list[tuple[str, ...]]] | None:

@@ -11,21 +11,26 @@ through the :class:`~.reads.Reader`; otherwise it is Django's, unchanged.
 from __future__ import annotations
 
 import functools
+import weakref
 from collections.abc import AsyncIterator, Callable
 from contextvars import ContextVar
 from typing import Any
 
 from asgiref.sync import sync_to_async
-from django.db.models import QuerySet
+from django.db import models
+from django.db.models import Model, QuerySet
 from django.db.models.manager import BaseManager
 from django.db.models.query import MAX_GET_RESULTS, ModelIterable
 
-from . import chain
+from . import chain, statements
 from .conf import may_have_rules, orm_settings
 from .reads import Planned, Reader, reader
 from .rows import pack, unpack
 
 __all__ = ["install", "uninstall"]
+
+_FETCH_ONE: Any = getattr(models, "FETCH_ONE", None)
+"""Django 6.1's default fetch mode (None before: no fetch modes)."""
 
 _MARK = "_mcp"
 _op: ContextVar[str] = ContextVar("mcpatterns_orm_op", default="fetch")
@@ -120,18 +125,49 @@ def _records(model: Any) -> bool:
 
 
 def _known_related(qs: Any, results: list[Any]) -> None:
-    """What Django's ModelIterable does for a related manager's rows, on cached rows."""
+    """What Django's ModelIterable does besides making rows, on cached rows: a related
+    manager's object set on each row, and Django 6.1's fetch mode (``fetch_mode()``)."""
     if qs._iterable_class is not ModelIterable:
         return
     for field, objects in qs._known_related_objects.items():
+        attname = field.attname
         for obj in results:
-            rel = objects.get(getattr(obj, field.attname))
+            # As Django 6.1: not over select_related's, and not by reading a deferred key
+            # (a query per row); Django 5.2 reads it.
+            if attname not in obj.__dict__ or field.is_cached(obj):
+                continue
+            rel = objects.get(obj.__dict__[attname])
             if rel is not None:
                 setattr(obj, field.name, rel)
+    mode = getattr(qs, "_fetch_mode", _FETCH_ONE)
+    if mode is not _FETCH_ONE:
+        _fetching(mode, results)
+
+
+def _fetching(mode: Any, results: list[Any]) -> None:
+    """Each row, and each row it holds through ``select_related``, fetches its deferred
+    fields and relations in ``mode``; with peers, with the rows of the same path."""
+    peers: dict[tuple[str, ...], list[Any]] = {}
+    seen: set[int] = set()
+
+    def made(obj: Any, path: tuple[str, ...]) -> None:
+        seen.add(id(obj))
+        state = obj._state
+        state.fetch_mode = mode
+        if mode.track_peers:
+            group = peers.setdefault(path, [])
+            group.append(weakref.ref(obj))
+            state.peers = group
+        for name, rel in list(state.fields_cache.items()):
+            if isinstance(rel, Model) and id(rel) not in seen:
+                made(rel, (*path, name))
+
+    for obj in results:
+        made(obj, ())
 
 
 def _rows(qs: Any) -> list[Any]:
-    """What Django's _fetch_all reads."""
+    """What Django's _fetch_all reads, Django's way (what the auditor compares hits with)."""
     return list(qs._iterable_class(qs))
 
 
@@ -140,7 +176,16 @@ def _fetch_all(self: Any) -> None:
         found = _planned(self, _op.get())
         if found is not None:
             planned, timeout, read, allowed = found
-            results = unpack(read.fetch(planned, lambda: _rows(self), timeout, pack, allowed))
+            results = unpack(
+                read.fetch(
+                    planned,
+                    lambda: statements.rows(self, planned),
+                    timeout,
+                    pack,
+                    allowed,
+                    lambda: _rows(self),
+                )
+            )
             _known_related(self, results)
             self._result_cache = results
     _ORIGINAL["_fetch_all"](self)
@@ -198,7 +243,16 @@ async def aget(self: Any, *args: Any, **kwargs: Any) -> Any:
     found = _planned(clone, "get")
     if found is None:
         return await _ORIGINAL["aget"](self, *args, **kwargs)
-    results = unpack(await found[2].afetch(found[0], lambda: _rows(clone), found[1], pack))
+    planned, timeout, read = found[:3]
+    results = unpack(
+        await read.afetch(
+            planned,
+            lambda: statements.rows(clone, planned),
+            timeout,
+            pack,
+            lambda: _rows(clone),
+        )
+    )
     _known_related(clone, results)
     clone._result_cache = results
     if clone._prefetch_related_lookups:
@@ -253,8 +307,15 @@ def __aiter__(self: Any) -> AsyncIterator[Any]:
         if self._result_cache is None:
             found = _planned(self, "fetch")
             if found is not None:
+                planned, timeout, read = found[:3]
                 results = unpack(
-                    await found[2].afetch(found[0], lambda: _rows(self), found[1], pack)
+                    await read.afetch(
+                        planned,
+                        lambda: statements.rows(self, planned),
+                        timeout,
+                        pack,
+                        lambda: _rows(self),
+                    )
                 )
                 _known_related(self, results)
                 self._result_cache = results

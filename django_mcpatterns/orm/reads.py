@@ -28,6 +28,7 @@ from . import audit, observe
 from .conf import OrmSettings, orm_settings
 from .pins import pins
 from .shape import Uncacheable, shape_of, text_digest
+from .statements import Statement
 from .transactions import dirty_tables, fill_allowed, read_state
 
 __all__ = ["SPACE", "Planned", "Reader", "global_key", "reader", "reset"]
@@ -57,7 +58,7 @@ def global_key(prefix: str) -> str:
 class Planned:
     """A plan with what the read path needs besides its keys."""
 
-    __slots__ = ("db", "label", "plan", "tables")
+    __slots__ = ("db", "label", "plan", "statement", "tables")
 
     def __init__(
         self, plan: stamps.Plan, tables: frozenset[str] | set[str], db: str, label: str
@@ -66,6 +67,8 @@ class Planned:
         self.tables = tables
         self.db = db
         self.label = label
+        self.statement: Statement | None = None
+        """Its query compiled by the first miss that reads rows (:mod:`.statements`)."""
 
 
 class Reader:
@@ -156,6 +159,12 @@ class Reader:
             plans[text] = found
         return found
 
+    def forget(self) -> None:
+        """Forget every plan, and with them their statements: the next read of each query
+        plans (and its miss compiles) anew, as a process's first read of it does."""
+        self._plans.clear()
+        self.memo.clear()
+
     def remember(self, fingerprint: Hashable, planned: Planned | None) -> None:
         """Keep ``planned`` (None: the query is not cached) for a recorded chain's
         ``fingerprint`` (``orm.chain``): the plan of every queryset with that chain."""
@@ -216,11 +225,13 @@ class Reader:
         timeout: int,
         pack: Callable[[T], Any] | None = None,
         allowed: bool | None = None,
+        audited: Callable[[], T] | None = None,
     ) -> T:
         """The cached value of ``planned``, or ``compute()`` (stored when it may be).
 
         ``pack``: the form to store the value in (a hit returns that form).
         ``allowed``: :meth:`admit`'s answer in this thread, if the caller has it.
+        ``audited``: what the auditor compares a hit with (``compute`` by default).
         """
         if allowed is None:
             allowed = fill_allowed(planned.db)
@@ -237,7 +248,12 @@ class Reader:
         if read.hit:
             self.record("hit", planned.label)
             audit.sample(
-                self.settings.audit, self.values, planned.plan, planned.label, read.value, compute
+                self.settings.audit,
+                self.values,
+                planned.plan,
+                planned.label,
+                read.value,
+                compute if audited is None else audited,
             )
             value: T = read.value
             return value
@@ -249,6 +265,7 @@ class Reader:
         compute: Callable[[], T],
         timeout: int,
         pack: Callable[[T], Any] | None = None,
+        audited: Callable[[], T] | None = None,
     ) -> T:
         """:meth:`fetch` for async code: a hit costs no thread hop; a miss runs in a thread."""
         try:
@@ -264,7 +281,12 @@ class Reader:
         if read.hit:
             self.record("hit", planned.label)
             audit.sample(
-                self.settings.audit, self.values, planned.plan, planned.label, read.value, compute
+                self.settings.audit,
+                self.values,
+                planned.plan,
+                planned.label,
+                read.value,
+                compute if audited is None else audited,
             )
             value: T = read.value
             return value

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from django.db import connection, transaction
+from django.db import connection, models, transaction
 from django.db.models import Count, Sum
 from django.test.utils import CaptureQueriesContext
 
@@ -265,3 +265,33 @@ def test_models_setting_caches_without_cache_call(data: dict[str, Any]) -> None:
         assert n == 1
         _, n = queries(lambda: Product.objects.nocache().count())
         assert n == 1
+
+
+class Status(models.TextChoices):
+    LIVE = "live"
+    DRAFT = "draft"
+
+
+class Price(models.IntegerChoices):
+    ONE = 1
+
+
+@pytest.mark.parametrize("read", ["member", "text"])
+@pytest.mark.parametrize("written", ["member", "text"])
+def test_a_choices_member_pins_its_value(data: dict[str, Any], read: str, written: str) -> None:
+    """A ``TextChoices`` member is the text the database compares: a query pinned by one
+    and a row saved with the other share their stamps (its repr is not its text)."""
+    status = Status.DRAFT if read == "member" else "draft"
+    price = Price.ONE if read == "member" else 1
+
+    def pinned() -> tuple[list[str], list[str]]:
+        by_status = Product.objects.filter(status=status).order_by("pk").cache()
+        by_price = Product.objects.filter(price=price).order_by("pk").cache()
+        return [p.name for p in by_status], [p.name for p in by_price]
+
+    assert pinned() == ([], ["p1"])
+    product = data["products"][3]
+    product.status = Status.DRAFT if written == "member" else "draft"
+    product.price = Price.ONE if written == "member" else 1
+    product.save()
+    assert pinned() == (["p3"], ["p1", "p3"])
