@@ -16,7 +16,9 @@ stamp of their own.
 
 from __future__ import annotations
 
+import datetime
 import itertools
+import uuid
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -44,8 +46,31 @@ _EXACT_TYPES: tuple[type[Field[Any, Any]], ...] = (
 _TEXT_TYPES: tuple[type[Field[Any, Any]], ...] = (models.CharField, models.TextField)
 
 
+_HOOKS = (
+    "db_type",
+    "to_python",
+    "get_prep_value",
+    "get_db_prep_value",
+    "get_db_prep_save",
+    "pre_save",
+)
+"""How a field turns a value into what the column stores and compares: a subclass that
+changes one (a lower-casing e-mail field, a ``citext`` or ``COLLATE NOCASE`` column type)
+stores or compares something else than the value a writer holds."""
+
+
+def _django_own(field: Field[Any, Any]) -> bool:
+    kind = type(field)
+    return all(
+        getattr(getattr(kind, hook), "__module__", "").startswith("django.db.models.")
+        for hook in _HOOKS
+    )
+
+
 def pinnable(field: Field[Any, Any], vendor: str) -> bool:
     """Whether equality on ``field`` in the database is equality of :func:`canonical`."""
+    if not _django_own(field):
+        return False
     if field.is_relation:
         target = getattr(field, "target_field", None)
         return bool(field.concrete and target is not None and pinnable(target, vendor))
@@ -61,15 +86,21 @@ def pinnable(field: Field[Any, Any], vendor: str) -> bool:
 def canonical(field: Field[Any, Any], value: Any) -> str:
     """``value`` of ``field`` as stamp text (raises ValidationError for a value it cannot be)."""
     if isinstance(value, Model):
-        value = value.pk
+        value = value.prepare_database_save(field)  # a to_field key: not the pk
     if value is None:
         return "N"
+    if hasattr(value, "resolve_expression"):  # F(), Value(), a database default: the
+        raise TypeError("an expression")  # stored value is unknown to the writer
     value = field.to_python(value)
     kind = type(value)
     if kind is not str and isinstance(value, str):  # a TextChoices member...: what the
         value = str.__str__(value)  # database compares is its text (and its repr is not)
     elif kind is not int and kind is not bool and isinstance(value, int):
         value = int(value)
+    elif kind is not datetime.date and isinstance(value, datetime.date):  # freezegun's,
+        value = datetime.date(value.year, value.month, value.day)  # pendulum's: repr names them
+    elif kind is not uuid.UUID and isinstance(value, uuid.UUID):
+        value = uuid.UUID(int=value.int)
     return repr(value)
 
 

@@ -17,7 +17,9 @@ from typing import Any, TypeVar
 
 from asgiref.sync import sync_to_async
 from django.core.cache import caches
+from django.core.exceptions import FieldDoesNotExist
 from django.db import connections
+from django.db.models.query import ModelIterable
 from django.db.models.sql import Query
 
 from django_mcpatterns.core import stamps
@@ -28,7 +30,7 @@ from . import audit, observe
 from .conf import OrmSettings, orm_settings
 from .pins import pins
 from .shape import Uncacheable, shape_of, text_digest
-from .statements import Statement
+from .statements import Statement, compile_query, keep
 from .transactions import dirty_tables, fill_allowed, read_state
 
 __all__ = ["SPACE", "Planned", "Reader", "global_key", "reader", "reset"]
@@ -150,7 +152,9 @@ class Reader:
         plans = self._plans
         found = plans.get(text)
         if found is None:
-            found = self._planned(query, db, shape.tables, text_digest(text))
+            # Model instances read (queryset.py's extra: the operation, the iterable...).
+            rows = len(extra) > 1 and extra[0] in ("fetch", "get") and extra[1] is ModelIterable
+            found = self._planned(query, db, shape.tables, text_digest(text), text, rows)
             if found is None:
                 return None
             if len(plans) >= PLANS:
@@ -173,7 +177,15 @@ class Reader:
             memo.clear()
         memo[fingerprint] = planned
 
-    def _planned(self, query: Query, db: str, tables: set[str], digest: str) -> Planned | None:
+    def _planned(
+        self,
+        query: Query,
+        db: str,
+        tables: set[str],
+        digest: str,
+        text: str = "",
+        rows: bool = False,
+    ) -> Planned | None:
         model = query.model
         if model is None:
             return None
@@ -183,7 +195,18 @@ class Reader:
         vendor = self._vendors.get(db)
         if vendor is None:
             vendor = self._vendors[db] = connections[db].vendor
-        found = pins(query, vendor)
+        statement: Statement | None = None
+        if _joins_when_compiled(query):  # compiled now, once per plan: kept for its misses
+            found_compiled = compile_query(query, db)
+            if found_compiled is None:
+                logger.debug("not cached: the query does not compile")
+                return None
+            compiled, statement = found_compiled
+        else:
+            compiled = [t.table_name for a, t in query.alias_map.items() if query.alias_refcount[a]]
+        tables.update(compiled)
+        again = compiled.count(base) > 1 or _reads_again(query, base, text)
+        found = None if again else pins(query, vendor)
         stamp_keys = [self.all_key]
         schemes: tuple[tuple[str, stamps.Scheme], ...] = ()
         for table in sorted(tables):
@@ -197,7 +220,10 @@ class Reader:
             )
             schemes = ((self.table_keys(SPACE, base)[1], scheme),)
         plan = stamps.Plan(f"{prefix}q:{digest}", tuple(stamp_keys), schemes)
-        return Planned(plan, frozenset(tables), db, model._meta.label_lower)
+        planned = Planned(plan, frozenset(tables), db, model._meta.label_lower)
+        if statement is not None and rows:
+            keep(planned, statement)
+        return planned
 
     def bypassed(self, planned: Planned) -> bool:
         """Read your writes: the current transaction wrote a table this read uses."""
@@ -407,3 +433,40 @@ def reader() -> Reader:
 def reset() -> None:
     """Forget the readers (the cache or the settings changed)."""
     _readers.clear()
+
+
+def _reads_again(query: Query, base: str, text: str) -> bool:
+    """Whether a subquery of ``query`` reads its base table: rows its pins do not match
+    then change its result, so it depends on the table stamp.  The shape text names
+    every table alias of the query and its subqueries once (``B:``/``J:``)."""
+    top = sum(1 for t in query.alias_map.values() if t.table_name == base)
+    return text.count(f"B:{base}:") + text.count(f"J:{base}:") > top
+
+
+def _joins_when_compiled(query: Query) -> bool:
+    """Whether compiling ``query`` may join tables its alias map does not hold yet
+    (``select_related``, a parent's table, ordering across a relation or by a related
+    model's ``Meta.ordering``); True when unsure."""
+    model = query.model
+    if model is None:
+        return True
+    meta = model._meta
+    concrete = meta.concrete_model or model
+    if query.select_related or concrete._meta.parents or query.distinct_fields:
+        return True
+    names = query.order_by or ((meta.ordering or ()) if query.default_ordering else ())
+    for name in names:
+        if not isinstance(name, str):
+            return True
+        head, _, rest = name.lstrip("-").partition("__")
+        if rest:
+            return True
+        if head == "pk":
+            continue
+        try:
+            field = meta.get_field(head)
+        except FieldDoesNotExist:
+            continue  # an annotation: its joins are made when it is added
+        if field.is_relation:
+            return True
+    return False

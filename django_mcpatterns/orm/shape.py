@@ -247,8 +247,20 @@ def _atom(value: Any, shape: Shape) -> None:
     shape.parts.append(repr(value))
 
 
+_PLAIN: tuple[type, ...] = (str, int, float, bytes)
+
+
 def _typed_atom(value: Any, shape: Shape) -> None:
-    shape.parts.append(f"{type(value).__name__}:{value!r}")
+    kind = type(value)
+    if kind in _ATOMS:
+        shape.parts.append(f"{kind.__name__}:{value!r}")
+        return
+    text = repr(value)
+    for plain in _PLAIN:  # a subclass (an enum...): its own __repr__ may hide its value
+        if isinstance(value, plain):
+            text = plain.__repr__(value)  # type: ignore[call-arg]
+            break
+    shape.parts.append(f"{kind.__module__}.{kind.__qualname__}:{text}")
 
 
 def _class(value: type, shape: Shape) -> None:

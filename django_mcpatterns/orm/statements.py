@@ -34,7 +34,7 @@ from django.db.models.query import ModelIterable
 from django.db.models.sql import Query
 from django.db.models.sql.compiler import SQLCompiler
 
-__all__ = ["Statement", "rows"]
+__all__ = ["DJANGO", "Statement", "compile_query", "keep", "rows"]
 
 
 class Statement:
@@ -69,14 +69,14 @@ _new = object.__new__
 
 def rows(qs: Any, planned: Any) -> list[Any]:
     """What Django's ``list(qs._iterable_class(qs))`` reads, with ``planned``'s statement
-    (compiled from ``qs`` on the plan's first miss)."""
+    (compiled from ``qs`` on the plan's first miss, if planning did not)."""
     if qs._iterable_class is not ModelIterable:
         return list(qs._iterable_class(qs))
     statement = planned.statement
     if statement is None:
-        statement = planned.statement = _compile(qs, planned.db)
-        if statement is not DJANGO:
-            _keep(planned, statement)
+        compiled = compile_query(qs.query, planned.db)
+        statement = DJANGO if compiled is None else compiled[1]
+        keep(planned, statement)
     if statement is DJANGO:
         return list(ModelIterable(qs))
     prepared: Any = _Prepared(qs, statement.bound(planned.db), planned.db)
@@ -98,9 +98,13 @@ def _size(statement: Statement) -> int:
     return 10_000 + 2 * len(statement.sql) + 16 * len(statement.params)
 
 
-def _keep(planned: Any, statement: Statement) -> None:
+def keep(planned: Any, statement: Statement) -> None:
+    """Set ``planned``'s statement, within the process's :data:`BUDGET`."""
+    planned.statement = statement
+    if statement is DJANGO:
+        return
     size = _size(statement)
-    with _keeping:  # only a plan's first miss comes here
+    with _keeping:  # only a plan's first miss, or its planning, comes here
         _kept.append((planned, size))
         _held[0] += size
         while _held[0] > BUDGET and len(_kept) > 1:
@@ -109,26 +113,46 @@ def _keep(planned: Any, statement: Statement) -> None:
             _held[0] -= freed
 
 
-def _compile(qs: Any, db: str) -> Statement:
-    """``qs``'s query compiled (a copy: compiling changes a Query, and the statement's
-    must not change with the queryset's), or :data:`DJANGO`."""
-    compiler = qs.query.chain().get_compiler(using=db)
-    if not type(compiler).__module__.startswith("django.db."):
-        return DJANGO  # a third-party backend's compiler may read what is dropped below
+def compile_query(query: Query, db: str) -> tuple[list[str], Statement] | None:
+    """``query`` compiled by Django (on a copy: compiling changes a Query): the table of
+    each alias its SQL uses (``select_related`` and ordering across a relation join theirs
+    only now), and the statement to keep (:data:`DJANGO`: none).  None: it does not
+    compile here (the caller reads it Django's way, which raises what Django raises)."""
+    copy = query.chain()
+    used: set[str] = set()
+    reset = copy.reset_refcounts
+
+    def seen_then_reset(to_counts: dict[str, int]) -> None:
+        # as_sql() puts the reference counts back as they were before compiling: the
+        # aliases its SQL used are those counted when it does.
+        used.update(alias for alias, count in copy.alias_refcount.items() if count)
+        reset(to_counts)
+
+    copy.reset_refcounts = seen_then_reset  # type: ignore[method-assign]
+    compiler = copy.get_compiler(using=db)
     try:
         sql, params = compiler.as_sql()
     except EmptyResultSet:
-        return DJANGO
-    if not sql or not all(_immutable(value) for value in params):
-        return DJANGO  # a parameter that can change after compiling (a JSON document...)
-    if any(_holds_query(column) for column, _, _ in compiler.select):
-        return DJANGO  # a subquery's conditions hold the values it was built with
+        sql, params = "", ()
+    except Exception:
+        return None
+    finally:
+        del copy.reset_refcounts
+    used.update(alias for alias, count in copy.alias_refcount.items() if count)
+    tables = [t.table_name for alias, t in copy.alias_map.items() if alias in used]
+    if (
+        not sql
+        or not type(compiler).__module__.startswith("django.db.")  # may read what is dropped
+        or not all(_immutable(value) for value in params)  # may change after compiling
+        or any(_holds_query(column) for column, _, _ in compiler.select)  # holds its values
+    ):
+        return tables, DJANGO
     # What a run reads is the SQL, its parameters and the description of the rows; the
     # Query and its conditions hold the values they were built from (a filter's model
     # instance, with its caches), which a statement kept for the process must not keep.
     compiler.query = compiler.where = compiler.having = compiler.qualify = None
     compiler.connection = None  # each run binds its own thread's connection
-    return Statement(compiler, sql, tuple(params))
+    return tables, Statement(compiler, sql, tuple(params))
 
 
 _IMMUTABLE = frozenset(

@@ -198,7 +198,9 @@ def _attvalues(model: type[Model], kwargs: dict[str, Any]) -> dict[str, Any]:
     out = {}
     for name, value in kwargs.items():
         field = model._meta.get_field(name)
-        out[field.attname] = value.pk if isinstance(value, Model) else value  # type: ignore[union-attr]
+        if isinstance(value, Model):  # what Django's update() stores: a to_field's value
+            value = value.prepare_database_save(field)  # type: ignore[arg-type]
+        out[field.attname] = value  # type: ignore[union-attr]
     return out
 
 
@@ -209,7 +211,15 @@ def bulk_create(self: Any, objs: Iterable[Model], *args: Any, **kwargs: Any) -> 
     finally:
         _inside.reset(token)
     upsert = bool(kwargs.get("update_conflicts"))
-    rows: list[Any] = [obj if obj.pk is not None else {} for obj in created]
+    # A row whose key was not returned (ignore_conflicts: m2m add() writes its pairs so) is
+    # known but for its key: a scheme without the key stays fine-grained.
+    pk = self.model._meta.pk.attname
+    rows: list[Any] = [
+        obj
+        if obj.pk is not None
+        else _Known({k: v for k, v in row_values(self.model, obj, self.db).items() if k != pk})
+        for obj in created
+    ]
     changed(self.db, self.model, [*rows, {}] if upsert else rows)
     return created
 
@@ -232,13 +242,26 @@ def bulk_update(
             old = _current(self.model, using, [obj.pk for obj in objs])
             done = _ORIGINAL["bulk_update"](self, objs, fields, batch_size=batch_size)
         attnames = [self.model._meta.get_field(name).attname for name in fields]
-        by_pk = {obj.pk: obj for obj in objs}
-        pk = self.model._meta.pk.attname
-        new = [{**row, **{a: getattr(by_pk[row[pk]], a) for a in attnames}} for row in old]
+        pk_field = self.model._meta.pk
+        by_pk = {_key(pk_field, row[pk_field.attname]): row for row in old}
+        # Every object's values: duplicates of one row are all written (the first wins
+        # within a batch, the last across batches), and a key given as text is the row's.
+        new = [
+            {**by_pk[key], **{a: getattr(obj, a) for a in attnames}}
+            for obj in objs
+            if (key := _key(pk_field, obj.pk)) in by_pk
+        ]
         changed(using, self.model, [*old, *new])
         return done
     finally:
         _inside.reset(token)
+
+
+def _key(field: Any, value: Any) -> Any:
+    try:
+        return field.to_python(value)
+    except Exception:
+        return value
 
 
 # -- m2m --
@@ -272,7 +295,7 @@ def _m2m_changed(
         return
     src, dst = source[0], target[0]
     rows = [
-        {src.attname: canonical(src, instance.pk), dst.attname: canonical(dst, pk)}
+        {src.attname: canonical(src, instance), dst.attname: canonical(dst, pk)}
         for pk in pk_set or ()
     ]
     changed(using, through, [_Known(row) for row in rows])
