@@ -15,6 +15,7 @@ from __future__ import annotations
 import multiprocessing
 import random
 import socket
+import time
 import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -23,6 +24,7 @@ from typing import Any
 from django.db import transaction
 from django.db.models import Count, Max, Q, Sum
 
+from tests.harness import PATIENCE
 from tests.orm.remote import remote_main
 from tests.orm.shop.models import Category, Product, Special, Tag, snapshot
 
@@ -256,14 +258,21 @@ def transaction_step(rng: random.Random, tally: Tally) -> None:
 
 def orm_keys(host: str, port: int) -> list[bytes]:
     """Every ORM key the server holds (memcached's ``lru_crawler metadump all``)."""
-    with socket.create_connection((host, port), timeout=5) as sock:
-        sock.sendall(b"lru_crawler metadump all\r\n")
-        data = b""
-        while not data.endswith(b"END\r\n"):
-            chunk = sock.recv(65536)
-            if not chunk:
+    data = b""
+    with socket.create_connection((host, port), timeout=PATIENCE) as sock:
+        for _ in range(200):  # the crawler answers BUSY while it finishes the last dump
+            sock.sendall(b"lru_crawler metadump all\r\n")
+            data = b""
+            while not data.endswith(b"END\r\n"):
+                if data.startswith(b"BUSY") and data.endswith(b"\r\n"):
+                    break
+                chunk = sock.recv(65536)
+                if not chunk:
+                    break
+                data += chunk
+            if not data.startswith(b"BUSY"):
                 break
-            data += chunk
+            time.sleep(0.05)
     keys = []
     for line in data.splitlines():
         if line.startswith(b"key="):
