@@ -11,7 +11,7 @@
 
 #define RECV_MIN 65536
 
-enum { IO_OK, IO_ERRNO, IO_CLOSED, IO_TIMEOUT, IO_NOMEM, IO_EINTR, IO_AGAIN };
+enum { IO_OK, IO_ERRNO, IO_CLOSED, IO_TIMEOUT, IO_NOMEM, IO_EINTR };
 
 static double
 now(void)
@@ -63,49 +63,6 @@ receive_more(Reader *r, Io *io, int check)
         return IO_NOMEM;
     ssize_t n = recv(io->fd, r->buf + r->end, (size_t)want, 0);
     if (n < 0) {
-        io->err = errno;
-        return errno == EINTR ? IO_EINTR : IO_ERRNO;
-    }
-    if (n == 0)
-        return IO_CLOSED;
-    r->end += n;
-    return IO_OK;
-}
-
-/* Send and receive without waiting, holding the GIL: IO_OK when the request went out
- * whole and some of its reply was already there, IO_AGAIN when what is left (the rest
- * of the request, or the reply) must be waited for, without the GIL.  Releasing the
- * GIL hands it to a thread waiting for it, and waking that thread can cost more than a
- * loopback round trip when its CPU was idle (a virtual machine halts an idle vCPU):
- * a request answered by the time the send returned never pays it.  But a send holding
- * the GIL keeps the other threads waiting, for nothing when the reply is not there:
- * a connection whose replies were mostly not there (more than WAITS_MAX of 255, a
- * moving average over the last eight or so) looks first only once every LOOK_EVERY
- * requests, to notice when they come at once again. */
-#define WAITS_MAX 192
-#define LOOK_EVERY 16
-static int
-try_first(Reader *r, Io *io)
-{
-    ssize_t n = send(io->fd, io->data, (size_t)io->len, MSG_NOSIGNAL | MSG_DONTWAIT);
-    if (n < 0) {
-        if (errno == EAGAIN || errno == EWOULDBLOCK)
-            return IO_AGAIN;
-        io->err = errno;
-        return errno == EINTR ? IO_EINTR : IO_ERRNO;
-    }
-    io->sends++;
-    io->sent = n;
-    if (io->sent < io->len)
-        return IO_AGAIN;
-    if (r->start == r->end)
-        r->start = r->end = 0;
-    if (reader_reserve(r, RECV_MIN) < 0)
-        return IO_NOMEM;
-    n = recv(io->fd, r->buf + r->end, RECV_MIN, MSG_DONTWAIT);
-    if (n < 0) {
-        if (errno == EAGAIN || errno == EWOULDBLOCK)
-            return IO_AGAIN;
         io->err = errno;
         return errno == EINTR ? IO_EINTR : IO_ERRNO;
     }
@@ -246,8 +203,7 @@ reader_request(Reader *r, PyObject *args)
     io.data = r->out;
     io.len = r->out_len;
     int status;
-    /* The hot path: send, then receive (and scan a get's reply) in one release, taken
-     * only when the reply must be waited for (see try_first).  */
+    /* The hot path: send, then receive (and scan a get's reply) in one release. */
     int is_get = Py_TYPE(request) == (PyTypeObject *)B.Get;
     values_reset(r);  /* a reply left half read by an error is never resumed */
     if (is_get) {
@@ -260,18 +216,11 @@ reader_request(Reader *r, PyObject *args)
         if (failed)
             return NULL;
     }
-    status = IO_AGAIN;
-    if (r->waits < WAITS_MAX || ++r->skipped % LOOK_EVERY == 0) {
-        status = try_first(r, &io);
-        r->waits += ((status == IO_AGAIN ? 255 : 0) - r->waits) / 8;
-    }
-    if (status == IO_AGAIN) {
-        Py_BEGIN_ALLOW_THREADS
-        status = send_rest(&io);
-        if (status == IO_OK)
-            status = receive_more(r, &io, 0);
-        Py_END_ALLOW_THREADS
-    }
+    Py_BEGIN_ALLOW_THREADS
+    status = send_rest(&io);
+    if (status == IO_OK)
+        status = receive_more(r, &io, 0);
+    Py_END_ALLOW_THREADS
     PyObject *reply;
     if (status == IO_EINTR) {  /* finish sending, then read as usual */
         if (PyErr_CheckSignals() < 0 || (io.sent < io.len && send_all(&io) < 0)) {

@@ -52,8 +52,6 @@ typedef struct {
     PyObject *stats;          /* a stats reply under way */
     char *out;                /* the encoded request (io.c) */
     Py_ssize_t out_cap, out_len;
-    unsigned char waits;      /* io.c: how often a reply was not there once sent (of 255) */
-    unsigned char skipped;    /* io.c: requests sent without looking first, mod 256 */
 } Reader;
 
 extern PyTypeObject ReaderType;

@@ -486,39 +486,6 @@ def test_a_batch_is_sent_and_its_replies_received_in_order(pair: Any) -> None:
     assert [tuple(v) for v in got[1]] == [(b"k", 0, b"v", None)]
 
 
-def test_a_reply_there_before_its_request_is_read_without_waiting(pair: Any) -> None:
-    """The reply found at once (the path that keeps the GIL) is read as a waited one."""
-    ours, theirs = pair
-    theirs.sendall(b"STORED\r\n")
-    assert CReader().request(ours.fileno(), Store("set", b"k", b"v"), 5.0) == b"STORED"
-    assert theirs.recv(100) == b"set k 0 0 1\r\nv\r\n"
-
-
-def test_a_reply_partly_there_at_once_is_awaited_for_the_rest(pair: Any) -> None:
-    ours, theirs = pair
-    reply = b"VALUE a 3 5 9\r\nhello\r\nVALUE b 0 0 1\r\n\r\nEND\r\n"
-    theirs.sendall(reply[:20])
-    thread = serve(theirs, b"gets a b\r\n", [reply[20:]])
-    got = CReader().request(ours.fileno(), Get((b"a", b"b"), cas=True), 5.0)
-    thread.join()
-    assert got == PureReader(reply).values((b"a", b"b"), True)
-
-
-def test_a_connection_that_stopped_looking_first_reads_the_same(pair: Any) -> None:
-    """Replies awaited time after time make a reader send without looking first (but
-    once in a while): replies there at once are then read on the waiting path."""
-    ours, theirs = pair
-    reader = CReader()
-    for i in range(40):
-        if i % 10 < 7:
-            thread = serve(theirs, b"touch k 0\r\n", [b"TOUCHED\r\n"])
-        else:
-            theirs.sendall(b"TOUCHED\r\n")
-            thread = serve(theirs, b"touch k 0\r\n", [])
-        assert reader.request(ours.fileno(), Touch(b"k"), 5.0) == b"TOUCHED"
-        thread.join()
-
-
 def test_a_connection_closed_mid_reply_raises_connection_closed(pair: Any) -> None:
     ours, theirs = pair
     thread = serve(theirs, b"get a\r\n", [b"VALUE a 0 5\r\nhel"], close=True)
