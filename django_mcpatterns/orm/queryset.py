@@ -168,6 +168,30 @@ def _fetching(mode: Any, results: list[Any], known: set[int]) -> None:
         made(obj, ())
 
 
+def _cached_rows(qs: Any, found: Found) -> list[Any]:
+    """``qs``'s rows through the cache: a hit, or a miss run as its plan's statement."""
+    planned, timeout, read, allowed = found
+    results: list[Any] = unpack(
+        read.fetch(
+            planned, lambda: statements.rows(qs, planned), timeout, pack, allowed, lambda: _rows(qs)
+        )
+    )
+    _known_related(qs, results)
+    return results
+
+
+async def _acached_rows(qs: Any, found: Found) -> list[Any]:
+    """:func:`_cached_rows` for async code (a miss runs in a thread)."""
+    planned, timeout, read, _ = found
+    results: list[Any] = unpack(
+        await read.afetch(
+            planned, lambda: statements.rows(qs, planned), timeout, pack, lambda: _rows(qs)
+        )
+    )
+    _known_related(qs, results)
+    return results
+
+
 def _rows(qs: Any) -> list[Any]:
     """What Django's _fetch_all reads, Django's way (what the auditor compares hits with)."""
     return list(qs._iterable_class(qs))
@@ -177,19 +201,7 @@ def _fetch_all(self: Any) -> None:
     if self._result_cache is None:
         found = _planned(self, _op.get())
         if found is not None:
-            planned, timeout, read, allowed = found
-            results = unpack(
-                read.fetch(
-                    planned,
-                    lambda: statements.rows(self, planned),
-                    timeout,
-                    pack,
-                    allowed,
-                    lambda: _rows(self),
-                )
-            )
-            _known_related(self, results)
-            self._result_cache = results
+            self._result_cache = _cached_rows(self, found)
     _ORIGINAL["_fetch_all"](self)
 
 
@@ -245,18 +257,7 @@ async def aget(self: Any, *args: Any, **kwargs: Any) -> Any:
     found = _planned(clone, "get")
     if found is None:
         return await _ORIGINAL["aget"](self, *args, **kwargs)
-    planned, timeout, read = found[:3]
-    results = unpack(
-        await read.afetch(
-            planned,
-            lambda: statements.rows(clone, planned),
-            timeout,
-            pack,
-            lambda: _rows(clone),
-        )
-    )
-    _known_related(clone, results)
-    clone._result_cache = results
+    results = clone._result_cache = await _acached_rows(clone, found)
     if clone._prefetch_related_lookups:
         await sync_to_async(clone._prefetch_related_objects)()
     if len(results) == 1:
@@ -309,18 +310,7 @@ def __aiter__(self: Any) -> AsyncIterator[Any]:
         if self._result_cache is None:
             found = _planned(self, "fetch")
             if found is not None:
-                planned, timeout, read = found[:3]
-                results = unpack(
-                    await read.afetch(
-                        planned,
-                        lambda: statements.rows(self, planned),
-                        timeout,
-                        pack,
-                        lambda: _rows(self),
-                    )
-                )
-                _known_related(self, results)
-                self._result_cache = results
+                self._result_cache = await _acached_rows(self, found)
         if self._result_cache is None or (
             self._prefetch_related_lookups and not self._prefetch_done
         ):

@@ -272,18 +272,17 @@ class Reader:
             self.record("uncached", planned.label)
             return compute()
         if read.hit:
-            self.record("hit", planned.label)
-            audit.sample(
-                self.settings.audit,
-                self.values,
-                planned.plan,
-                planned.label,
-                read.value,
-                compute if audited is None else audited,
-            )
-            value: T = read.value
-            return value
+            return self._hit(planned, read, compute if audited is None else audited)
         return self.fill(planned, read, compute, timeout, pack, allowed)
+
+    def _hit(self, planned: Planned, read: stamps.Read, audited: Callable[[], T]) -> T:
+        """A hit's value, counted, and sampled for the auditor (``audited`` re-reads it)."""
+        self.record("hit", planned.label)
+        audit.sample(
+            self.settings.audit, self.values, planned.plan, planned.label, read.value, audited
+        )
+        value: T = read.value
+        return value
 
     async def afetch(
         self,
@@ -305,17 +304,7 @@ class Reader:
             self.record("uncached", planned.label)
             return await sync_to_async(compute)()
         if read.hit:
-            self.record("hit", planned.label)
-            audit.sample(
-                self.settings.audit,
-                self.values,
-                planned.plan,
-                planned.label,
-                read.value,
-                compute if audited is None else audited,
-            )
-            value: T = read.value
-            return value
+            return self._hit(planned, read, compute if audited is None else audited)
         return await sync_to_async(self.fill)(planned, read, compute, timeout, pack)
 
     def fill(

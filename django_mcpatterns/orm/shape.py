@@ -42,14 +42,15 @@ from django.utils.functional import cached_property as django_cached_property
 
 from django_mcpatterns.core.protocol import compiled
 
-__all__ = ["Shape", "Uncacheable", "digest_of", "shape_of", "text_digest"]
+__all__ = ["ATOMS", "Shape", "Uncacheable", "digest_of", "shape_of", "text_digest"]
 
 
 class Uncacheable(Exception):
     """The query has a part whose meaning the key cannot capture, or must not be cached."""
 
 
-_ATOMS: tuple[type, ...] = (
+ATOMS: tuple[type, ...] = (
+    # Immutable values written by their repr (a datetime: with its zone, elsewhere).
     int,
     float,
     str,
@@ -218,7 +219,7 @@ def _handler(kind: type) -> Callable[[Any, Shape], None]:
     """How values of ``kind`` are walked: kept by kind where the kind decides it, otherwise
     :func:`_object` (which looks at the value)."""
     found: Callable[[Any, Shape], None]
-    if issubclass(kind, _ATOMS):
+    if issubclass(kind, ATOMS):
         found = _typed_atom
     elif issubclass(kind, type):
         found = _class
@@ -252,7 +253,7 @@ _PLAIN: tuple[type, ...] = (str, int, float, bytes)
 
 def _typed_atom(value: Any, shape: Shape) -> None:
     kind = type(value)
-    if kind in _ATOMS:
+    if kind in ATOMS:
         shape.parts.append(f"{kind.__name__}:{value!r}")
         return
     text = repr(value)

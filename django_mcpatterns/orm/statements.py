@@ -21,10 +21,8 @@ backend's are read Django's way every time.
 from __future__ import annotations
 
 import datetime
-import decimal
 import enum
 import threading
-import uuid
 from collections import deque
 from typing import Any
 
@@ -33,6 +31,8 @@ from django.db import connections
 from django.db.models.query import ModelIterable
 from django.db.models.sql import Query
 from django.db.models.sql.compiler import SQLCompiler
+
+from .shape import ATOMS
 
 __all__ = ["DJANGO", "Statement", "compile_query", "keep", "rows"]
 
@@ -155,22 +155,7 @@ def compile_query(query: Query, db: str) -> tuple[list[str], Statement] | None:
     return tables, Statement(compiler, sql, tuple(params))
 
 
-_IMMUTABLE = frozenset(
-    {
-        int,
-        float,
-        str,
-        bytes,
-        bool,
-        type(None),
-        decimal.Decimal,
-        datetime.date,
-        datetime.datetime,
-        datetime.time,
-        datetime.timedelta,
-        uuid.UUID,
-    }
-)
+_IMMUTABLE = frozenset({*ATOMS, datetime.datetime})
 """The parameters a statement keeps: values that cannot change once compiled."""
 
 
