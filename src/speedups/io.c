@@ -11,7 +11,7 @@
 
 #define RECV_MIN 65536
 
-enum { IO_OK, IO_ERRNO, IO_CLOSED, IO_TIMEOUT, IO_NOMEM, IO_EINTR };
+enum { IO_OK, IO_ERRNO, IO_CLOSED, IO_TIMEOUT, IO_NOMEM, IO_EINTR, IO_AGAIN };
 
 static double
 now(void)
@@ -63,6 +63,112 @@ receive_more(Reader *r, Io *io, int check)
         return IO_NOMEM;
     ssize_t n = recv(io->fd, r->buf + r->end, (size_t)want, 0);
     if (n < 0) {
+        io->err = errno;
+        return errno == EINTR ? IO_EINTR : IO_ERRNO;
+    }
+    if (n == 0)
+        return IO_CLOSED;
+    r->end += n;
+    return IO_OK;
+}
+
+/* Looking first: a round trip that keeps the GIL when its reply is there at once.
+ *
+ * Releasing the GIL for a round trip hands it to a thread waiting for it, and taking it
+ * back waits for the next release.  In a process whose threads mostly run Python (a
+ * near cache answering most reads from memory: they queue on the GIL), each hand-off
+ * costs the waker's wake-up, and on a virtual machine an idle vCPU halts, so a wake-up
+ * can cost more than a loopback round trip.  Sending without waiting (MSG_DONTWAIT),
+ * holding the GIL, then taking whatever reply is already there (memcached's worker,
+ * woken by the send, often answers before the sender's next system call) skips both
+ * hand-offs.  In a process whose threads mostly wait on I/O, holding the GIL over a
+ * send makes them wait for it instead: there it is a loss.
+ *
+ * So the process looks first while its near cache answers at least half of its reads
+ * (note_near_reads, from near.c, judged every NEAR_WINDOW reads), and stops after
+ * QUIET_REQUESTS requests with no judgement (the near cache no longer read).  A
+ * connection whose replies were not there once sent (a server across a network: a
+ * round trip is longer than a system call) more than WAITS_MAX of 255 (a moving average
+ * over the last eight or so) looks first only once every LOOK_EVERY requests. */
+#define NEAR_WINDOW 1024
+#define QUIET_REQUESTS 8192
+#define WAITS_MAX 240
+#define LOOK_EVERY 16
+
+static int looking;        /* the process looks first (judged from its near reads) */
+static int forced = -1;    /* look_first(): -1 judged, 0 never, 1 always */
+static unsigned near_reads, near_hits, quiet;
+
+void
+note_near_reads(int hit)
+{
+    near_hits += hit;
+    if (++near_reads < NEAR_WINDOW)
+        return;
+    looking = 2 * near_hits >= near_reads;
+    near_reads = near_hits = quiet = 0;
+}
+
+/* look_first(flag=None): force looking first on (True) or off (False), or let the near
+ * cache's reads judge (None); returns whether the process looks first now. */
+PyObject *
+speedups_look_first(PyObject *module, PyObject *const *args, Py_ssize_t n)
+{
+    if (n > 1) {
+        PyErr_SetString(PyExc_TypeError, "look_first(flag=None)");
+        return NULL;
+    }
+    if (n == 1) {
+        int flag = args[0] == Py_None ? -1 : PyObject_IsTrue(args[0]);
+        if (flag == -1 && PyErr_Occurred())
+            return NULL;
+        forced = flag;
+        near_reads = near_hits = quiet = 0;
+        looking = 0;
+    }
+    return PyBool_FromLong(forced >= 0 ? forced : looking);
+}
+
+/* Whether this request looks first (see above). */
+static int
+looks_first(Reader *r)
+{
+    if (forced >= 0)
+        return forced;
+    if (!looking)
+        return 0;
+    if (++quiet > QUIET_REQUESTS) {
+        looking = 0;
+        return 0;
+    }
+    return r->waits <= WAITS_MAX || ++r->skipped % LOOK_EVERY == 0;
+}
+
+/* Send and receive without waiting, holding the GIL: IO_OK when the request went out
+ * whole and some of its reply was already there, IO_AGAIN when what is left (the rest
+ * of the request, or the reply) must be waited for, without the GIL. */
+static int
+try_first(Reader *r, Io *io)
+{
+    ssize_t n = send(io->fd, io->data, (size_t)io->len, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n < 0) {
+        if (errno == EAGAIN || errno == EWOULDBLOCK)
+            return IO_AGAIN;
+        io->err = errno;
+        return errno == EINTR ? IO_EINTR : IO_ERRNO;
+    }
+    io->sends++;
+    io->sent = n;
+    if (io->sent < io->len)
+        return IO_AGAIN;
+    if (r->start == r->end)
+        r->start = r->end = 0;
+    if (reader_reserve(r, RECV_MIN) < 0)
+        return IO_NOMEM;
+    n = recv(io->fd, r->buf + r->end, RECV_MIN, MSG_DONTWAIT);
+    if (n < 0) {
+        if (errno == EAGAIN || errno == EWOULDBLOCK)
+            return IO_AGAIN;
         io->err = errno;
         return errno == EINTR ? IO_EINTR : IO_ERRNO;
     }
@@ -203,7 +309,8 @@ reader_request(Reader *r, PyObject *args)
     io.data = r->out;
     io.len = r->out_len;
     int status;
-    /* The hot path: send, then receive (and scan a get's reply) in one release. */
+    /* The hot path: send, then receive (and scan a get's reply) in one release, unless
+     * the reply was there once sent (looking first, above). */
     int is_get = Py_TYPE(request) == (PyTypeObject *)B.Get;
     values_reset(r);  /* a reply left half read by an error is never resumed */
     if (is_get) {
@@ -216,11 +323,18 @@ reader_request(Reader *r, PyObject *args)
         if (failed)
             return NULL;
     }
-    Py_BEGIN_ALLOW_THREADS
-    status = send_rest(&io);
-    if (status == IO_OK)
-        status = receive_more(r, &io, 0);
-    Py_END_ALLOW_THREADS
+    status = IO_AGAIN;
+    if (looks_first(r)) {
+        status = try_first(r, &io);
+        r->waits += ((status == IO_AGAIN ? 255 : 0) - r->waits) / 8;
+    }
+    if (status == IO_AGAIN) {
+        Py_BEGIN_ALLOW_THREADS
+        status = send_rest(&io);
+        if (status == IO_OK)
+            status = receive_more(r, &io, 0);
+        Py_END_ALLOW_THREADS
+    }
     PyObject *reply;
     if (status == IO_EINTR) {  /* finish sending, then read as usual */
         if (PyErr_CheckSignals() < 0 || (io.sent < io.len && send_all(&io) < 0)) {

@@ -13,7 +13,7 @@ Bound B;
 static int64_t bound_by = -1;
 
 /* Bumped whenever what compiled.py expects of this module changes. */
-#define ABI 9
+#define ABI 10
 
 static PyObject *
 bind(PyObject *module, PyObject *args, PyObject *kwargs)
@@ -100,6 +100,10 @@ static PyMethodDef functions[] = {
     {"near_hit", (PyCFunction)(void (*)(void))speedups_near_hit, METH_FASTCALL,
      "near_hit(table, key): table.hit(key), in C."},
     {"near_missed", speedups_near_missed, METH_O, "near_missed(table): table.missed(), in C."},
+    {"look_first", (PyCFunction)(void (*)(void))speedups_look_first, METH_FASTCALL,
+     "look_first(flag=None): force the exchange to look for a reply before releasing the GIL "
+     "(True), never (False), or as the near cache's reads judge (None); returns whether it "
+     "looks first now."},
     {"near_untrack", speedups_near_untrack, METH_O,
      "near_untrack(entry): the entry, not followed by the cycle collector."},
     {"near_fill", (PyCFunction)(void (*)(void))speedups_near_fill, METH_FASTCALL,

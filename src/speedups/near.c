@@ -251,6 +251,7 @@ speedups_near_hit(PyObject *module, PyObject *const *args, Py_ssize_t n)
         goto done;
     }
     Py_DECREF(count);
+    note_near_reads(1);
     PyObject *copy = AT(entry, N.e_copy), *value = AT(entry, N.e_value);
     if (copy == NULL || value == NULL)
         PyErr_SetString(PyExc_AttributeError, "copy");
@@ -303,6 +304,7 @@ speedups_near_missed(PyObject *module, PyObject *table)
         return NULL;
     }
     Py_DECREF(count);
+    note_near_reads(0);
     PyObject *ticket = PyTuple_Pack(2, now, seq);
     Py_DECREF(now);
     return ticket;

@@ -52,6 +52,8 @@ typedef struct {
     PyObject *stats;          /* a stats reply under way */
     char *out;                /* the encoded request (io.c) */
     Py_ssize_t out_cap, out_len;
+    unsigned char waits;      /* io.c: how often a reply looked for was not there (of 255) */
+    unsigned char skipped;    /* io.c: requests sent without looking first, mod 256 */
 } Reader;
 
 extern PyTypeObject ReaderType;
@@ -70,6 +72,11 @@ enum { SCAN_NEED, SCAN_LINE, SCAN_MISMATCH };
  * A longer one is a protocol error, not a buffer to grow; protocol/reader.py's
  * MAX_VALUE_LENGTH is the same (a test compares them through the module's constant). */
 #define MAX_VALUE_LENGTH (1LL << 30)
+
+/* io.c: whether the compiled exchange looks for a reply before releasing the GIL
+ * (try_first); near.c's reads set it, look_first() forces it (tests). */
+void note_near_reads(int hit);
+PyObject *speedups_look_first(PyObject *module, PyObject *const *args, Py_ssize_t n);
 
 /* reader.c */
 int reader_reserve(Reader *r, Py_ssize_t extra);       /* no GIL needed */

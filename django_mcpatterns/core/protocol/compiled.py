@@ -99,7 +99,7 @@ __all__ = [
 ]
 
 PURE_SWITCH = "DJANGO_MCPATTERNS_PURE_PYTHON"
-ABI = 9  # what this module expects of _speedups (its ABI constant)
+ABI = 10  # what this module expects of _speedups (its ABI constant)
 
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
