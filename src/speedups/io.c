@@ -6,6 +6,7 @@
  * raises BlockingIOError for the caller to report as a timeout. */
 #include "speedups.h"
 #include <errno.h>
+#include <pthread.h>
 #include <sys/socket.h>
 #include <time.h>
 
@@ -89,7 +90,9 @@ receive_more(Reader *r, Io *io, int check)
  * QUIET_REQUESTS requests with no judgement (the near cache no longer read).  A
  * connection whose replies were not there once sent (a server across a network: a
  * round trip is longer than a system call) more than WAITS_MAX of 255 (a moving average
- * over the last eight or so) looks first only once every LOOK_EVERY requests. */
+ * over the last eight or so) looks first only once every LOOK_EVERY requests.  A request
+ * over RECV_MIN bytes never looks first: its reply cannot be there when its send returns,
+ * and copying it into the socket holding the GIL would keep the other threads waiting. */
 #define NEAR_WINDOW 1024
 #define QUIET_REQUESTS 8192
 #define WAITS_MAX 240
@@ -107,6 +110,21 @@ note_near_reads(int hit)
         return;
     looking = 2 * near_hits >= near_reads;
     near_reads = near_hits = quiet = 0;
+}
+
+/* A forked child's near tables start empty: so does its judgement (pthread_atfork, so
+ * that a fork without Python's hooks, uWSGI's, is seen too). */
+static void
+looks_forked(void)
+{
+    looking = 0;
+    near_reads = near_hits = quiet = 0;
+}
+
+int
+look_first_init(void)
+{
+    return pthread_atfork(NULL, NULL, looks_forked);
 }
 
 /* look_first(flag=None): force looking first on (True) or off (False), or let the near
@@ -139,6 +157,7 @@ looks_first(Reader *r)
         return 0;
     if (++quiet > QUIET_REQUESTS) {
         looking = 0;
+        near_reads = near_hits = 0;  /* the next judgement is of reads made from now on */
         return 0;
     }
     return r->waits <= WAITS_MAX || ++r->skipped % LOOK_EVERY == 0;
@@ -324,7 +343,7 @@ reader_request(Reader *r, PyObject *args)
             return NULL;
     }
     status = IO_AGAIN;
-    if (looks_first(r)) {
+    if (io.len <= RECV_MIN && looks_first(r)) {  /* a large request's reply is never there */
         status = try_first(r, &io);
         r->waits += ((status == IO_AGAIN ? 255 : 0) - r->waits) / 8;
     }

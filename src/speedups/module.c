@@ -150,6 +150,12 @@ PyInit__speedups(void)
         || PyType_Ready(&WaiterType) < 0 || PyType_Ready(&WaiterIterType) < 0
         || PyType_Ready(&WakeupsType) < 0)
         return NULL;
+    static int at_fork;  /* registered once per process */
+    if (!at_fork && look_first_init() != 0) {
+        PyErr_SetString(PyExc_RuntimeError, "pthread_atfork failed");
+        return NULL;
+    }
+    at_fork = 1;
     PyObject *module = PyModule_Create(&module_def);
     if (module == NULL)
         return NULL;

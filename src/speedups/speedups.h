@@ -76,6 +76,7 @@ enum { SCAN_NEED, SCAN_LINE, SCAN_MISMATCH };
 /* io.c: whether the compiled exchange looks for a reply before releasing the GIL
  * (try_first); near.c's reads set it, look_first() forces it (tests). */
 void note_near_reads(int hit);
+int look_first_init(void);  /* module init: the child of a fork judges afresh */
 PyObject *speedups_look_first(PyObject *module, PyObject *const *args, Py_ssize_t n);
 
 /* reader.c */

@@ -14,7 +14,6 @@ import contextlib
 import importlib.util
 import os
 import socket
-import struct
 import subprocess
 import sys
 import threading
@@ -433,29 +432,6 @@ def test_a_sub_interpreter_runs_pure_and_leaves_the_main_ones_classes() -> None:
 # -- the compiled I/O on a socket pair -----------------------------------------------
 
 
-@pytest.fixture(params=[False, True], ids=["releasing", "looking-first"])
-def looking(request: pytest.FixtureRequest) -> Iterator[bool]:
-    """Each exchange both ways: the GIL released for the whole round trip, and kept while
-    the reply is looked for at once (what a process whose near cache answers most reads
-    does); the process's own judgement is restored after."""
-    compiled.speedups.look_first(request.param)
-    yield request.param
-    compiled.speedups.look_first(None)
-
-
-@pytest.fixture
-def pair(looking: bool) -> Iterator[tuple[socket.socket, socket.socket]]:
-    ours, theirs = socket.socketpair()
-    timeval = struct.pack(
-        "@ll", 0, 300_000
-    )  # the kernel's bound on each call, as transport.py sets
-    ours.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, timeval)
-    ours.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, timeval)
-    yield ours, theirs
-    ours.close()
-    theirs.close()
-
-
 def serve(
     sock: socket.socket, expect: bytes, pieces: list[bytes], close: bool = False
 ) -> threading.Thread:
@@ -494,39 +470,6 @@ def test_a_batch_is_sent_and_its_replies_received_in_order(pair: Any) -> None:
     thread.join()
     assert (got[0], got[2], got[3]) == (b"STORED", b"DELETED", {"pid": "1"})
     assert [tuple(v) for v in got[1]] == [(b"k", 0, b"v", None)]
-
-
-def test_a_reply_there_before_its_request_is_read_at_once(pair: Any) -> None:
-    """A reply found at once (the path that keeps the GIL) is read as an awaited one."""
-    ours, theirs = pair
-    theirs.sendall(b"STORED\r\n")
-    assert CReader().request(ours.fileno(), Store("set", b"k", b"v"), 5.0) == b"STORED"
-    assert theirs.recv(100) == b"set k 0 0 1\r\nv\r\n"
-
-
-def test_a_reply_partly_there_at_once_is_awaited_for_the_rest(pair: Any) -> None:
-    ours, theirs = pair
-    reply = b"VALUE a 3 5 9\r\nhello\r\nVALUE b 0 0 1\r\n\r\nEND\r\n"
-    theirs.sendall(reply[:20])
-    thread = serve(theirs, b"gets a b\r\n", [reply[20:]])
-    got = CReader().request(ours.fileno(), Get((b"a", b"b"), cas=True), 5.0)
-    thread.join()
-    assert got == PureReader(reply).values((b"a", b"b"), True)
-
-
-def test_replies_there_or_not_alike_are_read_the_same(pair: Any) -> None:
-    """Replies mostly awaited make a connection look first only once in a while; the
-    replies it finds there are then read on the awaiting path, and the other way round."""
-    ours, theirs = pair
-    reader = CReader()
-    for i in range(80):
-        if i % 10 < 8:
-            thread = serve(theirs, b"touch k 0\r\n", [b"TOUCHED\r\n"])
-        else:
-            theirs.sendall(b"TOUCHED\r\n")
-            thread = serve(theirs, b"touch k 0\r\n", [])
-        assert reader.request(ours.fileno(), Touch(b"k"), 5.0) == b"TOUCHED"
-        thread.join()
 
 
 def test_a_connection_closed_mid_reply_raises_connection_closed(pair: Any) -> None:
@@ -751,77 +694,3 @@ def test_hits_answers_as_the_python_loop(parts: list[dict[bytes, Any]], cas: boo
     compiled_answer = outcome(lambda: compiled.hits(parts, given, cas))
     with pure():
         assert outcome(lambda: compiled.hits(parts, given, cas)) == compiled_answer
-
-
-# -- looking first: judged from the near cache's reads -----------------------------------
-
-
-@pytest.fixture
-def judged() -> Iterator[None]:
-    """The process's judgement from scratch (no near read counted yet), restored after."""
-    compiled.speedups.look_first(None)
-    yield
-    compiled.speedups.look_first(None)
-
-
-def near_reads(hits: int, misses: int) -> None:
-    """``hits`` reads a near table answers and ``misses`` it does not (the store's)."""
-    from django_mcpatterns.core.memory import MemoryStore
-    from django_mcpatterns.core.near import NearOptions, NearStore, NearTable
-
-    store = MemoryStore()
-    near = NearStore(store, NearTable(NearOptions(max_age=3600)))
-    store.set("hot", "v")
-    assert near.get("hot") == "v"  # a miss, held from now on
-    for _ in range(hits):
-        assert near.get("hot") == "v"
-    for i in range(misses - 1):
-        assert near.get(f"cold:{i}") is None
-
-
-def test_a_process_looks_first_while_its_near_cache_answers_most_reads(judged: None) -> None:
-    assert compiled.speedups.look_first() is False  # nothing judged: the GIL is released
-    near_reads(hits=700, misses=400)  # one window of 1024 reads, 2 in 3 answered near
-    assert compiled.speedups.look_first() is True
-    near_reads(hits=400, misses=700)  # the next: most go to memcached
-    assert compiled.speedups.look_first() is False
-
-
-def test_a_process_stops_looking_first_once_its_near_cache_is_no_longer_read(
-    judged: None,
-) -> None:
-    """Looking first, then thousands of requests and no near read (a batch job of plain
-    writes in a process that served near hits): the exchange releases the GIL again."""
-    near_reads(hits=1100, misses=1)
-    assert compiled.speedups.look_first() is True
-    ours, theirs = socket.socketpair()
-    requests = 8200  # more than io.c's QUIET_REQUESTS
-
-    def server() -> None:
-        for _ in range(requests):
-            got = b""
-            while not got.endswith(b"\r\n"):
-                got += theirs.recv(100)
-            theirs.sendall(b"TOUCHED\r\n")
-
-    thread = threading.Thread(target=server, daemon=True)
-    thread.start()
-    reader = CReader()
-    try:
-        for _ in range(requests):
-            assert reader.request(ours.fileno(), Touch(b"k"), 5.0) == b"TOUCHED"
-    finally:
-        thread.join(5)
-        ours.close()
-        theirs.close()
-    assert compiled.speedups.look_first() is False
-
-
-def test_look_first_takes_a_flag_or_none() -> None:
-    with pytest.raises(TypeError):
-        compiled.speedups.look_first(True, False)
-    try:
-        assert compiled.speedups.look_first(True) is True
-        assert compiled.speedups.look_first(False) is False
-    finally:
-        assert compiled.speedups.look_first(None) is False
