@@ -52,7 +52,6 @@ from rounds import Figure, Sample, interleave, ratio, timed  # noqa: E402
 
 from django_mcpatterns.backend import KetamaMemcacheCache  # noqa: E402
 from django_mcpatterns.core.memory import MemoryStore  # noqa: E402
-from django_mcpatterns.core.protocol import compiled  # noqa: E402
 from django_mcpatterns.core.near import (  # noqa: E402
     ENTRY_OVERHEAD,
     NearOptions,
@@ -60,6 +59,7 @@ from django_mcpatterns.core.near import (  # noqa: E402
     NearTable,
     keep,
 )
+from django_mcpatterns.core.protocol import compiled  # noqa: E402
 from tests.harness import memcached_cluster, server_requests  # noqa: E402
 
 SAMPLE = 200_000  # key choices drawn per thread before the rounds
