@@ -6,9 +6,10 @@ throughput
     A Zipf (s = 1.0) workload over ``--keys`` keys, 95 % ``get`` and 5 % ``set``, run
     by ``--threads`` threads through Django's cache API, one backend per thread as
     Django makes them, for ``--seconds`` a round (each thread reading on in its plan from
-    where its last round stopped; ``--warm``: seconds run before each round, not counted,
-    so that a near table gone cold while the other contenders ran is counted warm, as
-    in a process that keeps serving).  Contenders, interleaved (the order
+    where its last round stopped; ``--warm``, 1 s by default: seconds run before each
+    round, not counted, so that a near table gone cold while the other contenders ran
+    (about 6 s, past ``max_age``) is counted warm, as in a process that keeps serving;
+    ``--warm 0`` counts each round from cold).  Contenders, interleaved (the order
     rotating each round): Django's ``PyLibMCCache`` (pylibmc, libmemcached's C client),
     ``KetamaMemcacheCache`` without a near cache and with one (``max_age``
     ``--max-age``).  Per contender: operations per second and memcached requests per
@@ -22,7 +23,7 @@ memory
     A table of ``--memory-bytes`` filled past its bound with distinct values: the bytes
     it counts and the memory it holds (``tracemalloc``), against ``max_bytes``.
 
-    python benchmarks/bench_near.py [--rounds 9] [--seconds 2] [--warm 0] [--threads 8]
+    python benchmarks/bench_near.py [--rounds 9] [--seconds 2] [--warm 1] [--threads 8]
 """
 
 from __future__ import annotations
@@ -262,8 +263,9 @@ def main() -> None:
     parser.add_argument(
         "--warm",
         type=float,
-        default=0.0,
-        help="seconds each contender runs, not counted, before each of its rounds",
+        default=1.0,
+        help="seconds each contender runs, not counted, before each of its rounds (0: the "
+        "near table counted from cold in each round)",
     )
     parser.add_argument("--threads", type=int, default=8)
     parser.add_argument("--keys", type=int, default=100_000)
