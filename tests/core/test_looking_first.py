@@ -289,10 +289,10 @@ def test_a_forked_child_judges_from_its_own_reads(judged: None) -> None:
 
 
 def test_a_judgement_is_made_of_recent_reads(judged: None) -> None:
-    """Looking first ended by 8,192 requests without a near read: the next judgement is of
-    the reads made after, not of the hits counted before."""
+    """Looking first ended by 8,192 requests without a judgement (fewer than 1,024 near
+    reads): the next judgement is of the reads made after, not of the hits counted before."""
     near_reads(hits=1100, misses=1)  # judged: looking (window restarted, 77 hits counted)
-    near_reads(hits=940, misses=1)  # 942 more: 1019 hits in the open window
+    near_reads(hits=940, misses=1)  # 941 more: 1017 hits in the open window
     assert compiled.speedups.look_first() is True
     ours, theirs = socket.socketpair()
     requests = 8200

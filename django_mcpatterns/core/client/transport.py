@@ -9,8 +9,9 @@ connection that raised is never used again (the caller closes it).
 
 Where the compiled hot path is built (:mod:`..protocol.compiled`), a plain
 blocking socket's exchanges run in C on its descriptor: encode, send, receive
-and a get's parse with the GIL released once, answering as the Python code
-below does (which runs for TLS, stand-in socket modules, and without it).
+and a get's parse with the GIL released once (or kept, while the process looks
+first: io.c), answering as the Python code below does (which runs for TLS,
+stand-in socket modules, and without it).
 
 A :class:`Pool` holds one server's connections; which process owns a pool
 (fork safety) is the node's business (:mod:`.node`).
@@ -199,7 +200,7 @@ class Connection:
         """Send one request and return its reply: the hot path of single-key commands."""
         sock = self.sock or self.connect()
         timeout = self.timeout
-        if self.fd >= 0:  # the compiled exchange, the GIL released once
+        if self.fd >= 0:  # the compiled exchange: the GIL released once, or kept (io.c)
             try:
                 compiled: T | ErrorReply = self.reader.request(self.fd, request, timeout)
             except BlockingIOError as exc:
