@@ -49,9 +49,11 @@ send_rest(Io *io)
     return IO_OK;
 }
 
-/* One receive into the reader: at least RECV_MIN of room, or what the awaited piece wants. */
+/* One receive into the reader: at least RECV_MIN of room, or what the awaited piece wants.
+ * `flags` MSG_DONTWAIT (looking first): nothing there yet is IO_AGAIN, not the kernel's
+ * timeout. */
 static int
-receive_more(Reader *r, Io *io, int check)
+receive_more(Reader *r, Io *io, int check, int flags)
 {
     if (check && io->deadline && now() > io->deadline)
         return IO_TIMEOUT;
@@ -62,8 +64,10 @@ receive_more(Reader *r, Io *io, int check)
         r->start = r->end = 0;
     if (reader_reserve(r, want) < 0)
         return IO_NOMEM;
-    ssize_t n = recv(io->fd, r->buf + r->end, (size_t)want, 0);
+    ssize_t n = recv(io->fd, r->buf + r->end, (size_t)want, flags);
     if (n < 0) {
+        if ((flags & MSG_DONTWAIT) && (errno == EAGAIN || errno == EWOULDBLOCK))
+            return IO_AGAIN;
         io->err = errno;
         return errno == EINTR ? IO_EINTR : IO_ERRNO;
     }
@@ -180,21 +184,7 @@ try_first(Reader *r, Io *io)
     io->sent = n;
     if (io->sent < io->len)
         return IO_AGAIN;
-    if (r->start == r->end)
-        r->start = r->end = 0;
-    if (reader_reserve(r, RECV_MIN) < 0)
-        return IO_NOMEM;
-    n = recv(io->fd, r->buf + r->end, RECV_MIN, MSG_DONTWAIT);
-    if (n < 0) {
-        if (errno == EAGAIN || errno == EWOULDBLOCK)
-            return IO_AGAIN;
-        io->err = errno;
-        return errno == EINTR ? IO_EINTR : IO_ERRNO;
-    }
-    if (n == 0)
-        return IO_CLOSED;
-    r->end += n;
-    return IO_OK;
+    return receive_more(r, io, 0, MSG_DONTWAIT);
 }
 
 static PyObject *
@@ -255,7 +245,7 @@ read_reply(Reader *r, Io *io, PyObject *request, int first)
         while (scan == SCAN_NEED) {
             Py_BEGIN_ALLOW_THREADS
             do {
-                status = receive_more(r, io, !first);
+                status = receive_more(r, io, !first, 0);
                 first = 0;
                 if (status == IO_OK)
                     scan = values_scan(r);
@@ -284,7 +274,7 @@ read_reply(Reader *r, Io *io, PyObject *request, int first)
         int check = !first;
         do {
             Py_BEGIN_ALLOW_THREADS
-            status = receive_more(r, io, check);
+            status = receive_more(r, io, check, 0);
             Py_END_ALLOW_THREADS
             check = 0;
         } while (status == IO_EINTR && PyErr_CheckSignals() == 0);
@@ -351,7 +341,7 @@ reader_request(Reader *r, PyObject *args)
         Py_BEGIN_ALLOW_THREADS
         status = send_rest(&io);
         if (status == IO_OK)
-            status = receive_more(r, &io, 0);
+            status = receive_more(r, &io, 0, 0);
         Py_END_ALLOW_THREADS
     }
     PyObject *reply;

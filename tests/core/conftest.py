@@ -44,11 +44,15 @@ def looking(request: pytest.FixtureRequest) -> Iterator[bool]:
 
 
 @pytest.fixture
-def pair(looking: bool) -> Iterator[tuple[socket.socket, socket.socket]]:
+def pair(
+    looking: bool, request: pytest.FixtureRequest
+) -> Iterator[tuple[socket.socket, socket.socket]]:
     """A connected socket pair: ours with the kernel's bound on each call that transport.py
-    sets (0.3 s here), theirs played by the test."""
+    sets (the test module's ``PAIR_TIMEOUT``, 0.3 s unless it says), theirs played by the
+    test."""
     ours, theirs = socket.socketpair()
-    timeval = struct.pack("@ll", 0, 300_000)
+    seconds = getattr(request.module, "PAIR_TIMEOUT", 0.3)
+    timeval = struct.pack("@ll", int(seconds), int(seconds % 1 * 1_000_000))
     ours.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, timeval)
     ours.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, timeval)
     yield ours, theirs

@@ -31,17 +31,9 @@ pytestmark = pytest.mark.skipif(
 CReader: Any = compiled.speedups.Reader if compiled.speedups is not None else None
 
 
-@pytest.fixture
-def pair(looking: bool) -> Iterator[tuple[socket.socket, socket.socket]]:
-    """conftest's pair with a 2 s bound on each call: these tests interrupt calls with
-    signals and feed replies slowly."""
-    ours, theirs = socket.socketpair()
-    timeval = struct.pack("@ll", 2, 0)
-    ours.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, timeval)
-    ours.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, timeval)
-    yield ours, theirs
-    ours.close()
-    theirs.close()
+# conftest's pair, with a 2 s bound on each call: these tests interrupt calls with signals
+# and feed replies slowly.
+PAIR_TIMEOUT = 2.0
 
 
 @pytest.fixture
@@ -223,23 +215,9 @@ def near_reads(hits: int, misses: int) -> None:
         assert near.get(f"cold:{i}") is None
 
 
-def test_a_process_looks_first_while_its_near_cache_answers_most_reads(judged: None) -> None:
-    assert compiled.speedups.look_first() is False  # nothing judged: the GIL is released
-    near_reads(hits=700, misses=400)  # one window of 1024 reads, 2 in 3 answered near
-    assert compiled.speedups.look_first() is True
-    near_reads(hits=400, misses=700)  # the next: most go to memcached
-    assert compiled.speedups.look_first() is False
-
-
-def test_a_process_stops_looking_first_once_its_near_cache_is_no_longer_read(
-    judged: None,
-) -> None:
-    """Looking first, then thousands of requests and no near read (a batch job of plain
-    writes in a process that served near hits): the exchange releases the GIL again."""
-    near_reads(hits=1100, misses=1)
-    assert compiled.speedups.look_first() is True
+def round_trips_without_near_reads(requests: int) -> None:
+    """``requests`` compiled round trips on a socket pair, and no near read meanwhile."""
     ours, theirs = socket.socketpair()
-    requests = 8200  # more than io.c's QUIET_REQUESTS
 
     def server() -> None:
         for _ in range(requests):
@@ -258,6 +236,24 @@ def test_a_process_stops_looking_first_once_its_near_cache_is_no_longer_read(
         thread.join(5)
         ours.close()
         theirs.close()
+
+
+def test_a_process_looks_first_while_its_near_cache_answers_most_reads(judged: None) -> None:
+    assert compiled.speedups.look_first() is False  # nothing judged: the GIL is released
+    near_reads(hits=700, misses=400)  # one window of 1024 reads, 2 in 3 answered near
+    assert compiled.speedups.look_first() is True
+    near_reads(hits=400, misses=700)  # the next: most go to memcached
+    assert compiled.speedups.look_first() is False
+
+
+def test_a_process_stops_looking_first_once_its_near_cache_is_no_longer_read(
+    judged: None,
+) -> None:
+    """Looking first, then thousands of requests and no near read (a batch job of plain
+    writes in a process that served near hits): the exchange releases the GIL again."""
+    near_reads(hits=1100, misses=1)
+    assert compiled.speedups.look_first() is True
+    round_trips_without_near_reads(8200)  # more than io.c's QUIET_REQUESTS
     assert compiled.speedups.look_first() is False
 
 
@@ -294,26 +290,7 @@ def test_a_judgement_is_made_of_recent_reads(judged: None) -> None:
     near_reads(hits=1100, misses=1)  # judged: looking (window restarted, 77 hits counted)
     near_reads(hits=940, misses=1)  # 941 more: 1017 hits in the open window
     assert compiled.speedups.look_first() is True
-    ours, theirs = socket.socketpair()
-    requests = 8200
-
-    def server() -> None:
-        for _ in range(requests):
-            got = b""
-            while not got.endswith(b"\r\n"):
-                got += theirs.recv(100)
-            theirs.sendall(b"TOUCHED\r\n")
-
-    thread = threading.Thread(target=server, daemon=True)
-    thread.start()
-    reader = CReader()
-    try:
-        for _ in range(requests):
-            assert reader.request(ours.fileno(), Touch(b"k"), 5.0) == b"TOUCHED"
-    finally:
-        thread.join(5)
-        ours.close()
-        theirs.close()
+    round_trips_without_near_reads(8200)
     assert compiled.speedups.look_first() is False  # quiet: stopped
     near_reads(hits=0, misses=10)  # ten near reads, all missed
     assert compiled.speedups.look_first() is False  # not 1017 old hits of 1024
